@@ -1,0 +1,338 @@
+"""Events to bytes and back: msgpack, zstd (with trained dictionaries), checksum.
+
+Never imports lmdb. A stored event value is::
+
+    offset size  field
+    0      1     format (1)
+    1      1     flags: 1 = body zstd-compressed, 2 = body is a blob reference
+    2      4     zstd dictionary id, big-endian (0 = no dictionary)
+    6      4     CRC-32 of value[10:] followed by the key (so a value moved to
+                 another key is caught as well as a flipped bit)
+    10     2     header length H, big-endian
+    12     H     header: msgpack array [kind, event_id, recorded_at_ns, facts]
+    12+H   ...   body: msgpack of the event (compressed if flag 1), or, with
+                 flag 2, the 32-byte SHA-256 of the body kept in ``blobs``
+
+The header is never compressed: the id-only projections (links, pending
+tools, interrupts) read ``kind`` and ``facts`` without touching the body.
+``facts`` is ``None`` except for messages, where it lists tool-call ids and
+names, tool-return ids and statuses, the finish reason, the system event
+type and any spawned thread ids.
+
+A blob value (table ``blobs``) is ``refcount u32 | flags u8 | dict u32 | crc u32
+| data``, with the CRC over ``data`` + key.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import struct
+import threading
+import zlib
+from typing import Any, Final
+
+import msgspec
+import zstandard
+
+from tplog import _model as m
+from tplog._errors import CorruptionError, InvalidInputError, LimitExceededError
+from tplog._events import (
+    EVENT_TYPES,
+    KIND_CODE,
+    Event,
+    MessageRecorded,
+)
+
+FORMAT: Final = 1
+F_COMPRESSED: Final = 1
+F_BLOB: Final = 2
+_PREFIX = struct.Struct(">BBIIH")  # format, flags, dict id, crc, header length
+PREFIX_SIZE: Final = _PREFIX.size  # 12
+_BLOB_PREFIX = struct.Struct(">IBII")  # refcount, flags, dict id, crc
+
+MSG_KIND: Final = KIND_CODE[MessageRecorded]
+V3_SPAWN: Final = "thread.spawn"
+
+
+class Facts(msgspec.Struct, array_like=True, frozen=True, omit_defaults=True):
+    """What the id-only projections need from a message, readable without the body."""
+
+    message_type: str
+    calls: list[tuple[str, str]] = []  # (tool_call_id, tool_name)
+    returns: list[tuple[str, str]] = []  # (tool_call_id, status); retry prompts say "retry"
+    finish_reason: str | None = None
+    event_type: str | None = None
+    spawned: list[str] = []
+
+
+class Header(msgspec.Struct, array_like=True, frozen=True):
+    kind: int
+    event_id: str
+    recorded_at: int
+    facts: Facts | None = None
+
+
+class Limits(msgspec.Struct, frozen=True, kw_only=True):
+    """Configurable input limits; going over one is a :class:`LimitExceededError`.
+
+    ``max_event_bytes``: msgpack size of one event. ``max_parts``: parts in one
+    message or user turn. ``max_decompressed_bytes``: the most a stored value may
+    inflate to (a zstd bomb is refused). ``blob_threshold``: events whose body is
+    larger are stored once in ``blobs``, content-addressed and shared.
+    ``max_depth``: nesting depth of JSON values inside an event.
+    """
+
+    max_event_bytes: int = 16 << 20
+    max_parts: int = 10_000
+    max_depth: int = 64
+    max_decompressed_bytes: int = 64 << 20
+    blob_threshold: int = 256 << 10
+    compress_min_bytes: int = 96
+    level: int = 3
+
+
+def facts_of(event: Event) -> Facts | None:
+    if not isinstance(event, MessageRecorded):
+        return None
+    msg = event.message
+    if isinstance(msg, m.SystemMessage):
+        spawned: list[str] = []
+        if msg.event_type in (m.THREAD_SPAWN, V3_SPAWN) and isinstance(msg.event_data, dict):
+            sid = msg.event_data.get("spawned_thread_id", msg.event_data.get("thread_id"))
+            if isinstance(sid, str):
+                spawned.append(sid)
+        return Facts(message_type="system", event_type=msg.event_type, spawned=spawned)
+    calls: list[tuple[str, str]] = []
+    returns: list[tuple[str, str]] = []
+    for p in msg.parts:
+        if isinstance(p, m.ToolCallPart):
+            calls.append((p.tool_call_id, p.tool_name))
+        elif isinstance(p, m.ToolReturnPart):
+            returns.append((p.tool_call_id, p.status))
+        elif isinstance(p, m.RetryPromptPart) and isinstance(p.tool_call_id, str):
+            returns.append((p.tool_call_id, "retry"))
+    fr = msg.finish_reason if isinstance(msg.finish_reason, str) else None
+    mt = "request" if isinstance(msg, m.RequestMessage) else "response"
+    return Facts(message_type=mt, calls=calls, returns=returns, finish_reason=fr)
+
+
+def _depth_ok(obj: Any, limit: int) -> bool:
+    stack = [(obj, 1)]
+    while stack:
+        o, d = stack.pop()
+        if d > limit:
+            return False
+        if isinstance(o, dict):
+            stack.extend((v, d + 1) for v in o.values())
+        elif isinstance(o, (list, tuple)):
+            stack.extend((v, d + 1) for v in o)
+        elif isinstance(o, msgspec.Struct):
+            stack.extend((getattr(o, f), d + 1) for f in o.__struct_fields__)
+    return True
+
+
+class Encoded(msgspec.Struct):
+    """An event encoded outside the writer: all but the key-dependent CRC."""
+
+    event: Any
+    event_id: str
+    kind: int
+    facts: Facts | None
+    head_and_body: bytes  # header + body, i.e. value[12:]
+    prefix_flags: int
+    dict_id: int
+    crc_partial: int  # CRC-32 of value[10:] (the key is added by finish())
+    blob: tuple[bytes, bytes] | None  # (sha256, blob value) for large bodies
+    size: int  # raw msgpack body size
+
+    def finish(self, key: bytes) -> bytes:
+        crc = zlib.crc32(key, self.crc_partial)
+        return _PREFIX.pack(FORMAT, self.prefix_flags, self.dict_id, crc, 0)[:10] + self.head_and_body
+
+
+class Codec:
+    """Encodes and decodes events; thread-safe (per-thread zstd contexts)."""
+
+    def __init__(self, limits: Limits | None = None) -> None:
+        self.limits = limits or Limits()
+        self._enc = msgspec.msgpack.Encoder()
+        self._event_dec = msgspec.msgpack.Decoder(Event)
+        self._header_dec = msgspec.msgpack.Decoder(Header)
+        self._dicts: dict[int, zstandard.ZstdCompressionDict] = {}
+        self._dict_bytes: dict[int, bytes] = {}
+        self.current_dict = 0
+        self._local = threading.local()
+
+    # ------------------------------------------------------------------ dictionaries
+
+    def add_dictionary(self, dict_id: int, data: bytes) -> None:
+        if dict_id in self._dict_bytes:
+            return
+        self._dict_bytes[dict_id] = data
+        self._dicts[dict_id] = zstandard.ZstdCompressionDict(data)
+        if dict_id > self.current_dict:
+            self.current_dict = dict_id
+
+    def has_dictionary(self, dict_id: int) -> bool:
+        return dict_id == 0 or dict_id in self._dicts
+
+    def _compressor(self, dict_id: int) -> zstandard.ZstdCompressor:
+        cache = self._local.__dict__.setdefault("c", {})
+        c = cache.get(dict_id)
+        if c is None:
+            d = self._dicts.get(dict_id)
+            c = zstandard.ZstdCompressor(level=self.limits.level, dict_data=d, write_content_size=True)
+            cache[dict_id] = c
+        return c  # type: ignore[no-any-return]
+
+    def _decompressor(self, dict_id: int) -> zstandard.ZstdDecompressor:
+        cache = self._local.__dict__.setdefault("d", {})
+        d = cache.get(dict_id)
+        if d is None:
+            d = zstandard.ZstdDecompressor(dict_data=self._dicts.get(dict_id))
+            cache[dict_id] = d
+        return d  # type: ignore[no-any-return]
+
+    # ------------------------------------------------------------------ encode
+
+    def encode_body(self, event: Event) -> bytes:
+        try:
+            return self._enc.encode(event)
+        except (msgspec.EncodeError, OverflowError, TypeError) as exc:
+            raise InvalidInputError(f"event cannot be encoded: {exc}") from exc
+
+    def encode(self, event: Event, event_id: str, recorded_at: int) -> Encoded:
+        kind = KIND_CODE.get(type(event))
+        if kind is None:
+            raise InvalidInputError(
+                f"unknown event type {type(event).__name__}; expected one of "
+                f"{[c.__name__ for c in EVENT_TYPES]}"
+            )
+        self._check_limits(event)
+        body = self.encode_body(event)
+        if len(body) > self.limits.max_event_bytes:
+            raise LimitExceededError(
+                f"event {event_id} is {len(body)} bytes encoded; the limit (max_event_bytes) is "
+                f"{self.limits.max_event_bytes}"
+            )
+        facts = facts_of(event)
+        header = self._enc.encode(Header(kind, event_id, recorded_at, facts))
+        if len(header) > 0xFFFF:
+            raise LimitExceededError(f"event {event_id}: too many tool calls/returns in one message")
+        flags, dict_id, stored, blob = self._pack_body(body)
+        tail = header + stored
+        hlen = struct.pack(">H", len(header))
+        crc = zlib.crc32(hlen + tail)
+        return Encoded(
+            event=event,
+            event_id=event_id,
+            kind=kind,
+            facts=facts,
+            head_and_body=hlen + tail,
+            prefix_flags=flags,
+            dict_id=dict_id,
+            crc_partial=crc,
+            blob=blob,
+            size=len(body),
+        )
+
+    def _pack_body(self, body: bytes) -> tuple[int, int, bytes, tuple[bytes, bytes] | None]:
+        flags = 0
+        dict_id = 0
+        stored = body
+        if len(body) >= self.limits.compress_min_bytes:
+            dict_id = self.current_dict
+            comp = self._compressor(dict_id).compress(body)
+            if len(comp) + 4 < len(body):
+                stored = comp
+                flags = F_COMPRESSED
+            else:
+                dict_id = 0
+        if len(body) > self.limits.blob_threshold:
+            sha = hashlib.sha256(body).digest()
+            bflags, bdict = flags, dict_id
+            crc = zlib.crc32(sha, zlib.crc32(stored))
+            blob_value = _BLOB_PREFIX.pack(1, bflags, bdict, crc) + stored
+            return F_BLOB, 0, sha, (sha, blob_value)
+        return flags, dict_id, stored, None
+
+    def _check_limits(self, event: Event) -> None:
+        lim = self.limits
+        parts: list[Any] | None = None
+        if isinstance(event, MessageRecorded) and not isinstance(event.message, m.SystemMessage):
+            parts = event.message.parts
+        elif hasattr(event, "turn"):
+            parts = event.turn.parts
+        if parts is not None and len(parts) > lim.max_parts:
+            raise LimitExceededError(f"{len(parts)} parts in one message; the limit (max_parts) is {lim.max_parts}")
+        if not _depth_ok(event, lim.max_depth + 8):
+            raise LimitExceededError(f"event nests deeper than max_depth={lim.max_depth}")
+
+    # ------------------------------------------------------------------ decode
+
+    def check(self, key: bytes, value: bytes, *, where: tuple[str | None, int | None] = (None, None)) -> None:
+        if len(value) < PREFIX_SIZE or value[0] != FORMAT:
+            raise CorruptionError("stored value is truncated or of an unknown format", thread_id=where[0], seq=where[1])
+        crc = int.from_bytes(value[6:10], "big")
+        if zlib.crc32(key, zlib.crc32(value[10:])) != crc:
+            raise CorruptionError("stored value failed its CRC-32 check", thread_id=where[0], seq=where[1])
+
+    def header(self, value: bytes, *, where: tuple[str | None, int | None] = (None, None)) -> Header:
+        hlen = int.from_bytes(value[10:12], "big")
+        try:
+            return self._header_dec.decode(value[PREFIX_SIZE : PREFIX_SIZE + hlen])
+        except msgspec.DecodeError as exc:
+            raise CorruptionError(f"event header does not decode: {exc}", thread_id=where[0], seq=where[1]) from exc
+
+    def body_bytes(
+        self, value: bytes, get_blob: Any = None, *, where: tuple[str | None, int | None] = (None, None)
+    ) -> bytes:
+        flags = value[1]
+        dict_id = int.from_bytes(value[2:6], "big")
+        hlen = int.from_bytes(value[10:12], "big")
+        stored = value[PREFIX_SIZE + hlen :]
+        if flags & F_BLOB:
+            if get_blob is None:
+                raise CorruptionError("blob reference without a blob reader", thread_id=where[0], seq=where[1])
+            blob = get_blob(bytes(stored))
+            if blob is None:
+                raise CorruptionError("the event's shared blob is missing", thread_id=where[0], seq=where[1])
+            _, flags, dict_id, crc = _BLOB_PREFIX.unpack_from(blob)
+            stored = blob[_BLOB_PREFIX.size :]
+            if zlib.crc32(bytes(value[PREFIX_SIZE + hlen :]), zlib.crc32(stored)) != crc:
+                raise CorruptionError("shared blob failed its CRC-32 check", thread_id=where[0], seq=where[1])
+        if flags & F_COMPRESSED:
+            if not self.has_dictionary(dict_id):
+                raise CorruptionError(f"value needs zstd dictionary {dict_id}, which the store does not have",
+                                      thread_id=where[0], seq=where[1])
+            try:
+                return self._decompressor(dict_id).decompress(
+                    stored, max_output_size=self.limits.max_decompressed_bytes
+                )
+            except zstandard.ZstdError as exc:
+                raise CorruptionError(
+                    f"stored body does not decompress within max_decompressed_bytes="
+                    f"{self.limits.max_decompressed_bytes}: {exc}", thread_id=where[0], seq=where[1]
+                ) from exc
+        return bytes(stored)
+
+    def decode_event(self, body: bytes, *, where: tuple[str | None, int | None] = (None, None)) -> Event:
+        try:
+            return self._event_dec.decode(body)
+        except msgspec.DecodeError as exc:
+            raise CorruptionError(f"stored event does not decode: {exc}", thread_id=where[0], seq=where[1]) from exc
+
+    # ------------------------------------------------------------------ dictionaries
+
+    @staticmethod
+    def train(samples: list[bytes], size: int = 64 << 10) -> bytes:
+        d = zstandard.train_dictionary(size, samples, level=3)
+        return d.as_bytes()  # type: ignore[no-any-return]
+
+
+def blob_refcount(blob: bytes) -> int:
+    return int(_BLOB_PREFIX.unpack_from(blob)[0])
+
+
+def blob_with_refcount(blob: bytes, refcount: int) -> bytes:
+    return struct.pack(">I", refcount) + blob[4:]

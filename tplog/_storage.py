@@ -1,0 +1,410 @@
+"""The storage contract and its embedded default, LMDB.
+
+This is the only module that imports :mod:`lmdb`. Everything above it sees a
+small contract: named, ordered key/value tables, read transactions that see a
+consistent snapshot, and write transactions run as a function that may be
+retried (:meth:`Engine.run_write`). Another engine only has to provide the
+same contract; ``tests/test_storage_contract.py`` is written against it.
+
+LMDB hazards handled here (see README "Operating tplog"):
+
+- **map full**: a write that does not fit grows the map (doubling, up to
+  ``max_map_size``) and is retried; readers in this process are held off while
+  the map is resized (LMDB requires no active transaction in the process).
+  Another process's growth is adopted the same way (``MDB_MAP_RESIZED``).
+- **disk full**: ``ENOSPC`` becomes :class:`StorageFullError`; the transaction is
+  aborted so nothing of it is written.
+- **write transactions are bound to a thread**: ``run_write`` opens, runs and
+  commits in the calling thread; only one runs at a time in a process (a lock),
+  and LMDB's own lock serialises processes.
+- **fork**: a handle used in a child process raises :class:`StoreClosedError`.
+- **stale reader slots** left by killed processes are cleared on open
+  (``reader_check``).
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import threading
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any, Protocol, TypeVar
+
+import lmdb
+
+from tplog._errors import (
+    ReadOnlyError,
+    StorageError,
+    StorageFullError,
+    StoreClosedError,
+    TplogError,
+)
+
+__all__ = ["TABLES", "Engine", "LmdbEngine", "ReadTxn", "WriteTxn"]
+
+R = TypeVar("R")
+
+#: Every named table tplog keeps (README "Storage format" documents each).
+TABLES = (
+    "meta",  # store-wide settings and counters
+    "dicts",  # zstd dictionaries by id
+    "events",  # thread key + seq -> event value
+    "heads",  # thread key -> head record
+    "global",  # position -> thread key + seq (commit order)
+    "eventids",  # event id -> thread key + seq + position
+    "updated",  # updated ns + thread key -> b"" (threads by last update)
+    "blobs",  # sha256 -> large payload, shared
+    "links_in",  # target key + relation + 0 + source key + seq -> ids
+    "children",  # parent key + child key -> child id + how it is known
+    "proj",  # projection name + key -> projection rows
+)
+
+
+class ReadTxn(Protocol):
+    def get(self, table: str, key: bytes) -> bytes | None: ...
+
+    def range(
+        self, table: str, start: bytes = b"", end: bytes | None = None, *, reverse: bool = False
+    ) -> Iterator[tuple[bytes, bytes]]: ...
+
+    def last(self, table: str) -> tuple[bytes, bytes] | None: ...
+
+
+class WriteTxn(ReadTxn, Protocol):
+    def put(self, table: str, key: bytes, value: bytes) -> None: ...
+
+    def delete(self, table: str, key: bytes) -> bool: ...
+
+
+class Engine(Protocol):
+    """The storage contract. Keys sort as unsigned bytes; ``range`` is [start, end)."""
+
+    path: str
+    readonly: bool
+
+    def read(self) -> Any: ...  # context manager yielding a ReadTxn
+
+    def run_write(self, fn: Callable[[WriteTxn], R]) -> R: ...
+
+    def sync(self) -> None: ...
+
+    def close(self) -> None: ...
+
+    def backup(self, dest: str, *, compact: bool = True) -> None: ...
+
+    def info(self) -> dict[str, Any]: ...
+
+
+class _RWLock:
+    """Many readers or one resizer. Readers never wait for writers, only for a resize."""
+
+    def __init__(self) -> None:
+        self._cond = threading.Condition(threading.Lock())
+        self._readers = 0
+        self._resizing = False
+
+    @contextmanager
+    def shared(self) -> Iterator[None]:
+        with self._cond:
+            while self._resizing:
+                self._cond.wait()
+            self._readers += 1
+        try:
+            yield
+        finally:
+            with self._cond:
+                self._readers -= 1
+                if self._readers == 0:
+                    self._cond.notify_all()
+
+    @contextmanager
+    def exclusive(self) -> Iterator[None]:
+        with self._cond:
+            while self._resizing:
+                self._cond.wait()
+            self._resizing = True
+            while self._readers:
+                self._cond.wait()
+        try:
+            yield
+        finally:
+            with self._cond:
+                self._resizing = False
+                self._cond.notify_all()
+
+
+class _LmdbRead:
+    __slots__ = ("_dbs", "_txn")
+
+    def __init__(self, txn: lmdb.Transaction, dbs: dict[str, Any]) -> None:
+        self._txn = txn
+        self._dbs = dbs
+
+    def get(self, table: str, key: bytes) -> bytes | None:
+        return self._txn.get(key, db=self._dbs[table])  # type: ignore[no-any-return]
+
+    def range(
+        self, table: str, start: bytes = b"", end: bytes | None = None, *, reverse: bool = False
+    ) -> Iterator[tuple[bytes, bytes]]:
+        cur = self._txn.cursor(db=self._dbs[table])
+        if not reverse:
+            if not cur.set_range(start):
+                return
+            for k, v in cur:
+                if end is not None and k >= end:
+                    return
+                yield k, v
+        else:
+            # Position on the last key < end (or the last key), walk back to start.
+            if end is None:
+                ok = cur.last()
+            else:
+                ok = cur.set_range(end)
+                ok = cur.prev() if ok else cur.last()
+            while ok:
+                k = cur.key()
+                if k < start:
+                    return
+                yield k, cur.value()
+                ok = cur.prev()
+
+    def last(self, table: str) -> tuple[bytes, bytes] | None:
+        cur = self._txn.cursor(db=self._dbs[table])
+        if cur.last():
+            return cur.key(), cur.value()
+        return None
+
+
+class _LmdbWrite(_LmdbRead):
+    __slots__ = ()
+
+    def put(self, table: str, key: bytes, value: bytes) -> None:
+        self._txn.put(key, value, db=self._dbs[table])
+
+    def delete(self, table: str, key: bytes) -> bool:
+        return self._txn.delete(key, db=self._dbs[table])  # type: ignore[no-any-return]
+
+
+def _translate(exc: lmdb.Error, path: str) -> TplogError:
+    if isinstance(exc, lmdb.ReadonlyError) or getattr(exc, "errno", None) in (errno.EROFS, errno.EACCES):
+        return ReadOnlyError(f"{path}: the store is read-only ({exc}); open it writable on a writable disk")
+    if getattr(exc, "errno", None) == errno.ENOSPC or "No space left" in str(exc):
+        return StorageFullError(errno.ENOSPC, f"{path}: the disk is full; free space, nothing was written ({exc})")
+    return StorageError(f"{path}: LMDB failed: {exc}")
+
+
+class LmdbEngine:
+    """One LMDB environment holding every table.
+
+    ``durability``: ``"durable"`` (default) fsyncs data and meta pages at every
+    commit; an acknowledged write survives power loss. ``"relaxed"`` skips the
+    meta-page fsync (LMDB ``MDB_NOMETASYNC``): integrity is kept, but an OS
+    crash or power loss may undo the last committed transaction(s) until the
+    next durable commit or :meth:`sync`. A process crash loses nothing in
+    either mode (writes are in the OS page cache).
+    """
+
+    def __init__(
+        self,
+        path: str,
+        *,
+        readonly: bool = False,
+        durability: str = "durable",
+        map_size: int = 64 << 20,
+        max_map_size: int = 1 << 40,
+        max_readers: int = 1024,
+    ) -> None:
+        if durability not in ("durable", "relaxed"):
+            raise ValueError(f"durability must be 'durable' or 'relaxed', not {durability!r}")
+        self.path = os.path.abspath(path)
+        self.readonly = readonly
+        self.durability = durability
+        self.max_map_size = max_map_size
+        self._pid = os.getpid()
+        self._closed = False
+        self._rw = _RWLock()
+        self._write_lock = threading.Lock()
+        try:
+            if not readonly:
+                os.makedirs(self.path, exist_ok=True)
+            self._env = lmdb.open(
+                self.path,
+                map_size=map_size,
+                max_dbs=len(TABLES) + 4,
+                max_readers=max_readers,
+                readonly=readonly,
+                metasync=durability == "durable",
+                sync=True,
+                lock=True,
+                readahead=False,
+                create=not readonly,
+                subdir=True,
+            )
+        except lmdb.Error as exc:
+            if readonly and isinstance(exc, lmdb.Error) and "No such file" in str(exc):
+                raise StorageError(f"{self.path}: no store here (opened read-only, so none was created)") from exc
+            raise _translate(exc, self.path) from exc
+        except OSError as exc:
+            if exc.errno in (errno.EROFS, errno.EACCES):
+                raise ReadOnlyError(f"{self.path}: cannot create the store ({exc}); open it with readonly=True") from exc
+            raise
+        try:
+            self._env.reader_check()
+        except lmdb.Error:  # pragma: no cover - best effort
+            pass
+        self._dbs: dict[str, Any] = {}
+        try:
+            if readonly:
+                with self._env.begin() as txn:
+                    for name in TABLES:
+                        try:
+                            self._dbs[name] = self._env.open_db(name.encode(), txn=txn, create=False)
+                        except lmdb.NotFoundError:
+                            self._dbs[name] = None
+            else:
+                with self._env.begin(write=True) as txn:
+                    for name in TABLES:
+                        self._dbs[name] = self._env.open_db(name.encode(), txn=txn)
+        except lmdb.Error as exc:
+            self._env.close()
+            raise _translate(exc, self.path) from exc
+        if readonly and any(db is None for db in self._dbs.values()):
+            self._env.close()
+            raise StorageError(f"{self.path}: not a tplog store (tables missing)")
+
+    # ------------------------------------------------------------------ lifecycle
+
+    def _check(self) -> None:
+        if self._closed:
+            raise StoreClosedError(f"{self.path}: the store has been closed")
+        if os.getpid() != self._pid:
+            raise StoreClosedError(
+                f"{self.path}: this store handle was opened in process {self._pid} and cannot be used "
+                "after fork(); open the store again in the child process"
+            )
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        with self._write_lock, self._rw.exclusive():
+            self._closed = True
+            if os.getpid() == self._pid:
+                self._env.close()
+
+    # ------------------------------------------------------------------ transactions
+
+    @contextmanager
+    def read(self) -> Iterator[_LmdbRead]:
+        """A read transaction: a consistent snapshot; never blocked by writers."""
+        self._check()
+        while True:
+            with self._rw.shared():
+                try:
+                    txn = self._env.begin(buffers=False)
+                except lmdb.MapResizedError:
+                    txn = None
+                if txn is not None:
+                    try:
+                        yield _LmdbRead(txn, self._dbs)
+                    finally:
+                        txn.abort()
+                    return
+            self._adopt_size()  # another process grew the map; adopt it, then retry
+
+    def run_write(self, fn: Callable[[WriteTxn], R]) -> R:
+        """Run ``fn`` in one write transaction and commit; retried after map growth.
+
+        ``fn`` must not have effects outside the transaction (it may run again).
+        """
+        self._check()
+        if self.readonly:
+            raise ReadOnlyError(f"{self.path}: the store was opened read-only")
+        with self._write_lock:
+            while True:
+                txn = None
+                try:
+                    with self._rw.shared():
+                        txn = self._env.begin(write=True)
+                        result = fn(_LmdbWrite(txn, self._dbs))
+                        txn.commit()
+                        return result
+                except lmdb.MapFullError:
+                    if txn is not None:
+                        txn.abort()
+                    self._grow()
+                except lmdb.MapResizedError:
+                    if txn is not None:
+                        txn.abort()
+                    self._adopt_size()
+                except lmdb.Error as exc:
+                    if txn is not None:
+                        txn.abort()
+                    raise _translate(exc, self.path) from exc
+                except BaseException:
+                    if txn is not None:
+                        txn.abort()
+                    raise
+
+    def _grow(self) -> None:
+        current = self._env.info()["map_size"]
+        if current >= self.max_map_size:
+            raise StorageFullError(
+                errno.ENOSPC,
+                f"{self.path}: the map reached max_map_size ({self.max_map_size} bytes); raise max_map_size",
+            )
+        new = min(current * 2, self.max_map_size)
+        with self._rw.exclusive():
+            try:
+                self._env.set_mapsize(new)
+            except lmdb.Error as exc:
+                raise _translate(exc, self.path) from exc
+
+    def _adopt_size(self) -> None:
+        with self._rw.exclusive():
+            self._env.set_mapsize(0)
+
+    # ------------------------------------------------------------------ maintenance
+
+    def sync(self) -> None:
+        self._check()
+        if not self.readonly:
+            self._env.sync(True)
+
+    def backup(self, dest: str, *, compact: bool = True) -> None:
+        """A consistent hot copy into the empty directory ``dest`` (compacting by default)."""
+        self._check()
+        os.makedirs(dest, exist_ok=True)
+        if os.listdir(dest):
+            raise StorageError(f"backup destination {dest} is not empty")
+        try:
+            self._env.copy(dest, compact=compact)
+        except lmdb.Error as exc:
+            raise _translate(exc, dest) from exc
+
+    def info(self) -> dict[str, Any]:
+        self._check()
+        info = dict(self._env.info())
+        stat = dict(self._env.stat())
+        tables: dict[str, dict[str, int]] = {}
+        with self._rw.shared(), self._env.begin() as txn:
+            for name in TABLES:
+                db = self._dbs[name]
+                s = txn.stat(db)
+                tables[name] = {
+                    "entries": s["entries"],
+                    "pages": s["branch_pages"] + s["leaf_pages"] + s["overflow_pages"],
+                    "overflow_pages": s["overflow_pages"],
+                }
+        file = os.path.join(self.path, "data.mdb")
+        return {
+            "path": self.path,
+            "map_size": info["map_size"],
+            "last_pgno": info["last_pgno"],
+            "page_size": stat["psize"],
+            "file_bytes": os.path.getsize(file) if os.path.exists(file) else 0,
+            "used_bytes": (info["last_pgno"] + 1) * stat["psize"],
+            "max_readers": info["max_readers"],
+            "num_readers": info["num_readers"],
+            "tables": tables,
+        }
