@@ -256,12 +256,11 @@ class LmdbEngine:
         self._dbs: dict[str, Any] = {}
         try:
             if readonly:
-                with self._env.begin() as txn:
-                    for name in TABLES:
-                        try:
-                            self._dbs[name] = self._env.open_db(name.encode(), txn=txn, create=False)
-                        except lmdb.NotFoundError:
-                            self._dbs[name] = None
+                for name in TABLES:
+                    try:
+                        self._dbs[name] = self._env.open_db(name.encode(), create=False)
+                    except lmdb.NotFoundError:
+                        self._dbs[name] = None
             else:
                 with self._env.begin(write=True) as txn:
                     for name in TABLES:

@@ -53,6 +53,16 @@ from tplog._events import (
     ThreadStarted,
     UserTurnSubmitted,
 )
+from tplog._fold import (
+    FoldResult,
+    InterruptState,
+    Item,
+    PendingState,
+    events_from_thread,
+    fold,
+    interrupts,
+    pending,
+)
 from tplog._keys import TKEY_SIZE, event_key, from_u64, tkey, u64
 from tplog._storage import LmdbEngine, ReadTxn, WriteTxn
 
@@ -747,6 +757,85 @@ class Store:
                     break
                 out.append(_child_dec.decode(v)[0])
         return out
+
+    # ------------------------------------------------------------------ projections (folds)
+
+    def load(self, thread_id: str) -> FoldResult:
+        """Fold the thread's log: its v0.0.4 document and the agent turn in progress."""
+        return fold(e.event for e in self.read(thread_id))
+
+    def thread(self, thread_id: str) -> m.Thread:
+        """The thread as a ThreadProtocol v0.0.4 document (canonical turns only)."""
+        res = self.load(thread_id)
+        if res.deleted:
+            raise ThreadDeletedError(f"thread {thread_id} was deleted")
+        if res.thread is None:  # pragma: no cover - ThreadStarted is always first
+            raise NotFoundError(f"thread {thread_id} has no ThreadStarted event")
+        return res.thread
+
+    def _items(self, thread_id: str) -> list[Item]:
+        """Headers only for messages; small non-message bodies decoded."""
+        self._check_open()
+        tk = tkey(thread_id)
+        out: list[Item] = []
+        with self.engine.read() as txn:
+            if txn.get("heads", tk) is None:
+                raise NotFoundError(f"thread {thread_id} does not exist")
+            for k, v in txn.range("events", tk, tk + b"\xff" * 8):
+                seq = from_u64(k, TKEY_SIZE)
+                where = (thread_id, seq)
+                self.codec.check(k, v, where=where)
+                hdr = self.codec.header(v, where=where)
+                ev = None
+                if hdr.kind != MSG_KIND:
+                    ev = self.codec.decode_event(self.codec.body_bytes(v, lambda sha: txn.get("blobs", sha),
+                                                                       where=where), where=where)
+                out.append(Item(seq, hdr.kind, hdr.facts, ev))
+        return out
+
+    def pending(self, thread_id: str) -> PendingState:
+        """Tool calls still waiting (deferred / executing) and those abandoned by an interruption."""
+        return pending(self._items(thread_id))
+
+    def interrupts(self, thread_id: str) -> InterruptState:
+        """Whether and where the thread was interrupted, from recorded facts only."""
+        return interrupts(self._items(thread_id))
+
+    def links(self, thread_id: str) -> list[m.ThreadLink]:
+        """The thread's outgoing links, in the order they were added."""
+        return [it.event.link for it in self._items(thread_id) if isinstance(it.event, LinkAdded)]
+
+    def descendants(self, thread_id: str, *, max_depth: int | None = None) -> list[tuple[str, int]]:
+        """Every thread spawned from ``thread_id``, transitively: ``(thread_id, depth)``,
+        breadth-first; each thread once, so cycles end. ``max_depth`` limits the depth."""
+        seen = {tkey(thread_id)}
+        out: list[tuple[str, int]] = []
+        frontier = [thread_id]
+        depth = 0
+        while frontier and (max_depth is None or depth < max_depth):
+            depth += 1
+            nxt: list[str] = []
+            for t in frontier:
+                for child in self.children(t):
+                    k = tkey(child)
+                    if k not in seen:
+                        seen.add(k)
+                        out.append((child, depth))
+                        nxt.append(child)
+            frontier = nxt
+        return out
+
+    def import_thread(self, thread: m.Thread, *, expected_version: ExpectedVersion = NO_STREAM) -> AppendResult:
+        """Store a ThreadProtocol document as its history events (upgrade v0.0.3 first).
+
+        By default the thread must not exist yet. ``export(thread_id)`` gives back a
+        document with the same canonical hash.
+        """
+        return self.append(thread.thread_id, events_from_thread(thread), expected_version=expected_version)
+
+    def export(self, thread_id: str) -> m.Thread:
+        """The thread as a v0.0.4 document (same as :meth:`thread`)."""
+        return self.thread(thread_id)
 
     # ------------------------------------------------------------------ maintenance
 

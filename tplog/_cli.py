@@ -1,0 +1,277 @@
+"""The ``tplog`` command line. Each command is a thin call of one library method.
+
+Output is JSON on stdout (one document, or JSON lines for event streams);
+errors go to stderr as ``error: <message>`` with exit status 2 (1 for a
+validation report with errors). Run ``tplog COMMAND --help`` for each.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import msgspec
+
+from tplog._errors import InvalidInputError, TplogError
+
+__all__ = ["main"]
+
+_out = msgspec.json.Encoder()
+
+
+def _emit(obj: Any) -> None:
+    from tplog._json import to_builtins
+
+    data = msgspec.json.format(_out.encode(to_builtins(msgspec.to_builtins(obj) if _is_plain(obj) else obj)), indent=2)
+    sys.stdout.write(data.decode() + "\n")
+
+
+def _is_plain(obj: Any) -> bool:
+    """Result structs (heads, pages, pending...) are not protocol objects: encode them as msgspec does."""
+    from tplog import _model as m
+
+    if isinstance(obj, (m._Base,)):
+        return False
+    if isinstance(obj, list):
+        return all(_is_plain(o) for o in obj)
+    return True
+
+
+def _read_input(path: str) -> bytes:
+    if path == "-":
+        return sys.stdin.buffer.read()
+    try:
+        with open(path, "rb") as f:
+            return f.read()
+    except OSError as exc:
+        raise InvalidInputError(f"cannot read {path}: {exc.strerror}") from exc
+
+
+def _store(args: argparse.Namespace, *, readonly: bool = True) -> Any:
+    from tplog._store import Store
+
+    if readonly and not os.path.exists(os.path.join(args.store, "data.mdb")):
+        raise InvalidInputError(f"{args.store}: no tplog store here")
+    return Store(args.store, readonly=readonly)
+
+
+# --------------------------------------------------------------------------- commands
+
+
+def cmd_validate(args: argparse.Namespace) -> int:
+    from tplog._validate import validate_json
+
+    report = validate_json(_read_input(args.file))
+    _emit(report)
+    return 0 if report.ok else 1
+
+
+def cmd_hash(args: argparse.Namespace) -> int:
+    from tplog._canonical import hash_json
+
+    print(hash_json(_read_input(args.file), exclude_noncanonical=not args.include_noncanonical))
+    return 0
+
+
+def cmd_stat(args: argparse.Namespace) -> int:
+    with _store(args) as s:
+        _emit(s.stats())
+    return 0
+
+
+def cmd_backup(args: argparse.Namespace) -> int:
+    with _store(args) as s:
+        s.backup(args.dest, compact=not args.no_compact)
+    print(args.dest)
+    return 0
+
+
+def cmd_import(args: argparse.Namespace) -> int:
+    from tplog import _model as m
+    from tplog._json import from_json
+    from tplog._versions import upgrade
+
+    data = _read_input(args.file)
+    if args.format != "threadprotocol":
+        from tplog.integrations import importers
+
+        threads = importers.load(args.format, data, request_path=args.request)
+    else:
+        threads = [from_json(data, m.Thread)]
+    with _store(args, readonly=False) as s:
+        for t in threads:
+            res = s.import_thread(upgrade(t))
+            _emit(res)
+    return 0
+
+
+def cmd_export(args: argparse.Namespace) -> int:
+    from tplog._json import to_json
+
+    with _store(args) as s:
+        thread = s.export(args.thread)
+    if args.version == "0.0.3":
+        from tplog._versions import downgrade
+
+        thread = downgrade(thread)
+    sys.stdout.write(to_json(thread, indent=2).decode() + "\n")
+    return 0
+
+
+def cmd_read(args: argparse.Namespace) -> int:
+    from tplog._json import to_builtins
+
+    with _store(args) as s:
+        events = s.read(args.thread, start=args.start, limit=args.limit,
+                        direction="backward" if args.backward else "forward")
+    for e in events:
+        row = {"seq": e.seq, "position": e.position, "event_id": e.event_id, "recorded_at": e.recorded_at,
+               "type": e.event.__struct_config__.tag, "event": to_builtins(e.event)}
+        sys.stdout.write(_out.encode(row).decode() + "\n")
+    return 0
+
+
+def cmd_threads(args: argparse.Namespace) -> int:
+    with _store(args) as s:
+        _emit(s.threads(limit=args.limit, cursor=args.cursor, include_deleted=args.include_deleted))
+    return 0
+
+
+def cmd_turns(args: argparse.Namespace) -> int:
+    from tplog._json import to_builtins
+
+    with _store(args) as s:
+        res = s.load(args.thread)
+    if res.thread is None:
+        raise InvalidInputError(f"thread {args.thread} has no document (deleted: {res.deleted})")
+    _emit({"thread_id": res.thread.thread_id, "turns": to_builtins(res.thread.turns),
+           "in_progress": to_builtins(res.in_progress) if res.in_progress is not None else None})
+    return 0
+
+
+def cmd_pending(args: argparse.Namespace) -> int:
+    with _store(args) as s:
+        _emit(s.pending(args.thread))
+    return 0
+
+
+def cmd_interrupts(args: argparse.Namespace) -> int:
+    with _store(args) as s:
+        _emit(s.interrupts(args.thread))
+    return 0
+
+
+def cmd_children(args: argparse.Namespace) -> int:
+    with _store(args) as s:
+        if args.recursive or args.max_depth is not None:
+            rows = s.descendants(args.thread, max_depth=args.max_depth)
+            _emit([{"thread_id": t, "depth": d} for t, d in rows])
+        else:
+            _emit(s.children(args.thread, limit=args.limit, after=args.after))
+    return 0
+
+
+def cmd_links(args: argparse.Namespace) -> int:
+    from tplog._json import to_builtins
+
+    with _store(args) as s:
+        if args.incoming:
+            _emit([{"thread_id": t, "relation": r} for t, r in s.incoming(args.thread, relation=args.relation)])
+        else:
+            links = [lk for lk in s.links(args.thread) if args.relation is None or lk.relation == args.relation]
+            _emit(to_builtins(links))
+    return 0
+
+
+def cmd_delete(args: argparse.Namespace) -> int:
+    with _store(args, readonly=False) as s:
+        _emit(s.delete_thread(args.thread, reason=args.reason))
+    return 0
+
+
+def cmd_train(args: argparse.Namespace) -> int:
+    with _store(args, readonly=False) as s:
+        new_id = s.train_dictionary(samples=args.samples)
+    _emit({"dictionary_id": new_id, "trained": new_id != 0})
+    return 0
+
+
+# --------------------------------------------------------------------------- parser
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="tplog", description="An append-only LMDB log store for ThreadProtocol threads.")
+    sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    def add(name: str, fn: Callable[[argparse.Namespace], int], help: str, *, store: bool = True,
+            thread: bool = False) -> argparse.ArgumentParser:
+        sp = sub.add_parser(name, help=help, description=help)
+        if store:
+            sp.add_argument("store", metavar="STORE", help="the store's directory")
+        if thread:
+            sp.add_argument("thread", metavar="THREAD_ID", help="the thread's id")
+        sp.set_defaults(fn=fn)
+        return sp
+
+    sp = add("validate", cmd_validate, "Validate a ThreadProtocol JSON file; exit 1 if it has errors.", store=False)
+    sp.add_argument("file", metavar="FILE", help="JSON file ('-' for stdin)")
+    sp = add("hash", cmd_hash, "Print the canonical SHA-256 hash of a ThreadProtocol JSON file.", store=False)
+    sp.add_argument("file", metavar="FILE", help="JSON file ('-' for stdin)")
+    sp.add_argument("--include-noncanonical", action="store_true",
+                    help="also hash meta:* content and data-sys-* events (excluded by default)")
+    add("stat", cmd_stat, "Counts, sizes and per-table entries of a store.")
+    sp = add("backup", cmd_backup, "Consistent hot copy of a live store into an empty directory.")
+    sp.add_argument("dest", metavar="DEST", help="an empty or new directory")
+    sp.add_argument("--no-compact", action="store_true", help="copy pages as they are (faster, no compaction)")
+    sp = add("import", cmd_import, "Import a thread into a store (v0.0.3 documents are upgraded).")
+    sp.add_argument("file", metavar="FILE", help="input file ('-' for stdin)")
+    sp.add_argument("--format", choices=["threadprotocol", "pydantic-ai", "vercel-ui"], default="threadprotocol",
+                    help="input format (default threadprotocol)")
+    sp.add_argument("--request", metavar="FILE", help="vercel-ui: the UI request body the client sent")
+    sp = add("export", cmd_export, "Print a thread as ThreadProtocol JSON.", thread=True)
+    sp.add_argument("--version", choices=["0.0.4", "0.0.3"], default="0.0.4", help="protocol version to write")
+    sp = add("read", cmd_read, "Print a thread's raw history events as JSON lines.", thread=True)
+    sp.add_argument("--start", type=int, default=None, help="first seq (default: first, or last with --backward)")
+    sp.add_argument("--limit", type=int, default=None, help="at most this many events")
+    sp.add_argument("--backward", action="store_true", help="newest first")
+    sp = add("threads", cmd_threads, "List threads, most recently updated first, one page at a time.")
+    sp.add_argument("--limit", type=int, default=50, help="threads per page (default 50)")
+    sp.add_argument("--cursor", default=None, help="the cursor a previous page returned")
+    sp.add_argument("--include-deleted", action="store_true", help="list tombstones too")
+    add("turns", cmd_turns, "A thread's canonical turns and the agent turn in progress.", thread=True)
+    add("pending", cmd_pending, "A thread's tool calls without a return (deferred, executing, abandoned).",
+        thread=True)
+    add("interrupts", cmd_interrupts, "Whether and where a thread was interrupted.", thread=True)
+    sp = add("children", cmd_children, "Threads spawned from a thread.", thread=True)
+    sp.add_argument("--recursive", action="store_true", help="all descendants, breadth-first (cycle-safe)")
+    sp.add_argument("--max-depth", type=int, default=None, help="with --recursive: how deep to go")
+    sp.add_argument("--limit", type=int, default=None, help="at most this many children")
+    sp.add_argument("--after", default=None, help="page on: the last child id of the previous page")
+    sp = add("links", cmd_links, "A thread's outgoing links, or with --incoming the threads linking to it.",
+             thread=True)
+    sp.add_argument("--incoming", action="store_true", help="threads that link to this one")
+    sp.add_argument("--relation", default=None, help="only links of this relation")
+    sp = add("delete", cmd_delete, "Hard-delete a thread (a tombstone keeps its id from reuse).", thread=True)
+    sp.add_argument("--reason", default=None, help="recorded in the tombstone")
+    sp = add("train", cmd_train, "Train a zstd dictionary on the store's events; new values use it.")
+    sp.add_argument("--samples", type=int, default=2000, help="how many recent events to sample")
+    return p
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        return int(args.fn(args))
+    except TplogError as exc:
+        sys.stderr.write(f"error: {exc}\n")
+        return 2
+    except BrokenPipeError:  # pragma: no cover
+        return 0
+
+
+if __name__ == "__main__":  # pragma: no cover
+    raise SystemExit(main())

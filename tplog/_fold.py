@@ -1,0 +1,428 @@
+"""Folds: a thread's events → what people ask about.
+
+- :func:`fold` → the ThreadProtocol v0.0.4 document (canonical turns only) and
+  the agent turn still in progress, kept apart.
+- :func:`interrupts` → per-turn and thread-level interrupt state, from recorded
+  facts only: ``AgentTurnInterrupted`` events, responses whose finish reason
+  (or ``stop_reason`` extension) says ``aborted``, tool returns whose status
+  says ``aborted``.
+- :func:`pending` → tool calls without a return: ``deferred`` (the turn
+  completed without them; ``kind`` says approval or external when recorded),
+  ``executing`` (the turn is still in progress), and, apart from those,
+  ``abandoned`` (calls the v0.0.4 rule drops from an interrupted turn).
+- :func:`events_from_thread` → the inverse of :func:`fold` for import.
+
+The id-only folds (:func:`interrupts`, :func:`pending`) take :class:`Item`s:
+a message's ids and statuses come from its header ``facts``, so they never
+decompress or decode message bodies.
+
+v0.0.4 rule applied to interrupted turns (:func:`complete_cycles`): requests
+are kept; a response is kept if it has parts and either no tool calls, or the
+next request message returns every one of its calls (tool-return, or a
+retry-prompt naming the call). A response dropped for unreturned calls takes
+the request that partly answered it with it, so no return is left without
+its call.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+from typing import Any, Final
+
+import msgspec
+from msgspec import UNSET
+
+from tplog import _model as m
+from tplog._codec import Facts, facts_of
+from tplog._events import (
+    KIND_CODE,
+    AgentRegistered,
+    AgentTurnCompleted,
+    AgentTurnInterrupted,
+    AgentTurnStarted,
+    Event,
+    LinkAdded,
+    MessageRecorded,
+    ThreadDeleted,
+    ThreadInfoChanged,
+    ThreadStarted,
+    UserTurnSubmitted,
+)
+
+__all__ = [
+    "FoldResult",
+    "InterruptState",
+    "Item",
+    "PendingCall",
+    "PendingState",
+    "TurnInterrupt",
+    "complete_cycles",
+    "events_from_thread",
+    "fold",
+    "interrupts",
+    "pending",
+]
+
+ABORTED: Final = "aborted"
+
+
+class FoldResult(msgspec.Struct, frozen=True, kw_only=True):
+    """``thread``: the canonical document (``None`` before ``ThreadStarted``).
+    ``in_progress``: the open agent turn (never part of ``thread.turns``), with
+    the messages recorded so far. ``deleted``: the thread was deleted.
+    ``seq``: the last seq folded."""
+
+    thread: m.Thread | None
+    in_progress: m.AgentTurn | None = None
+    deleted: bool = False
+    seq: int = 0
+
+
+def _tool_call_ids(msg: m.Message) -> list[str]:
+    if isinstance(msg, m.SystemMessage):
+        return []
+    return [p.tool_call_id for p in msg.parts if isinstance(p, m.ToolCallPart)]
+
+
+def _returned_ids(msg: m.Message) -> set[str]:
+    if isinstance(msg, m.SystemMessage):
+        return set()
+    out: set[str] = set()
+    for p in msg.parts:
+        if isinstance(p, m.ToolReturnPart):
+            out.add(p.tool_call_id)
+        elif isinstance(p, m.RetryPromptPart) and isinstance(p.tool_call_id, str):
+            out.add(p.tool_call_id)
+    return out
+
+
+def complete_cycles(messages: list[m.Message]) -> list[m.Message]:
+    """Keep only complete request/response cycles (the v0.0.4 rule; see module doc)."""
+    out: list[m.Message] = []
+    skip_next_request = False
+    thread_msgs = [i for i, x in enumerate(messages) if not isinstance(x, m.SystemMessage)]
+    next_of = {a: b for a, b in zip(thread_msgs, thread_msgs[1:])}
+    for i, msg in enumerate(messages):
+        if isinstance(msg, m.SystemMessage):
+            out.append(msg)
+            continue
+        if isinstance(msg, m.RequestMessage):
+            if skip_next_request:
+                skip_next_request = False
+                continue
+            out.append(msg)
+            continue
+        skip_next_request = False
+        if not msg.parts:
+            continue
+        calls = _tool_call_ids(msg)
+        if not calls:
+            out.append(msg)
+            continue
+        j = next_of.get(i)
+        nxt = messages[j] if j is not None else None
+        if isinstance(nxt, m.RequestMessage) and set(calls) <= _returned_ids(nxt):
+            out.append(msg)
+        elif isinstance(nxt, m.RequestMessage) and _returned_ids(nxt) & set(calls):
+            skip_next_request = True  # a partly answered cycle goes as a whole
+    return out
+
+
+class _Open:
+    __slots__ = ("agent_id", "extra", "messages", "started_at")
+
+    def __init__(self, ev: AgentTurnStarted) -> None:
+        self.agent_id = ev.agent_id
+        self.started_at = ev.started_at
+        self.extra = ev.extra
+        self.messages: list[m.Message] = []
+
+
+def fold(events: Iterable[Event]) -> FoldResult:
+    """Fold a thread's events (in seq order) into its ThreadProtocol v0.0.4 document."""
+    started: ThreadStarted | None = None
+    title: Any = UNSET
+    metadata: Any = UNSET
+    agents: dict[str, m.AgentConfig] = {}
+    turns: list[m.Turn] = []
+    links: list[m.ThreadLink] = []
+    updated: str | None = None
+    current: _Open | None = None
+    deleted = False
+    seq = 0
+    for ev in events:
+        seq += 1
+        t = ev.time()
+        if t is not None:
+            updated = t
+        if isinstance(ev, MessageRecorded):
+            if current is not None:
+                current.messages.append(ev.message)
+        elif isinstance(ev, AgentTurnStarted):
+            current = _Open(ev)
+        elif isinstance(ev, AgentTurnCompleted):
+            if current is not None:
+                turns.append(
+                    m.AgentTurn(
+                        agent_id=current.agent_id,
+                        started_at=current.started_at,
+                        completed_at=ev.completed_at,
+                        messages=current.messages,
+                        completion_status="complete",
+                        total_usage=ev.total_usage,
+                        extra=current.extra,
+                    )
+                )
+            current = None
+        elif isinstance(ev, AgentTurnInterrupted):
+            if current is not None:
+                turns.append(
+                    m.AgentTurn(
+                        agent_id=current.agent_id,
+                        started_at=current.started_at,
+                        messages=complete_cycles(current.messages),
+                        completion_status="interrupted",
+                        interruption=ev.interruption,
+                        total_usage=ev.total_usage,
+                        extra=current.extra,
+                    )
+                )
+            current = None
+        elif isinstance(ev, UserTurnSubmitted):
+            turns.append(ev.turn)
+        elif isinstance(ev, AgentRegistered):
+            agents[ev.registry_key] = ev.agent
+        elif isinstance(ev, LinkAdded):
+            links.append(ev.link)
+        elif isinstance(ev, ThreadInfoChanged):
+            if ev.title is not UNSET:
+                title = ev.title
+            if ev.metadata is not UNSET:
+                metadata = ev.metadata
+        elif isinstance(ev, ThreadStarted):
+            started = ev
+            title, metadata = ev.title, ev.metadata
+        elif isinstance(ev, ThreadDeleted):
+            deleted = True
+    if started is None:
+        return FoldResult(thread=None, deleted=deleted, seq=seq)
+    rel: Any = started.relationships
+    if links:
+        shell = rel if isinstance(rel, m.ThreadRelationships) else m.ThreadRelationships()
+        prior = shell.links if isinstance(shell.links, list) else []
+        rel = msgspec.structs.replace(shell, links=[*prior, *links])
+    thread = m.Thread(
+        version="0.0.4",
+        thread_id=started.thread_id,
+        created_at=started.created_at,
+        updated_at=updated or started.created_at,
+        title=title,
+        metadata=metadata,
+        agents=agents,
+        turns=turns,
+        relationships=rel,
+        extra=started.extra,
+    )
+    in_progress = None
+    if current is not None:
+        in_progress = m.AgentTurn(
+            agent_id=current.agent_id,
+            started_at=current.started_at,
+            messages=current.messages,
+            extra=current.extra,
+        )
+    return FoldResult(thread=thread, in_progress=in_progress, deleted=deleted, seq=seq)
+
+
+# --------------------------------------------------------------------------- id-only folds
+
+
+class Item(msgspec.Struct, frozen=True):
+    """One event as the id-only folds see it: ``event`` is ``None`` for messages
+    (their ``facts`` carry what is needed)."""
+
+    seq: int
+    kind: int
+    facts: Facts | None
+    event: Event | None
+
+
+def items_from_events(events: Iterable[Event]) -> Iterator[Item]:
+    for i, ev in enumerate(events, 1):
+        kind = KIND_CODE[type(ev)]
+        yield Item(i, kind, facts_of(ev), None if isinstance(ev, MessageRecorded) else ev)
+
+
+_K_MSG = KIND_CODE[MessageRecorded]
+_K_START = KIND_CODE[AgentTurnStarted]
+_K_DONE = KIND_CODE[AgentTurnCompleted]
+_K_INT = KIND_CODE[AgentTurnInterrupted]
+_K_USER = KIND_CODE[UserTurnSubmitted]
+
+
+class TurnInterrupt(msgspec.Struct, frozen=True, kw_only=True):
+    """One interruption fact. ``turn`` is the agent turn's index among the
+    thread's turns; ``source``: ``"turn"`` (an AgentTurnInterrupted event),
+    ``"response"`` (a response whose finish reason says aborted) or ``"tool"``
+    (a tool return whose status says aborted). ``seq`` is the event stating it."""
+
+    turn: int
+    agent_id: str
+    source: str
+    reason: str
+    interrupted_at: str | None
+    seq: int
+    tool_call_id: str | None = None
+
+
+class InterruptState(msgspec.Struct, frozen=True, kw_only=True):
+    """``interrupted``: the thread's last agent turn ended interrupted (or holds an
+    aborted fact). ``last``: the most recent fact. ``facts``: all of them, in order."""
+
+    interrupted: bool
+    last: TurnInterrupt | None
+    facts: list[TurnInterrupt]
+
+
+def interrupts(items: Iterable[Item]) -> InterruptState:
+    facts: list[TurnInterrupt] = []
+    turn_index = -1
+    agent = ""
+    last_turn_interrupted = False
+    for it in items:
+        if it.kind == _K_USER:
+            turn_index += 1
+        elif it.kind == _K_START:
+            turn_index += 1
+            assert isinstance(it.event, AgentTurnStarted)
+            agent = it.event.agent_id
+            last_turn_interrupted = False
+        elif it.kind == _K_MSG and it.facts is not None:
+            f = it.facts
+            if f.message_type == "response" and f.finish_reason == ABORTED:
+                facts.append(TurnInterrupt(turn=turn_index, agent_id=agent, source="response", reason=ABORTED,
+                                           interrupted_at=None, seq=it.seq))
+                last_turn_interrupted = True
+            for call_id, status in f.returns:
+                if status == ABORTED:
+                    facts.append(TurnInterrupt(turn=turn_index, agent_id=agent, source="tool", reason=ABORTED,
+                                               interrupted_at=None, seq=it.seq, tool_call_id=call_id))
+                    last_turn_interrupted = True
+        elif it.kind == _K_INT:
+            assert isinstance(it.event, AgentTurnInterrupted)
+            i = it.event.interruption
+            facts.append(TurnInterrupt(turn=turn_index, agent_id=agent, source="turn", reason=i.reason,
+                                       interrupted_at=i.interrupted_at, seq=it.seq))
+            last_turn_interrupted = True
+    return InterruptState(interrupted=last_turn_interrupted, last=facts[-1] if facts else None, facts=facts)
+
+
+class PendingCall(msgspec.Struct, frozen=True, kw_only=True):
+    """A tool call without a return. ``state``: ``deferred`` | ``executing`` |
+    ``abandoned``; ``kind``: ``approval`` | ``external`` when recorded."""
+
+    tool_call_id: str
+    tool_name: str
+    state: str
+    turn: int
+    seq: int
+    kind: str | None = None
+
+
+class PendingState(msgspec.Struct, frozen=True, kw_only=True):
+    pending: list[PendingCall]
+    abandoned: list[PendingCall]
+
+
+def pending(items: Iterable[Item]) -> PendingState:
+    open_calls: dict[str, PendingCall] = {}
+    turn_calls: list[str] = []
+    abandoned: list[PendingCall] = []
+    turn_index = -1
+    in_turn = False
+    for it in items:
+        if it.kind == _K_USER:
+            turn_index += 1
+        elif it.kind == _K_START:
+            turn_index += 1
+            in_turn = True
+            turn_calls = []
+        elif it.kind == _K_MSG and it.facts is not None:
+            for call_id, name in it.facts.calls:
+                open_calls[call_id] = PendingCall(tool_call_id=call_id, tool_name=name, state="executing",
+                                                  turn=turn_index, seq=it.seq)
+                turn_calls.append(call_id)
+            for call_id, _status in it.facts.returns:
+                open_calls.pop(call_id, None)
+        elif it.kind == _K_DONE:
+            assert isinstance(it.event, AgentTurnCompleted)
+            deferred = it.event.deferred
+            for cid in turn_calls:
+                c = open_calls.get(cid)
+                if c is not None:
+                    open_calls[cid] = msgspec.structs.replace(c, state="deferred", kind=deferred.get(cid))
+            in_turn = False
+            turn_calls = []
+        elif it.kind == _K_INT:
+            for cid in turn_calls:
+                c = open_calls.pop(cid, None)
+                if c is not None:
+                    abandoned.append(msgspec.structs.replace(c, state="abandoned"))
+            in_turn = False
+            turn_calls = []
+    _ = in_turn
+    return PendingState(pending=sorted(open_calls.values(), key=lambda c: c.seq), abandoned=abandoned)
+
+
+# --------------------------------------------------------------------------- import
+
+
+def events_from_thread(thread: m.Thread) -> list[Event]:
+    """The history events that fold back into ``thread`` (a v0.0.4 document).
+
+    ``fold(events_from_thread(t)).thread`` equals ``t`` for any v0.0.4 thread
+    whose interrupted turns already hold only complete cycles (upgrade v0.0.3
+    documents first).
+    """
+    rel = thread.relationships
+    shell: Any = rel
+    links: list[m.ThreadLink] = []
+    if isinstance(rel, m.ThreadRelationships) and isinstance(rel.links, list):
+        links = rel.links
+        shell = msgspec.structs.replace(rel, links=[])
+    events: list[Event] = [
+        ThreadStarted(
+            thread_id=thread.thread_id,
+            created_at=thread.created_at,
+            version=thread.version,
+            title=thread.title,
+            metadata=thread.metadata,
+            relationships=shell,
+            extra=thread.extra,
+        )
+    ]
+    for key, agent in thread.agents.items():
+        events.append(AgentRegistered(agent=agent, key=UNSET if key == agent.agent_id else key))
+    events.extend(LinkAdded(link=link) for link in links)
+    for turn in thread.turns:
+        if isinstance(turn, m.UserTurn):
+            events.append(UserTurnSubmitted(turn=turn))
+            continue
+        events.append(AgentTurnStarted(agent_id=turn.agent_id, started_at=turn.started_at, extra=turn.extra))
+        events.extend(MessageRecorded(message=msg) for msg in turn.messages)
+        if turn.completion_status == "interrupted" and isinstance(turn.interruption, m.Interruption):
+            events.append(AgentTurnInterrupted(interruption=turn.interruption, total_usage=turn.total_usage))
+        else:
+            events.append(AgentTurnCompleted(completed_at=turn.completed_at, total_usage=turn.total_usage))
+    if fold(events).thread is None or _updated(events) != thread.updated_at:
+        events.append(ThreadInfoChanged(updated_at=thread.updated_at))
+    return events
+
+
+def _updated(events: list[Event]) -> str | None:
+    out = None
+    for ev in events:
+        t = ev.time()
+        if t is not None:
+            out = t
+    return out
