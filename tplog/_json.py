@@ -54,6 +54,13 @@ def _type_name(value: Any) -> str:
     )
 
 
+def _key_path(path: str, key: str) -> str:
+    """``$.name`` for identifier keys, ``$["agent.routing"]`` for any other key."""
+    if key.isidentifier():
+        return f"{path}.{key}"
+    return f"{path}[{msgspec.json.encode(key).decode()}]"
+
+
 def _leaf(tp: Any) -> _Conv:
     def conv(value: Any, path: str) -> Any:
         try:
@@ -140,7 +147,7 @@ def _converter(tp: Any) -> _Conv:
         def conv_dict(value: Any, path: str) -> Any:
             if not isinstance(value, dict):
                 raise InvalidInputError(f"Expected `object`, got `{_type_name(value)}`", path=path)
-            return {k: val(v, f"{path}.{k}") for k, v in value.items()}
+            return {k: val(v, _key_path(path, k)) for k, v in value.items()}
 
         return conv_dict
     return _leaf(tp)
@@ -184,6 +191,10 @@ def _struct_converter(cls: type) -> _Conv:
     def conv_struct(value: Any, path: str) -> Any:
         if not isinstance(value, dict):
             raise InvalidInputError(f"Expected `object`, got `{_type_name(value)}`", path=path)
+        if tag_field and tag_field in value and value[tag_field] != cls.__struct_config__.tag:
+            raise InvalidInputError(
+                f"Expected {tag_field} {cls.__struct_config__.tag!r}, got {value[tag_field]!r}", path=f"{path}.{tag_field}"
+            )
         kwargs: dict[str, Any] = {}
         for i, (name, key, fconv, required) in enumerate(fields):
             if key in value:
@@ -193,7 +204,7 @@ def _struct_converter(cls: type) -> _Conv:
                 kwargs[name] = fconv(value[key], f"{path}.{key}")
             elif required:
                 raise InvalidInputError(f"Object missing required field `{key}`", path=path)
-        if len(value) > len(kwargs) + (1 if tag_field else 0):
+        if len(value) > len(kwargs) + (1 if tag_field and tag_field in value else 0):
             extra = {k: v for k, v in value.items() if k not in names}
             if extra:
                 kwargs["extra"] = extra

@@ -75,6 +75,7 @@ ExpectedVersion = Union[int, Literal["any", "no_stream", "exists"]]
 
 _EVENT_CLASSES = tuple(KIND_CODE)
 _SPAWNED_FROM: Final = "spawned_from"
+MAX_RELATION_BYTES: Final = 400  # links_in keys must stay under LMDB's 511-byte key limit
 C_LINK: Final = 1  # children flag: the child has a spawned_from link to the parent
 C_SPAWN: Final = 2  # children flag: the parent recorded a thread_spawn event naming the child
 
@@ -245,6 +246,11 @@ class Store:
                 raise InvalidInputError(
                     f"thread {thread_id}: events[{i}] is a {type(ev).__name__}, not a tplog event "
                     f"(one of {', '.join(c.__name__ for c in _EVENT_CLASSES)})"
+                )
+            if isinstance(ev, LinkAdded) and len(ev.link.relation.encode()) > MAX_RELATION_BYTES:
+                raise InvalidInputError(
+                    f"thread {thread_id}: events[{i}] link relation is {len(ev.link.relation.encode())} bytes; "
+                    f"at most {MAX_RELATION_BYTES} are allowed"
                 )
             eid = str(uuid.uuid4()) if event_ids is None else event_ids[i]
             if not isinstance(eid, str) or not eid or len(eid.encode()) > 256:
@@ -527,8 +533,10 @@ class Store:
             for k, v in list(txn.range("events", tk, tk + b"\xff" * 8)):
                 seq = from_u64(k, TKEY_SIZE)
                 hdr = self.codec.header(v, where=(thread_id, seq))
-                txn.delete("eventids", hdr.event_id.encode())
-                txn.delete("global", _global_of(txn, hdr, k))
+                ref = txn.get("eventids", hdr.event_id.encode())
+                if ref is not None:
+                    txn.delete("global", u64(from_u64(ref, TKEY_SIZE + 8)))
+                    txn.delete("eventids", hdr.event_id.encode())
                 if v[1] & 2:  # blob reference: release one reference
                     sha = bytes(v[12 + int.from_bytes(v[10:12], "big"):])
                     blob = txn.get("blobs", sha)
@@ -887,13 +895,6 @@ class Store:
         info["last_position"] = self.last_position
         info["dictionaries"] = info["tables"]["dicts"]["entries"]
         return info
-
-
-def _global_of(txn: ReadTxn, hdr: Header, key: bytes) -> bytes:
-    ref = txn.get("eventids", hdr.event_id.encode())
-    if ref is None:  # pragma: no cover - index always present
-        return b""
-    return u64(from_u64(ref, TKEY_SIZE + 8))
 
 
 def _drop_child_flag(txn: WriteTxn, key: bytes, flag: int) -> None:
