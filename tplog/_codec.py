@@ -271,7 +271,7 @@ class Codec:
     # ------------------------------------------------------------------ decode
 
     def check(self, key: bytes, value: bytes, *, where: tuple[str | None, int | None] = (None, None)) -> None:
-        if len(value) < PREFIX_SIZE or value[0] != FORMAT:
+        if len(value) < PREFIX_SIZE or value[0] != FORMAT or value[1] & ~(F_COMPRESSED | F_BLOB):
             raise CorruptionError("stored value is truncated or of an unknown format", thread_id=where[0], seq=where[1])
         crc = int.from_bytes(value[6:10], "big")
         if zlib.crc32(key, zlib.crc32(value[10:])) != crc:

@@ -262,7 +262,7 @@ def to_builtins(obj: Any) -> Any:
             if value is UNSET:
                 continue
             out[key] = to_builtins(value)
-        extra = obj.extra  # type: ignore[attr-defined]
+        extra = getattr(obj, "extra", None)
         if extra:
             for k, v in extra.items():
                 out.setdefault(k, v)

@@ -247,6 +247,8 @@ class Store:
                     f"thread {thread_id}: events[{i}] is a {type(ev).__name__}, not a tplog event "
                     f"(one of {', '.join(c.__name__ for c in _EVENT_CLASSES)})"
                 )
+            if isinstance(ev, LinkAdded) and "\x00" in ev.link.relation:
+                raise InvalidInputError(f"thread {thread_id}: events[{i}] link relation contains a NUL character")
             if isinstance(ev, LinkAdded) and len(ev.link.relation.encode()) > MAX_RELATION_BYTES:
                 raise InvalidInputError(
                     f"thread {thread_id}: events[{i}] link relation is {len(ev.link.relation.encode())} bytes; "
@@ -537,6 +539,14 @@ class Store:
                 if ref is not None:
                     txn.delete("global", u64(from_u64(ref, TKEY_SIZE + 8)))
                     txn.delete("eventids", hdr.event_id.encode())
+                if hdr.kind == KIND_CODE[LinkAdded]:
+                    ev = self.codec.decode_event(self.codec.body_bytes(v, lambda sha: txn.get("blobs", sha),
+                                                                       where=(thread_id, seq)))
+                    assert isinstance(ev, LinkAdded)
+                    ttk = tkey(ev.link.thread_id)
+                    txn.delete("links_in", ttk + ev.link.relation.encode() + b"\x00" + tk + u64(seq))
+                    if ev.link.relation == _SPAWNED_FROM:
+                        _drop_child_flag(txn, ttk + tk, C_LINK)
                 if v[1] & 2:  # blob reference: release one reference
                     sha = bytes(v[12 + int.from_bytes(v[10:12], "big"):])
                     blob = txn.get("blobs", sha)
@@ -546,14 +556,7 @@ class Store:
                             txn.delete("blobs", sha)
                         else:
                             txn.put("blobs", sha, blob_with_refcount(blob, n))
-                if hdr.kind == KIND_CODE[LinkAdded]:
-                    ev = self.codec.decode_event(self.codec.body_bytes(v, where=(thread_id, seq)))
-                    assert isinstance(ev, LinkAdded)
-                    ttk = tkey(ev.link.thread_id)
-                    txn.delete("links_in", ttk + ev.link.relation.encode() + b"\x00" + tk + u64(seq))
-                    if ev.link.relation == _SPAWNED_FROM:
-                        _drop_child_flag(txn, ttk + tk, C_LINK)
-                elif hdr.facts is not None and hdr.facts.spawned:
+                if hdr.facts is not None and hdr.facts.spawned:
                     for child in hdr.facts.spawned:
                         _drop_child_flag(txn, tk + tkey(child), C_SPAWN)
                 txn.delete("events", k)
@@ -566,6 +569,7 @@ class Store:
             txn.put("eventids", enc.event_id.encode(), key + u64(pos))
             txn.delete("updated", u64(head.updated_ns) + tk)
             now = _now_ns()
+            txn.put("updated", u64(now) + tk, b"")
             new_head = msgspec.structs.replace(
                 head, version=seq, last_position=pos, status="deleted", updated_ns=now,
                 open_turn_agent=None, open_turn_seq=0, stored_bytes=0,

@@ -1,0 +1,179 @@
+"""Shared fixtures and event builders for the store tests.
+
+Every store a test opens goes through the ``open_store`` factory (or the
+``store`` fixture built on it), so it is closed at teardown even when the
+test fails. Randomised tests take the ``rng`` fixture: its seed is printed
+(shown by pytest on failure) and can be pinned with ``TPLOG_TEST_SEED``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import random
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tplog import (
+    AgentConfig,
+    AgentRegistered,
+    AgentTurnCompleted,
+    AgentTurnStarted,
+    LinkAdded,
+    MessageRecorded,
+    ResponseMessage,
+    SystemMessage,
+    TextPart,
+    ThreadLink,
+    ThreadStarted,
+    UserPromptPart,
+    UserTurn,
+    UserTurnSubmitted,
+)
+from tplog._store import AppendResult, Store
+
+T = "2025-01-20T10:00:00Z"
+
+
+# --------------------------------------------------------------------------- options
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    with contextlib.suppress(ValueError):  # already added by another conftest
+        parser.addoption("--soak", action="store_true", default=False, help="run long soak/fuzz tests")
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    if config.getoption("--soak", default=False):
+        return
+    skip = pytest.mark.skip(reason="soak test: run with --soak")
+    for item in items:
+        if "soak" in item.keywords:
+            item.add_marker(skip)
+
+
+# --------------------------------------------------------------------------- event builders
+
+
+def started(tid: str, **kw: Any) -> ThreadStarted:
+    return ThreadStarted(thread_id=tid, created_at=T, **kw)
+
+
+def user(text: str = "hello") -> UserTurnSubmitted:
+    return UserTurnSubmitted(turn=UserTurn(submitted_at=T, parts=[UserPromptPart(content=text)]))
+
+
+def agent_start(agent: str = "a1") -> AgentTurnStarted:
+    return AgentTurnStarted(agent_id=agent, started_at=T)
+
+
+def response(text: str = "ok", agent: str = "a1") -> MessageRecorded:
+    return MessageRecorded(message=ResponseMessage(timestamp=T, agent_id=agent, parts=[TextPart(content=text)]))
+
+
+def spawn_message(child: str, agent: str = "a1") -> MessageRecorded:
+    return MessageRecorded(
+        message=SystemMessage(timestamp=T, event_type="data-tp-thread_spawn", event_data={"spawned_thread_id": child},
+                              source_agent=agent)
+    )
+
+
+def completed() -> AgentTurnCompleted:
+    return AgentTurnCompleted(completed_at=T)
+
+
+def register(agent: str = "a1") -> AgentRegistered:
+    return AgentRegistered(agent=AgentConfig(agent_id=agent, agent_name=agent.upper(), created_at=T))
+
+
+def link(target: str, relation: str = "referenced") -> LinkAdded:
+    return LinkAdded(link=ThreadLink(thread_id=target, relation=relation), at=T)
+
+
+def exchange(text: str = "q", answer: str = "a", agent: str = "a1") -> list[Any]:
+    """A whole user turn plus a completed agent turn with one response."""
+    return [user(text), agent_start(agent), response(answer, agent), completed()]
+
+
+def ids(n: int, prefix: str = "e") -> list[str]:
+    """``n`` fresh, distinct event ids."""
+    u = uuid.uuid4().hex[:8]
+    return [f"{prefix}-{u}-{i}" for i in range(n)]
+
+
+# --------------------------------------------------------------------------- snapshots
+
+
+def snapshot(store: Store) -> dict[str, Any]:
+    """Everything observable about a store's contents (for "nothing was written" checks)."""
+    tables = {name: t["entries"] for name, t in store.stats()["tables"].items()}
+    events = [(e.position, e.thread_id, e.seq, e.event_id, e.recorded_at, e.event) for e in store.read_all()]
+    page = store.threads(limit=10_000, include_deleted=True)
+    return {
+        "tables": tables,
+        "events": events,
+        "last_position": store.last_position,
+        "heads": [store.head(h.thread_id) for h in page.threads],
+        "threads": [h.thread_id for h in page.threads],
+    }
+
+
+# --------------------------------------------------------------------------- a Store that records its groups
+
+
+class CountingStore(Store):
+    """Records every commit group. The first group waits (at most 10 s) until
+    ``gate`` appends are in it or queued behind it, so that the next group is
+    certain to hold the rest together."""
+
+    gate = 0
+
+    def __init__(self, *a: Any, **kw: Any) -> None:
+        super().__init__(*a, **kw)
+        self.groups: list[list[tuple[str, Any, AppendResult | None, BaseException | None]]] = []
+
+    def _commit(self, batch: list[Any]) -> None:
+        if not self.groups and self.gate:
+            deadline = time.monotonic() + 10
+            while time.monotonic() < deadline:
+                with self._cond:
+                    if len(batch) + len(self._queue) >= self.gate:
+                        break
+                time.sleep(0.001)
+        super()._commit(batch)
+        self.groups.append([(r.thread_id, r.expected, r.result, r.error) for r in batch])
+
+
+# --------------------------------------------------------------------------- fixtures
+
+
+@pytest.fixture
+def rng(request: pytest.FixtureRequest) -> random.Random:
+    seed = int(os.environ.get("TPLOG_TEST_SEED", random.randrange(2**32)))
+    print(f"\n{request.node.nodeid}: random seed {seed} (rerun with TPLOG_TEST_SEED={seed})")
+    return random.Random(seed)
+
+
+@pytest.fixture
+def open_store(tmp_path: Path) -> Iterator[Callable[..., Store]]:
+    """Factory: ``open_store(path=None, cls=Store, **options)``; every store is closed at teardown."""
+    opened: list[Store] = []
+
+    def factory(path: str | os.PathLike[str] | None = None, *, cls: type[Store] = Store, **options: Any) -> Store:
+        s = cls(path if path is not None else tmp_path / "store", **options)
+        opened.append(s)
+        return s
+
+    yield factory
+    for s in reversed(opened):
+        s.close()
+
+
+@pytest.fixture
+def store(open_store: Callable[..., Store]) -> Store:
+    return open_store()

@@ -1,0 +1,181 @@
+"""AsyncStore: appends from many asyncio tasks share group commits with each
+other and with plain threads; reads and the other verbs never block the loop.
+
+Each test drives its own event loop with ``asyncio.run`` (no plugin needed).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+from conftest import CountingStore, exchange, ids, started, user
+
+from tplog import (
+    IdempotencyError,
+    InvalidInputError,
+    StoreClosedError,
+    ThreadDeleted,
+    ThreadDeletedError,
+    TplogError,
+    WrongExpectedVersionError,
+)
+from tplog._store import AppendResult, AsyncStore, Store
+
+
+def test_many_tasks_group_commit_each_gets_its_own_result(tmp_path: Path) -> None:
+    n = 32
+
+    async def main() -> None:
+        store = CountingStore(tmp_path / "s")
+        a = AsyncStore(store)
+        try:
+            for i in range(n):
+                await a.append(f"t{i}", [started(f"t{i}")])
+            await a.append("shared", [started("shared")])
+            store.groups.clear()
+            jobs: list[tuple[str, Any]] = [(f"t{i}", 7 if i % 5 == 0 else 1) for i in range(n)]
+            jobs += [("shared", 1)] * 3  # three tasks race for version 1: one wins
+            store.gate = len(jobs)
+            eids = [ids(2, f"k{k}") for k in range(len(jobs))]
+
+            async def one(k: int) -> Any:
+                tid, expected = jobs[k]
+                try:
+                    return await a.append(tid, [user(), user()], expected_version=expected, event_ids=eids[k])
+                except TplogError as exc:
+                    return exc
+
+            out = await asyncio.wait_for(asyncio.gather(*(one(k) for k in range(len(jobs)))), 30)
+            for k, (tid, expected) in enumerate(jobs[:n]):
+                res = out[k]
+                if expected == 7:
+                    assert isinstance(res, WrongExpectedVersionError)
+                    assert (res.thread_id, res.expected, res.actual) == (tid, 7, 1)
+                else:
+                    assert isinstance(res, AppendResult), res
+                    assert (res.thread_id, res.first_seq, res.last_seq, res.event_ids) == (tid, 2, 3, eids[k])
+                    got = await a.read(tid, start=2)
+                    assert [(e.position, e.event_id) for e in got] == [
+                        (res.first_position, eids[k][0]), (res.last_position, eids[k][1])]
+            shared = out[n:]
+            assert sum(isinstance(r, AppendResult) for r in shared) == 1
+            assert all((r.expected, r.actual) == (1, 3) for r in shared if isinstance(r, WrongExpectedVersionError))
+            sizes = [len(g) for g in store.groups]
+            assert sum(sizes) == len(jobs) and max(sizes) > 1, sizes
+            log = await a.read_all()
+            assert [e.position for e in log] == list(range(1, len(log) + 1))
+            assert (await a.head("shared")).version == 3
+        finally:
+            await a.close()
+        with pytest.raises(StoreClosedError):
+            store.read_all()
+
+    asyncio.run(main())
+
+
+def test_async_and_thread_writers_share_the_log(tmp_path: Path, rng: random.Random) -> None:
+    seed = rng.randrange(2**32)
+
+    async def main() -> None:
+        a = await AsyncStore.open(tmp_path / "s", durability="relaxed")
+        s = a.store
+        errors: list[BaseException] = []
+
+        def thread_writer(k: int) -> None:
+            try:
+                tid = f"th{k}"
+                s.append(tid, [started(tid)], expected_version="no_stream")
+                for j in range(20):
+                    s.append(tid, [user(f"{j}")], expected_version=j + 1)
+            except BaseException as exc:
+                errors.append(exc)
+
+        async def task_writer(k: int) -> list[AppendResult]:
+            r = random.Random(seed + k)
+            tid = f"as{k}"
+            out = [await a.append(tid, [started(tid)], expected_version="no_stream")]
+            for _ in range(20):
+                out.append(await a.append(tid, [user()] * r.randint(1, 3), expected_version=out[-1].last_seq))
+                if r.random() < 0.3:
+                    await asyncio.sleep(0)
+            return out
+
+        threads = [threading.Thread(target=thread_writer, args=(k,)) for k in range(8)]
+        for t in threads:
+            t.start()
+        results = await asyncio.wait_for(asyncio.gather(*(task_writer(k) for k in range(16))), 60)
+        await asyncio.to_thread(lambda: [t.join(60) for t in threads])
+        assert not errors, errors
+        log = await a.read_all()
+        assert [e.position for e in log] == list(range(1, len(log) + 1))
+        for k, res in enumerate(results):
+            evs = await a.read(f"as{k}")
+            assert len(evs) == res[-1].last_seq
+            assert [e.position for e in evs] == [p for r in res for p in range(r.first_position, r.last_position + 1)]
+        for k in range(8):
+            assert (await a.head(f"th{k}")).version == 21
+        page = await a.threads(limit=100)
+        assert len(page.threads) == 24
+        await a.close()
+
+    asyncio.run(main())
+
+
+def test_async_verbs_errors_and_wait_for_position(tmp_path: Path) -> None:
+    async def main() -> None:
+        async with await AsyncStore.open(tmp_path / "s") as a:
+            first = await a.append("t", [started("t"), *exchange()], event_ids=ids(5))
+            again = await a.append("t", [started("t"), *exchange()], event_ids=first.event_ids)
+            assert again.duplicate and again.first_position == first.first_position
+            with pytest.raises(IdempotencyError):
+                await a.append("u", [started("u")], event_ids=[first.event_ids[0]])
+            with pytest.raises(WrongExpectedVersionError):
+                await a.append("t", [user()], expected_version="no_stream")
+            with pytest.raises(InvalidInputError):
+                await a.append("t", [user()], expected_version=-2)
+            with pytest.raises(InvalidInputError):
+                await a.append("t", [])
+
+            # a waiter is woken by an append made after it started waiting
+            target = first.last_position + 1
+            waiter = asyncio.ensure_future(a.wait_for_position(target, timeout=20))
+            await asyncio.sleep(0.05)
+            assert not waiter.done()
+            t0 = time.monotonic()
+            await a.append("t", [user()])
+            assert await asyncio.wait_for(waiter, 20) >= target
+            assert time.monotonic() - t0 < 10
+            assert await a.wait_for_position(target + 100, timeout=0.1) == target  # timeout returns last
+
+            res = await a.delete_thread("t", reason="bye")
+            evs = await a.read("t")
+            assert [e.event for e in evs] == [ThreadDeleted(reason="bye")] and evs[0].seq == res.last_seq
+            with pytest.raises(ThreadDeletedError):
+                await a.append("t", [user()])
+        with pytest.raises(StoreClosedError):
+            await a.append("t2", [started("t2")])
+
+    asyncio.run(main())
+
+
+def test_store_closed_with_pending_async_appends_completes_them(tmp_path: Path) -> None:
+    async def main() -> None:
+        s = Store(tmp_path / "s")
+        a = AsyncStore(s)
+        pending = [asyncio.ensure_future(a.append(f"c{i}", [started(f"c{i}")])) for i in range(20)]
+        await asyncio.sleep(0)
+        await a.close()
+        results = await asyncio.wait_for(asyncio.gather(*pending, return_exceptions=True), 20)
+        for r in results:  # each either committed or was refused as closed; none hangs
+            assert isinstance(r, (AppendResult, StoreClosedError)), r
+        committed = [r for r in results if isinstance(r, AppendResult)]
+        with Store(tmp_path / "s") as again:
+            assert again.last_position == len(committed)
+
+    asyncio.run(main())
