@@ -49,6 +49,8 @@ import hashlib
 import re
 from typing import Any, Final
 
+import msgspec
+
 from tplog._errors import InvalidInputError
 from tplog._json import from_json, to_builtins
 from tplog._model import Thread
@@ -96,7 +98,6 @@ _ESCAPE_RE: Final = re.compile(r'[\x00-\x1f"\\]')
 _ESCAPES: Final = {chr(i): f"\\u{i:04x}" for i in range(0x20)}
 _ESCAPES.update({'"': '\\"', "\\": "\\\\", "\b": "\\b", "\f": "\\f", "\n": "\\n", "\r": "\\r", "\t": "\\t"})
 _SURROGATE_RE: Final = re.compile("[\ud800-\udfff]")
-_IDENT_RE: Final = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
 
 
 def _esc(match: re.Match[str]) -> str:
@@ -114,11 +115,14 @@ class _Fail(Exception):
 
 
 def _key_segment(key: str) -> str:
-    if _IDENT_RE.match(key):
+    """The path segment of ``key``, in tplog._json's format: ``.name`` or ``["a.b"]``."""
+    if key.isidentifier():
         return "." + key
-    # Quote the key (JSON-style); a lone surrogate is shown as its \\uXXXX escape.
-    quoted = _SURROGATE_RE.sub(lambda m: f"\\u{ord(m.group(0)):04x}", _ESCAPE_RE.sub(_esc, key))
-    return '["' + quoted + '"]'
+    try:
+        return "[" + msgspec.json.encode(key).decode() + "]"
+    except UnicodeEncodeError:  # a lone surrogate: show it as its \\uXXXX escape
+        quoted = _SURROGATE_RE.sub(lambda m: f"\\u{ord(m.group(0)):04x}", _ESCAPE_RE.sub(_esc, key))
+        return '["' + quoted + '"]'
 
 
 def _format_float(f: float) -> str:

@@ -25,8 +25,19 @@ _out = msgspec.json.Encoder()
 def _emit(obj: Any) -> None:
     from tplog._json import to_builtins
 
-    data = msgspec.json.format(_out.encode(to_builtins(msgspec.to_builtins(obj) if _is_plain(obj) else obj)), indent=2)
+    data = msgspec.json.format(_out.encode(to_builtins(_objects(obj) if _is_plain(obj) else obj)), indent=2)
     sys.stdout.write(data.decode() + "\n")
+
+
+def _objects(obj: Any) -> Any:
+    """Result structs as JSON objects (heads are msgpack arrays on disk, objects on screen)."""
+    if isinstance(obj, msgspec.Struct):
+        return {f: _objects(getattr(obj, f)) for f in obj.__struct_fields__}
+    if isinstance(obj, (list, tuple)):
+        return [_objects(o) for o in obj]
+    if isinstance(obj, dict):
+        return {k: _objects(v) for k, v in obj.items()}
+    return msgspec.to_builtins(obj)
 
 
 def _is_plain(obj: Any) -> bool:
@@ -50,10 +61,12 @@ def _read_input(path: str) -> bytes:
         raise InvalidInputError(f"cannot read {path}: {exc.strerror}") from exc
 
 
-def _store(args: argparse.Namespace, *, readonly: bool = True) -> Any:
+def _store(args: argparse.Namespace, *, readonly: bool = True, create: bool = False) -> Any:
     from tplog._store import Store
 
-    if readonly and not os.path.exists(os.path.join(args.store, "data.mdb")):
+    if os.path.exists(args.store) and not os.path.isdir(args.store):
+        raise InvalidInputError(f"{args.store}: is a file, not a store directory")
+    if not create and not os.path.exists(os.path.join(args.store, "data.mdb")):
         raise InvalidInputError(f"{args.store}: no tplog store here")
     return Store(args.store, readonly=readonly)
 
@@ -101,7 +114,7 @@ def cmd_import(args: argparse.Namespace) -> int:
         threads = importers.load(args.format, data, request_path=args.request)
     else:
         threads = [from_json(data, m.Thread)]
-    with _store(args, readonly=False) as s:
+    with _store(args, readonly=False, create=True) as s:
         for t in threads:
             res = s.import_thread(upgrade(t))
             _emit(res)

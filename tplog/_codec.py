@@ -17,7 +17,7 @@ The header is never compressed: the id-only projections (links, pending
 tools, interrupts) read ``kind`` and ``facts`` without touching the body.
 ``facts`` is ``None`` except for messages, where it lists tool-call ids and
 names, tool-return ids and statuses, the finish reason, the system event
-type and any spawned thread ids.
+type and any spawned thread ids, and for user turns that carry tool returns.
 
 A blob value (table ``blobs``) is ``refcount u32 | flags u8 | dict u32 | crc u32
 | data``, with the CRC over ``data`` + key.
@@ -41,6 +41,7 @@ from tplog._events import (
     KIND_CODE,
     Event,
     MessageRecorded,
+    UserTurnSubmitted,
 )
 
 FORMAT: Final = 1
@@ -91,7 +92,20 @@ class Limits(msgspec.Struct, frozen=True, kw_only=True):
     level: int = 3
 
 
+def _returns(parts: list[Any]) -> list[tuple[str, str]]:
+    returns: list[tuple[str, str]] = []
+    for p in parts:
+        if isinstance(p, m.ToolReturnPart):
+            returns.append((p.tool_call_id, p.status))
+        elif isinstance(p, m.RetryPromptPart) and isinstance(p.tool_call_id, str):
+            returns.append((p.tool_call_id, "retry"))
+    return returns
+
+
 def facts_of(event: Event) -> Facts | None:
+    if isinstance(event, UserTurnSubmitted):
+        returns = _returns(event.turn.parts)
+        return Facts(message_type="user", returns=returns) if returns else None
     if not isinstance(event, MessageRecorded):
         return None
     msg = event.message
@@ -102,16 +116,11 @@ def facts_of(event: Event) -> Facts | None:
             if isinstance(sid, str):
                 spawned.append(sid)
         return Facts(message_type="system", event_type=msg.event_type, spawned=spawned)
-    calls: list[tuple[str, str]] = []
-    returns: list[tuple[str, str]] = []
-    for p in msg.parts:
-        if isinstance(p, m.ToolCallPart):
-            calls.append((p.tool_call_id, p.tool_name))
-        elif isinstance(p, m.ToolReturnPart):
-            returns.append((p.tool_call_id, p.status))
-        elif isinstance(p, m.RetryPromptPart) and isinstance(p.tool_call_id, str):
-            returns.append((p.tool_call_id, "retry"))
+    calls = [(p.tool_call_id, p.tool_name) for p in msg.parts if isinstance(p, m.ToolCallPart)]
+    returns = _returns(msg.parts)
     fr = msg.finish_reason if isinstance(msg.finish_reason, str) else None
+    if fr is None and isinstance(msg.extra.get("stop_reason"), str):
+        fr = msg.extra["stop_reason"]  # the peer design's stop_reason, kept as an extension field
     mt = "request" if isinstance(msg, m.RequestMessage) else "response"
     return Facts(message_type=mt, calls=calls, returns=returns, finish_reason=fr)
 

@@ -96,10 +96,18 @@ def _returned_ids(msg: m.Message) -> set[str]:
     return out
 
 
+def _answers(part: m.MessagePart) -> str | None:
+    if isinstance(part, m.ToolReturnPart):
+        return part.tool_call_id
+    if isinstance(part, m.RetryPromptPart) and isinstance(part.tool_call_id, str):
+        return part.tool_call_id
+    return None
+
+
 def complete_cycles(messages: list[m.Message]) -> list[m.Message]:
     """Keep only complete request/response cycles (the v0.0.4 rule; see module doc)."""
     out: list[m.Message] = []
-    skip_next_request = False
+    dropped_calls: set[str] = set()
     thread_msgs = [i for i, x in enumerate(messages) if not isinstance(x, m.SystemMessage)]
     next_of = {a: b for a, b in zip(thread_msgs, thread_msgs[1:])}
     for i, msg in enumerate(messages):
@@ -107,12 +115,13 @@ def complete_cycles(messages: list[m.Message]) -> list[m.Message]:
             out.append(msg)
             continue
         if isinstance(msg, m.RequestMessage):
-            if skip_next_request:
-                skip_next_request = False
-                continue
+            if _returned_ids(msg) & dropped_calls:  # returns of a dropped response go with it
+                parts = [p for p in msg.parts if _answers(p) not in dropped_calls]
+                if not parts:
+                    continue
+                msg = msgspec.structs.replace(msg, parts=parts)
             out.append(msg)
             continue
-        skip_next_request = False
         if not msg.parts:
             continue
         calls = _tool_call_ids(msg)
@@ -123,8 +132,8 @@ def complete_cycles(messages: list[m.Message]) -> list[m.Message]:
         nxt = messages[j] if j is not None else None
         if isinstance(nxt, m.RequestMessage) and set(calls) <= _returned_ids(nxt):
             out.append(msg)
-        elif isinstance(nxt, m.RequestMessage) and _returned_ids(nxt) & set(calls):
-            skip_next_request = True  # a partly answered cycle goes as a whole
+        else:
+            dropped_calls.update(calls)
     return out
 
 
@@ -343,6 +352,9 @@ def pending(items: Iterable[Item]) -> PendingState:
     for it in items:
         if it.kind == _K_USER:
             turn_index += 1
+            if it.facts is not None:  # a user turn may carry tool results (approvals, external results)
+                for call_id, _status in it.facts.returns:
+                    open_calls.pop(call_id, None)
         elif it.kind == _K_START:
             turn_index += 1
             in_turn = True

@@ -104,7 +104,17 @@ def _converter(tp: Any) -> _Conv:
     if tp in _OPEN_UNIONS:
         return _tagged(*_OPEN_UNIONS[tp])
     if isinstance(tp, type) and issubclass(tp, msgspec.Struct):
-        return _struct_converter(tp)
+        tag_field = tp.__struct_config__.tag_field
+        if tag_field is None:
+            return _struct_converter(tp)
+        inner = _struct_converter(tp)
+
+        def conv_tagged(value: Any, path: str) -> Any:  # nested tagged objects must say what they are
+            if isinstance(value, dict) and tag_field not in value:
+                raise InvalidInputError(f"Object missing required field `{tag_field}`", path=path)
+            return inner(value, path)
+
+        return conv_tagged
     origin = typing.get_origin(tp)
     args = typing.get_args(tp)
     if origin in (Union, types.UnionType):

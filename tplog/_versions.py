@@ -31,8 +31,9 @@ Known limits, by design:
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from types import MappingProxyType
-from typing import Any, Final, Mapping
+from typing import Any, Final
 
 from msgspec import UNSET
 from msgspec.structs import replace

@@ -1,0 +1,449 @@
+"""Appends and plain reads: tplog against raw LMDB, SQLite and JSONL, same events, same run.
+
+    python -m benchmarks.append [--quick] [--repeat N] [--seed S] [--dir D] [--json PATH] [--no-md]
+
+Workloads (each system gets a fresh store per repeat; only the work is timed):
+
+1. durable append, 1 writer, 1 event per call — tplog ``Store.append(tid, [event])``
+   vs raw LMDB one put per durable transaction (goal: ≥ 0.9x), raw LMDB with
+   ``metasync=False``, SQLite WAL FULL / NORMAL one commit per event, JSONL with fsync.
+2. durable append, 16 writer threads — each thread appends its own threads' events one
+   per call to one shared ``Store`` (group commit) vs raw LMDB 100 puts per durable
+   transaction (the limit; goal ≥ 0.5x), 16 puts per durable transaction (the most a
+   group of 16 one-event appends can hold), raw LMDB 16 threads one put per durable
+   transaction, SQLite WAL FULL (goal ≥ 8x) / NORMAL with 16 threads each committing
+   each append, JSONL 16 threads with fsync.
+3. durable append, 16 asyncio writers — ``AsyncStore`` with 16 tasks vs the same
+   raw LMDB limit and SQLite WAL FULL behind ``asyncio.to_thread`` (16 tasks).
+4. relaxed append — ``Store(durability="relaxed")`` (LMDB ``metasync=False``), 1 writer
+   and 16 threads, vs raw LMDB metasync=False / nosync, SQLite WAL NORMAL, JSONL without fsync.
+5. read one thread — every thread once, in a seeded order: ``Store.read(tid)`` (typed
+   events, CRC checked) vs raw LMDB range read (bytes) and range read + typed decode,
+   SQLite by index (bytes only, and + orjson into dicts), JSONL + orjson.
+6. read the global log — ``Store.read_all`` in pages of 1,000 vs a raw LMDB zero-copy
+   scan, a scan + typed decode, and SQLite ``ORDER BY id`` + orjson.
+
+If ``tplog.Store`` is missing (the store not written yet) the tplog rows are skipped
+and only the baselines run.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import pathlib
+import random
+import shutil
+import sqlite3
+import sys
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from benchmarks import _baselines as B
+from benchmarks._common import Report, freeze_heap, machine_info, parse_args, run_interleaved, tplog_store_api, workdir
+from benchmarks._data import Corpus, make_corpus
+
+NAME = "append"
+TITLE = "Append and read: tplog vs raw LMDB, SQLite, JSONL"
+
+W1 = "durable append, 1 writer, 1 event per call"
+W2 = "durable append, 16 writer threads"
+W3 = "durable append, 16 asyncio writers"
+W4 = "relaxed append"
+W5 = "read one thread (all threads, each once)"
+W6 = "read the global log"
+
+WRITERS = 16
+
+# (quick, full)
+SIZES = {
+    "threads": (100, 400),  # corpus for the reads (≈ 50 events per thread)
+    "w1_events": (600, 1500),
+    "w2_per_writer": (60, 150),
+    "w4_events": (1500, 5000),
+}
+
+
+class Ev:
+    """One event as every system sees it: thread, seq, the Struct, its JSON, the raw LMDB put."""
+
+    __slots__ = ("item", "json", "obj", "seq", "text", "tid")
+
+    def __init__(self, tid: str, seq: int, obj: Any, json: bytes, item: tuple[bytes, bytes]) -> None:
+        self.tid, self.seq, self.obj, self.json, self.item = tid, seq, obj, json, item
+        self.text = json.decode()
+
+
+def flatten(corpus: Corpus) -> tuple[str, list[list[Ev]]]:
+    codec_name = ""
+    out: list[list[Ev]] = []
+    for t in corpus.threads:
+        codec_name, items = B.encode_values(t.thread_id, t.events)
+        out.append(
+            [Ev(t.thread_id, i + 1, e, j, it) for i, (e, j, it) in enumerate(zip(t.events, t.json, items, strict=True))]
+        )
+    return codec_name, out
+
+
+def split_writers(threads: list[list[Ev]], per_writer: int, writers: int = WRITERS) -> list[list[Ev]]:
+    """Writer ``w`` owns threads ``w, w + writers, ...`` and appends their events in order."""
+    out = []
+    for w in range(writers):
+        evs = list(itertools.chain.from_iterable(threads[w::writers]))[:per_writer]
+        out.append(evs)
+    return out
+
+
+class Dirs:
+    """A fresh directory per measurement, removed after it."""
+
+    def __init__(self, root: pathlib.Path) -> None:
+        self.root = root
+        self.n = 0
+
+    def fresh(self, fn: Callable[[pathlib.Path], tuple[int, float]]) -> Callable[[], tuple[int, float]]:
+        def run() -> tuple[int, float]:
+            self.n += 1
+            d = self.root / f"m{self.n}"
+            d.mkdir()
+            try:
+                return fn(d)
+            finally:
+                shutil.rmtree(d, ignore_errors=True)
+
+        return run
+
+
+# --------------------------------------------------------------------------- tplog rows
+
+
+def tplog_append(Store: Any, path: pathlib.Path, evs: Sequence[Ev], durability: str) -> tuple[int, float]:
+    store = Store(path / "tplog", durability=durability)
+    try:
+        append = store.append
+        t0 = time.perf_counter()
+        for e in evs:
+            append(e.tid, [e.obj])
+        secs = time.perf_counter() - t0
+    finally:
+        store.close()
+    return len(evs), secs
+
+
+def tplog_append_threads(
+    Store: Any, path: pathlib.Path, per_writer: list[list[Ev]], durability: str
+) -> tuple[int, float]:
+    store = Store(path / "tplog", durability=durability)
+
+    def writer(evs: list[Ev]) -> Callable[[], None]:
+        def run() -> None:
+            for e in evs:
+                store.append(e.tid, [e.obj])
+
+        return run
+
+    try:
+        secs = B.run_threads([writer(w) for w in per_writer])
+    finally:
+        store.close()
+    return sum(map(len, per_writer)), secs
+
+
+def tplog_append_async(AsyncStore: Any, path: pathlib.Path, per_writer: list[list[Ev]]) -> tuple[int, float]:
+    async def main() -> float:
+        astore = await AsyncStore.open(path / "tplog", durability="durable")
+
+        async def writer(evs: list[Ev]) -> None:
+            for e in evs:
+                await astore.append(e.tid, [e.obj])
+
+        try:
+            t0 = time.perf_counter()
+            await asyncio.gather(*(writer(w) for w in per_writer))
+            return time.perf_counter() - t0
+        finally:
+            await astore.close()
+
+    return sum(map(len, per_writer)), asyncio.run(main())
+
+
+def tplog_read_threads(Store: Any, path: pathlib.Path, tids: Sequence[str]) -> tuple[int, float]:
+    store = Store(path, durability="relaxed")
+    n = 0
+    try:
+        t0 = time.perf_counter()
+        for tid in tids:
+            n += len(store.read(tid))
+        secs = time.perf_counter() - t0
+    finally:
+        store.close()
+    return n, secs
+
+
+def tplog_read_all(Store: Any, path: pathlib.Path, page: int = 1000) -> tuple[int, float]:
+    store = Store(path, durability="relaxed")
+    n = 0
+    try:
+        t0 = time.perf_counter()
+        start = 1
+        while True:
+            got = store.read_all(start=start, limit=page)
+            if not got:
+                break
+            n += len(got)
+            start = got[-1].position + 1
+        secs = time.perf_counter() - t0
+    finally:
+        store.close()
+    return n, secs
+
+
+def tplog_load(Store: Any, path: pathlib.Path, threads: list[list[Ev]]) -> None:
+    with Store(path, durability="relaxed") as store:
+        for t in threads:
+            store.append(t[0].tid, [e.obj for e in t])
+        store.sync()
+
+
+# --------------------------------------------------------------------------- SQLite via asyncio
+
+
+def sqlite_append_async(path: pathlib.Path, per_writer: list[list[Ev]], synchronous: str) -> tuple[int, float]:
+    """16 asyncio tasks, each with its own connection, each append ``await asyncio.to_thread(commit)``."""
+    B._sqlite_create(path / "s.db", synchronous).close()
+    conns = [B._sqlite(path / "s.db", synchronous) for _ in per_writer]
+
+    def commit(conn: sqlite3.Connection, e: Ev) -> None:
+        conn.execute("BEGIN IMMEDIATE")
+        conn.execute(B._INSERT, (e.tid, e.seq, e.text))
+        conn.execute("COMMIT")
+
+    async def main() -> float:
+        async def writer(conn: sqlite3.Connection, evs: list[Ev]) -> None:
+            for e in evs:
+                await asyncio.to_thread(commit, conn, e)
+
+        t0 = time.perf_counter()
+        await asyncio.gather(*(writer(c, w) for c, w in zip(conns, per_writer, strict=True)))
+        return time.perf_counter() - t0
+
+    try:
+        secs = asyncio.run(main())
+    finally:
+        for c in conns:
+            c.close()
+    return sum(map(len, per_writer)), secs
+
+
+# --------------------------------------------------------------------------- main
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(NAME, __doc__.splitlines()[0], argv)
+    q = 0 if args.quick else 1
+    size = {k: v[q] for k, v in SIZES.items()}
+    report = Report(NAME, TITLE, args)
+    api = tplog_store_api()
+    if api is None:
+        msg = "tplog.Store is not available in this checkout: the tplog rows were skipped (baselines only)."
+        print(msg, file=sys.stderr)
+        report.notes.append(msg)
+    Store, AsyncStore = api if api is not None else (None, None)
+
+    t0 = time.perf_counter()
+    corpus = make_corpus(size["threads"], seed=args.seed)
+    codec_name, threads = flatten(corpus)
+    report.data = corpus.stats()
+    freeze_heap()
+    print(f"data: {report.data} ({time.perf_counter() - t0:.1f} s); raw LMDB values: {codec_name}", file=sys.stderr)
+    report.notes.append(
+        f"Raw LMDB puts the {codec_name} value bytes for the same events; baselines get their payload "
+        "pre-encoded (tplog encodes inside append), so ratios against them are conservative for tplog."
+    )
+    all_evs = list(itertools.chain.from_iterable(threads))
+    R = args.repeat
+
+    with workdir(args.dir, NAME) as root:
+        report.machine = machine_info(root)
+        dirs = Dirs(root)
+        F = dirs.fresh
+
+        # 1 ----------------------------------------------------------- durable, 1 writer
+        evs = all_evs[: size["w1_events"]]
+        items = [e.item for e in evs]
+        rows = [(e.tid, e.seq, e.text) for e in evs]
+        lines = [(e.tid, e.json) for e in evs]
+        systems: list[tuple[str, Callable[[], tuple[int, float]]]] = []
+        if Store is not None:
+            systems.append(("tplog, durable", F(lambda d: tplog_append(Store, d, evs, "durable"))))
+        systems += [
+            ("raw LMDB, 1 put per durable txn", F(lambda d: B.lmdb_append(d, items, per_txn=1, mode="durable"))),
+            (
+                "raw LMDB, 1 put per txn, metasync=False",
+                F(lambda d: B.lmdb_append(d, items, per_txn=1, mode="metasync=False")),
+            ),
+            (
+                "SQLite WAL FULL, 1 commit per event",
+                F(lambda d: B.sqlite_append(d / "s.db", rows, per_commit=1, synchronous="FULL")),
+            ),
+            (
+                "SQLite WAL NORMAL, 1 commit per event",
+                F(lambda d: B.sqlite_append(d / "s.db", rows, per_commit=1, synchronous="NORMAL")),
+            ),
+            ("JSONL per thread, fsync per event", F(lambda d: B.jsonl_append(d, lines, fsync=True))),
+        ]
+        report.add(run_interleaved(W1, systems, R))
+
+        # 2 ----------------------------------------------------------- durable, 16 threads
+        per = split_writers(threads, size["w2_per_writer"])
+        flat = list(itertools.chain.from_iterable(per))
+        items2 = [e.item for e in flat]
+        items_w = [[e.item for e in w] for w in per]
+        rows_w = [[(e.tid, e.seq, e.text) for e in w] for w in per]
+        lines_w = [[(e.tid, e.json) for e in w] for w in per]
+        lmdb100 = (
+            "raw LMDB, 100 puts per durable txn (1 writer)",
+            F(lambda d: B.lmdb_append(d, items2, per_txn=100, mode="durable")),
+        )
+        sqlite16 = (
+            "SQLite WAL FULL, 16 threads, commit per append",
+            F(lambda d: B.sqlite_append_threads(d / "s.db", rows_w, synchronous="FULL")),
+        )
+        systems = []
+        if Store is not None:
+            systems.append(("tplog, durable, 16 threads", F(lambda d: tplog_append_threads(Store, d, per, "durable"))))
+        systems += [
+            lmdb100,
+            (
+                # 16 writers waiting on their acknowledgement can fill a group of at most 16
+                "raw LMDB, 16 puts per durable txn (1 writer)",
+                F(lambda d: B.lmdb_append(d, items2, per_txn=WRITERS, mode="durable")),
+            ),
+            (
+                "raw LMDB, 16 threads, 1 put per durable txn",
+                F(lambda d: B.lmdb_append_threads(d, items_w, mode="durable")),
+            ),
+            sqlite16,
+            (
+                "SQLite WAL NORMAL, 16 threads, commit per append",
+                F(lambda d: B.sqlite_append_threads(d / "s.db", rows_w, synchronous="NORMAL")),
+            ),
+            (
+                "JSONL per thread, 16 threads, fsync per event",
+                F(lambda d: B.jsonl_append_threads(d, lines_w, fsync=True)),
+            ),
+        ]
+        report.add(run_interleaved(W2, systems, R))
+
+        # 3 ----------------------------------------------------------- durable, asyncio
+        systems = []
+        if AsyncStore is not None:
+            systems.append(("tplog AsyncStore, durable, 16 tasks", F(lambda d: tplog_append_async(AsyncStore, d, per))))
+        systems += [
+            lmdb100,
+            ("SQLite WAL FULL, 16 tasks via asyncio.to_thread", F(lambda d: sqlite_append_async(d, per, "FULL"))),
+            sqlite16,
+        ]
+        report.add(run_interleaved(W3, systems, R))
+
+        # 4 ----------------------------------------------------------- relaxed
+        evs4 = all_evs[: size["w4_events"]]
+        items4 = [e.item for e in evs4]
+        rows4 = [(e.tid, e.seq, e.text) for e in evs4]
+        lines4 = [(e.tid, e.json) for e in evs4]
+        systems = []
+        if Store is not None:
+            systems += [
+                ("tplog, relaxed, 1 writer", F(lambda d: tplog_append(Store, d, evs4, "relaxed"))),
+                ("tplog, relaxed, 16 threads", F(lambda d: tplog_append_threads(Store, d, per, "relaxed"))),
+            ]
+        systems += [
+            (
+                "raw LMDB, 1 put per txn, metasync=False",
+                F(lambda d: B.lmdb_append(d, items4, per_txn=1, mode="metasync=False")),
+            ),
+            (
+                "raw LMDB, 100 puts per txn, metasync=False",
+                F(lambda d: B.lmdb_append(d, items4, per_txn=100, mode="metasync=False")),
+            ),
+            ("raw LMDB, 1 put per txn, no sync", F(lambda d: B.lmdb_append(d, items4, per_txn=1, mode="nosync"))),
+            (
+                "SQLite WAL NORMAL, 1 commit per event",
+                F(lambda d: B.sqlite_append(d / "s.db", rows4, per_commit=1, synchronous="NORMAL")),
+            ),
+            ("JSONL per thread, no fsync", F(lambda d: B.jsonl_append(d, lines4, fsync=False))),
+        ]
+        report.add(run_interleaved(W4, systems, R))
+
+        # 5, 6 -------------------------------------------------------- reads
+        print("loading read stores ...", file=sys.stderr, flush=True)
+        rd = root / "read"
+        rd.mkdir()
+        B.lmdb_load(rd / "lmdb", [e.item for e in all_evs])
+        B.sqlite_load(rd / "s.db", [(e.tid, e.seq, e.text) for e in all_evs])
+        B.jsonl_load(rd / "jsonl", [(e.tid, e.json) for e in all_evs])
+        if Store is not None:
+            tplog_load(Store, rd / "tplog", threads)
+        tids = [t[0].tid for t in threads]
+        random.Random(f"{args.seed}:read-order").shuffle(tids)
+        decode = B.value_decoder()
+        systems = []
+        if Store is not None:
+            systems.append(("tplog Store.read (typed events)", lambda: tplog_read_threads(Store, rd / "tplog", tids)))
+        systems += [
+            ("raw LMDB range read (bytes)", lambda: B.lmdb_read_threads(rd / "lmdb", tids)),
+            ("raw LMDB range read + typed decode", lambda: B.lmdb_read_threads(rd / "lmdb", tids, decode=decode)),
+            ("SQLite by index (bytes only)", lambda: B.sqlite_read_threads(rd / "s.db", tids, parse=False)),
+            ("SQLite by index + orjson into dicts", lambda: B.sqlite_read_threads(rd / "s.db", tids)),
+            ("JSONL file + orjson into dicts", lambda: B.jsonl_read_threads(rd / "jsonl", tids)),
+        ]
+        report.add(run_interleaved(W5, systems, R))
+
+        systems = []
+        if Store is not None:
+            systems.append(("tplog Store.read_all, pages of 1,000", lambda: tplog_read_all(Store, rd / "tplog")))
+        systems += [
+            ("raw LMDB scan, zero-copy (bytes)", lambda: B.lmdb_scan(rd / "lmdb")),
+            ("raw LMDB scan + typed decode", lambda: B.lmdb_scan(rd / "lmdb", decode=decode)),
+            ("SQLite ORDER BY id + orjson into dicts", lambda: B.sqlite_scan(rd / "s.db")),
+        ]
+        report.add(run_interleaved(W6, systems, R))
+
+    tp = "tplog, durable"
+    report.goal(
+        "durable append, 1 writer: tplog ÷ raw LMDB 1 put per durable txn",
+        0.9,
+        (W1, tp),
+        (W1, "raw LMDB, 1 put per durable txn"),
+    )
+    report.goal(
+        "16 writer threads: tplog ÷ raw LMDB 100 puts per durable txn",
+        0.5,
+        (W2, "tplog, durable, 16 threads"),
+        (W2, lmdb100[0]),
+    )
+    report.goal(
+        "16 writer threads: tplog ÷ SQLite WAL FULL 16 threads",
+        8,
+        (W2, "tplog, durable, 16 threads"),
+        (W2, sqlite16[0]),
+    )
+    report.goal(
+        "16 asyncio writers: tplog ÷ raw LMDB 100 puts per durable txn",
+        0.5,
+        (W3, "tplog AsyncStore, durable, 16 tasks"),
+        (W3, lmdb100[0]),
+    )
+    report.goal(
+        "16 asyncio writers: tplog ÷ SQLite WAL FULL 16 threads",
+        8,
+        (W3, "tplog AsyncStore, durable, 16 tasks"),
+        (W3, sqlite16[0]),
+    )
+    report.finish()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

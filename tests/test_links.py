@@ -1,0 +1,383 @@
+"""Thread graph: children (spawned_from links and parents' spawn events), merges,
+references, incoming links, paging, descendants, cycles, unknown threads, and a
+generated graph of 10,000+ threads checked against a brute-force answer."""
+
+from __future__ import annotations
+
+import random
+import time
+import uuid
+from collections import defaultdict, deque
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tplog import _model as m
+from tplog._events import (
+    AgentTurnCompleted,
+    AgentTurnStarted,
+    Event,
+    LinkAdded,
+    MessageRecorded,
+    ThreadStarted,
+)
+from tplog._json import from_builtins
+from tplog._keys import tkey
+from tplog._store import Store
+from tplog._versions import upgrade
+
+T = "2025-01-20T10:00:00Z"
+
+
+def new_id(rng: random.Random | None = None) -> str:
+    return str(uuid.UUID(int=rng.getrandbits(128), version=4)) if rng else str(uuid.uuid4())
+
+
+def started(tid: str) -> ThreadStarted:
+    return ThreadStarted(thread_id=tid, created_at=T)
+
+
+def link(target: str, relation: str) -> LinkAdded:
+    return LinkAdded(link=m.ThreadLink(thread_id=target, relation=relation), at=T)
+
+
+def spawn_turn(*children: str, event_type: str = "data-tp-thread_spawn", key: str = "spawned_thread_id") -> list[Event]:
+    msgs = [
+        MessageRecorded(message=m.SystemMessage(timestamp=T, event_type=event_type, event_data={key: c},
+                                                source_agent="a1"))
+        for c in children
+    ]
+    return [AgentTurnStarted(agent_id="a1", started_at=T), *msgs, AgentTurnCompleted(completed_at=T)]
+
+
+def by_key(ids: list[str] | set[str]) -> list[str]:
+    return sorted(ids, key=tkey)
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> Iterator[Store]:
+    s = Store(tmp_path / "store", durability="relaxed")
+    yield s
+    s.close()
+
+
+def make(store: Store, tid: str, *events: Event) -> str:
+    store.append(tid, [started(tid), *events])
+    return tid
+
+
+# --------------------------------------------------------------------------- children
+
+
+def test_children_via_spawned_from_links(store: Store) -> None:
+    parent = make(store, new_id())
+    kids = [make(store, new_id(), link(parent, "spawned_from")) for _ in range(5)]
+    assert store.children(parent) == by_key(kids)
+    for k in kids:
+        assert store.children(k) == []
+        assert store.incoming(parent, relation="spawned_from").count((k, "spawned_from")) == 1
+
+
+def test_children_via_parent_spawn_events(store: Store) -> None:
+    kids = [new_id() for _ in range(3)]
+    parent = make(store, new_id(), *spawn_turn(*kids))
+    assert store.children(parent) == by_key(kids)  # the children need not exist
+
+
+def test_children_via_v003_thread_spawn_events(store: Store) -> None:
+    a, b = new_id(), new_id()
+    parent = make(store, new_id(), *spawn_turn(a, event_type="thread.spawn"),
+                  *spawn_turn(b, event_type="thread.spawn", key="thread_id"))
+    assert store.children(parent) == by_key([a, b])
+
+
+def test_children_of_imported_v003_document(store: Store) -> None:
+    parent, child = new_id(), new_id()
+    doc = {
+        "version": "0.0.3", "thread_id": parent, "created_at": T, "updated_at": T,
+        "agents": {"a1": {"agent_id": "a1", "agent_name": "A", "created_at": T}},
+        "turns": [{"turn_type": "agent", "agent_id": "a1", "started_at": T, "completed_at": T, "messages": [
+            {"message_type": "system", "timestamp": T, "event_type": "thread.spawn",
+             "event_data": {"spawned_thread_id": child}}]}],
+    }
+    store.import_thread(upgrade(from_builtins(doc, m.Thread)))
+    assert store.children(parent) == [child]
+
+
+def test_child_by_link_and_event_is_listed_once(store: Store) -> None:
+    child = new_id()
+    parent = make(store, new_id(), *spawn_turn(child))
+    make(store, child, link(parent, "spawned_from"))
+    assert store.children(parent) == [child]
+    assert store.descendants(parent) == [(child, 1)]
+
+
+def test_other_relations_are_not_children(store: Store) -> None:
+    target = make(store, new_id())
+    make(store, new_id(), link(target, "merged_from"), link(target, "referenced"), link(target, "x-custom"))
+    make(store, new_id(), *spawn_turn(new_id(), event_type="data-tp-thread_merge"))
+    assert store.children(target) == []
+
+
+def test_children_paging(store: Store) -> None:
+    parent = make(store, new_id())
+    kids = [make(store, new_id(), link(parent, "spawned_from")) for _ in range(23)]
+    extra = [new_id() for _ in range(4)]
+    store.append(parent, spawn_turn(*extra))
+    every = by_key(kids + extra)
+    assert store.children(parent) == every
+    pages: list[list[str]] = []
+    after: str | None = None
+    while True:
+        page = store.children(parent, limit=5, after=after)
+        if not page:
+            break
+        assert len(page) <= 5
+        pages.append(page)
+        after = page[-1]
+    assert [c for p in pages for c in p] == every
+    assert [len(p) for p in pages] == [5, 5, 5, 5, 5, 2]
+    assert store.children(parent, limit=0) == []
+    assert store.children(parent, after=every[-1]) == []
+    assert store.children(parent, limit=3, after=every[10]) == every[11:14]
+
+
+def test_children_paging_after_an_id_that_is_not_a_child(store: Store) -> None:
+    parent = make(store, new_id())
+    kids = by_key([make(store, new_id(), link(parent, "spawned_from")) for _ in range(10)])
+    stranger = new_id()
+    expected = [k for k in kids if tkey(k) > tkey(stranger)]
+    assert store.children(parent, after=stranger) == expected
+
+
+# --------------------------------------------------------------------------- merges, references, incoming
+
+
+def test_merge_with_several_parents(store: Store) -> None:
+    p1, p2, p3 = (make(store, new_id()) for _ in range(3))
+    merged = make(store, new_id(), link(p1, "merged_from"), link(p2, "merged_from"), link(p3, "merged_from"))
+    for p in (p1, p2, p3):
+        assert store.incoming(p, relation="merged_from") == [(merged, "merged_from")]
+        assert store.incoming(p) == [(merged, "merged_from")]
+        assert store.incoming(p, relation="spawned_from") == []
+        assert store.children(p) == []
+    assert [(lk.thread_id, lk.relation) for lk in store.links(merged)] == [
+        (p1, "merged_from"), (p2, "merged_from"), (p3, "merged_from")]
+    rel = store.thread(merged).relationships
+    assert isinstance(rel, m.ThreadRelationships) and rel.links is not m.UNSET
+    assert [lk.thread_id for lk in rel.links] == [p1, p2, p3]  # type: ignore[union-attr]
+
+
+def test_references_and_incoming_by_relation(store: Store) -> None:
+    doc = make(store, new_id())
+    r1 = make(store, new_id(), link(doc, "referenced"))
+    r2 = make(store, new_id(), link(doc, "referenced"), link(doc, "x-quoted"))
+    s1 = make(store, new_id(), link(doc, "spawned_from"))
+    m1 = make(store, new_id(), link(doc, "merged_from"))
+    assert store.incoming(doc, relation="referenced") == sorted([(r1, "referenced"), (r2, "referenced")],
+                                                                key=lambda r: tkey(r[0]))
+    assert store.incoming(doc, relation="x-quoted") == [(r2, "x-quoted")]
+    assert store.incoming(doc, relation="spawned_from") == [(s1, "spawned_from")]
+    assert store.incoming(doc, relation="merged_from") == [(m1, "merged_from")]
+    assert store.incoming(doc, relation="refer") == []  # a prefix of a relation is not that relation
+    assert sorted(store.incoming(doc)) == sorted([(r1, "referenced"), (r2, "referenced"), (r2, "x-quoted"),
+                                                  (s1, "spawned_from"), (m1, "merged_from")])
+    assert store.children(doc) == [s1]
+
+
+def test_links_added_later_and_links_projection(store: Store) -> None:
+    a = make(store, new_id())
+    b = make(store, new_id())
+    store.append(a, [link(b, "referenced")])
+    store.append(a, [link(b, "merged_from")])
+    assert [(lk.thread_id, lk.relation) for lk in store.links(a)] == [(b, "referenced"), (b, "merged_from")]
+    assert store.incoming(b) == [(a, "merged_from"), (a, "referenced")]  # ordered by relation
+
+
+def test_links_to_unknown_threads_are_allowed_and_answered(store: Store) -> None:
+    ghost_parent, ghost_ref = new_id(), "not-a-uuid-thread"
+    t = make(store, new_id(), link(ghost_parent, "spawned_from"), link(ghost_ref, "referenced"))
+    assert store.children(ghost_parent) == [t]
+    assert store.incoming(ghost_ref) == [(t, "referenced")]
+    assert store.descendants(ghost_parent) == [(t, 1)]
+    assert store.children("never-heard-of") == []
+    assert store.incoming("never-heard-of") == []
+    assert store.descendants("never-heard-of") == []
+
+
+def test_uuid_case_is_one_thread(store: Store) -> None:
+    parent = make(store, new_id())
+    child = make(store, new_id(), link(parent.upper(), "spawned_from"))
+    assert store.children(parent) == [child]
+    assert store.incoming(parent.upper()) == [(child, "spawned_from")]
+
+
+# --------------------------------------------------------------------------- descendants
+
+
+def test_descendants_breadth_first_with_max_depth(store: Store) -> None:
+    root = make(store, new_id())
+    level1 = [make(store, new_id(), link(root, "spawned_from")) for _ in range(2)]
+    level2 = [make(store, new_id(), link(p, "spawned_from")) for p in level1 for _ in range(2)]
+    level3 = [make(store, new_id(), *spawn_turn()) for _ in range(1)]
+    store.append(level2[0], spawn_turn(level3[0]))
+    got = store.descendants(root)
+    assert [d for _, d in got] == [1, 1, 2, 2, 2, 2, 3]
+    assert {t for t, d in got if d == 1} == set(level1)
+    assert {t for t, d in got if d == 2} == set(level2)
+    assert [t for t, d in got if d == 3] == level3
+    assert store.descendants(root, max_depth=1) == [(t, 1) for t in by_key(level1)]
+    assert len(store.descendants(root, max_depth=2)) == 6
+    assert store.descendants(root, max_depth=0) == []
+    assert store.descendants(level3[0]) == []
+
+
+def test_cycle_is_safe(store: Store) -> None:
+    a, b, c = new_id(), new_id(), new_id()
+    make(store, a, link(c, "spawned_from"))
+    make(store, b, link(a, "spawned_from"))
+    make(store, c, link(b, "spawned_from"))
+    assert store.descendants(a) == [(b, 1), (c, 2)]
+    assert store.descendants(b) == [(c, 1), (a, 2)]
+    assert store.children(c) == [a]
+    # A self-loop.
+    s = make(store, new_id())
+    store.append(s, [link(s, "spawned_from")])
+    assert store.children(s) == [s]
+    assert store.descendants(s) == []
+
+
+def test_delete_drops_the_deleted_threads_edges(store: Store) -> None:
+    parent = make(store, new_id())
+    target = make(store, new_id())
+    child = make(store, new_id(), link(parent, "spawned_from"), link(target, "referenced"))
+    spawned = new_id()
+    store.append(parent, spawn_turn(spawned))
+    assert store.children(parent) == by_key([child, spawned])
+    store.delete_thread(child)
+    assert store.children(parent) == [spawned]
+    assert store.incoming(target) == []
+    store.delete_thread(parent)
+    assert store.children(parent) == []
+
+
+# --------------------------------------------------------------------------- a large generated graph
+
+
+def test_generated_graph_matches_brute_force(tmp_path: Path) -> None:
+    began = time.monotonic()
+    rng = random.Random(20250120)
+    n = 10_240
+    ids = [new_id(rng) for _ in range(n)]
+    unknown = [new_id(rng) for _ in range(200)] + [f"external-{i}" for i in range(50)]
+    out_links: dict[int, list[tuple[str, str]]] = defaultdict(list)  # source index -> (target, relation)
+    spawn_events: dict[int, list[str]] = defaultdict(list)  # parent index -> child ids (spawn messages)
+    children_bf: dict[str, set[str]] = defaultdict(set)
+    incoming_bf: dict[str, list[tuple[str, str]]] = defaultdict(list)
+    seen_links: set[tuple[int, str, str]] = set()
+
+    def add_link(src: int, target: str, rel: str) -> None:
+        if (src, tkey(target).hex(), rel) in seen_links:
+            return
+        seen_links.add((src, tkey(target).hex(), rel))
+        out_links[src].append((target, rel))
+        incoming_bf[target].append((ids[src], rel))
+        if rel == "spawned_from":
+            children_bf[target].add(ids[src])
+
+    # A spawn forest: each thread after the first few has a parent among the earlier ones,
+    # stated by the child's link, the parent's spawn event, or both.
+    for i in range(1, n):
+        if i < 8:
+            continue  # several roots
+        p = rng.randrange(max(0, i - 400), i)
+        how = rng.random()
+        if how < 0.45 or how >= 0.9:
+            add_link(i, ids[p], "spawned_from")
+        if how >= 0.45:
+            spawn_events[p].append(ids[i])
+            children_bf[ids[p]].add(ids[i])
+    # Spawn events naming threads that do not exist (allowed).
+    for u in unknown[:40]:
+        p = rng.randrange(n)
+        spawn_events[p].append(u)
+        children_bf[ids[p]].add(u)
+    # Merges with several parents, references (some to unknown threads), a custom relation.
+    for _ in range(1500):
+        src = rng.randrange(n)
+        for p in rng.sample(range(n), rng.randint(2, 4)):
+            add_link(src, ids[p], "merged_from")
+    for _ in range(3000):
+        src = rng.randrange(n)
+        target = rng.choice(unknown) if rng.random() < 0.1 else ids[rng.randrange(n)]
+        add_link(src, target, rng.choice(["referenced", "referenced", "x-cites"]))
+    def bfs(root: str, max_depth: int | None) -> dict[str, int]:
+        depth = {root: 0}
+        q = deque([root])
+        while q:
+            t = q.popleft()
+            if max_depth is not None and depth[t] >= max_depth:
+                continue
+            for c in children_bf.get(t, ()):
+                if c not in depth:
+                    depth[c] = depth[t] + 1
+                    q.append(c)
+        del depth[root]
+        return depth
+
+    # Cycles: the first root becomes a child of its deepest descendant, and a self-loop.
+    under0 = bfs(ids[0], None)
+    deepest = max(under0, key=lambda t: (under0[t], tkey(t)))
+    assert under0[deepest] >= 3
+    add_link(0, deepest, "spawned_from")
+    add_link(5, ids[5], "spawned_from")
+
+    def events_of(i: int) -> list[Event]:
+        evs: list[Event] = [started(ids[i])]
+        evs += [link(t, r) for t, r in out_links.get(i, [])]
+        if i in spawn_events:
+            evs += spawn_turn(*spawn_events[i])
+        return evs
+
+    with Store(tmp_path / "graph", durability="relaxed", map_size=256 << 20) as store:
+        with ThreadPoolExecutor(64) as pool:
+            list(pool.map(lambda i: store.append(ids[i], events_of(i)), range(n)))
+        built = time.monotonic() - began
+
+        # children: every thread and every unknown target, exact order (by key).
+        for tid in ids + unknown:
+            assert store.children(tid) == by_key(children_bf.get(tid, set())), tid
+        # incoming, all relations and per relation, exact order (relation, then source key).
+        for tid in ids + unknown:
+            want = sorted(incoming_bf.get(tid, []), key=lambda r: (r[1].encode(), tkey(r[0])))
+            assert store.incoming(tid) == want, tid
+        for tid in rng.sample(ids, 500) + unknown:
+            for rel in ("spawned_from", "merged_from", "referenced", "x-cites"):
+                want = sorted((s, r) for s, r in incoming_bf.get(tid, []) if r == rel)
+                assert sorted(store.incoming(tid, relation=rel)) == want
+        # links projection of a sample.
+        for i in rng.sample(range(n), 300):
+            assert [(lk.thread_id, lk.relation) for lk in store.links(ids[i])] == out_links.get(i, [])
+
+        # descendants: from every root (the cycle runs through root 0) and from a sample.
+        for root in ids[:8] + rng.sample(ids, 40):
+            got = store.descendants(root)
+            assert len(got) == len({t for t, _ in got})
+            assert dict(got) == bfs(root, None)
+            assert [d for _, d in got] == sorted(d for _, d in got)  # breadth-first
+        for root in ids[:8]:
+            for md in (1, 2, 3):
+                assert dict(store.descendants(root, max_depth=md)) == bfs(root, md)
+        # The cycle: root 0 is a child of its own deepest descendant; both walks end.
+        assert (ids[0], 1) in store.descendants(deepest)
+        around = dict(store.descendants(ids[0]))
+        assert around[deepest] == under0[deepest] and ids[0] not in around
+        assert set(around) == set(under0)
+        # Every spawned thread hangs under one of the roots.
+        reached = set().union(*(bfs(r, None) for r in ids[:8]))
+        assert set(ids[8:]) <= reached
+    elapsed = time.monotonic() - began
+    assert elapsed < 60, f"graph test took {elapsed:.1f}s (built in {built:.1f}s)"

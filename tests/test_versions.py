@@ -1,0 +1,248 @@
+"""v0.0.3 <-> v0.0.4 conversion."""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+import pytest
+from hypothesis import given
+from strategies import EVENT_TYPES_V003_NORMATIVE, EVENT_TYPES_V004_NORMATIVE, THREAD_SETTINGS, threads, threads_v003
+
+from tplog._errors import InvalidInputError
+from tplog._json import from_builtins, to_builtins
+from tplog._model import NORMATIVE_EVENT_TYPES, AgentTurn, Thread
+from tplog._versions import (
+    EVENT_TYPES_V003_TO_V004,
+    EVENT_TYPES_V004_TO_V003,
+    SUPPORTED_VERSIONS,
+    downgrade,
+    upgrade,
+)
+
+
+def _t(doc: dict[str, Any]) -> Thread:
+    return from_builtins(doc, Thread)
+
+
+# --------------------------------------------------------------------------- reference transforms on builtins
+
+
+def _upgrade_ref(doc: dict[str, Any]) -> dict[str, Any]:
+    d = copy.deepcopy(doc)
+    d["version"] = "0.0.4"
+    for turn in d["turns"]:
+        if turn["turn_type"] == "agent":
+            if turn.get("completion_status") is None:
+                turn["completion_status"] = "complete"
+            for m in turn["messages"]:
+                if m["message_type"] == "system" and m["event_type"] in EVENT_TYPES_V003_NORMATIVE:
+                    m["event_type"] = EVENT_TYPES_V004_NORMATIVE[EVENT_TYPES_V003_NORMATIVE.index(m["event_type"])]
+    return d
+
+
+def _downgrade_ref(doc: dict[str, Any]) -> dict[str, Any]:
+    d = copy.deepcopy(doc)
+    d["version"] = "0.0.3"
+    turns = []
+    for turn in d["turns"]:
+        if turn["turn_type"] == "agent":
+            if turn.get("completion_status") == "interrupted":
+                continue
+            turn.pop("completion_status", None)
+            turn.pop("interruption", None)
+            for m in turn["messages"]:
+                if m["message_type"] == "system" and m["event_type"] in EVENT_TYPES_V004_NORMATIVE:
+                    m["event_type"] = EVENT_TYPES_V003_NORMATIVE[EVENT_TYPES_V004_NORMATIVE.index(m["event_type"])]
+        turns.append(turn)
+    d["turns"] = turns
+    return d
+
+
+# --------------------------------------------------------------------------- properties
+
+
+@THREAD_SETTINGS
+@given(threads_v003(allow_v004_names=True))
+def test_upgrade_matches_reference(doc: dict[str, Any]) -> None:
+    t = _t(doc)
+    up = upgrade(t)
+    assert up.version == "0.0.4"
+    assert to_builtins(up) == _upgrade_ref(doc)
+    assert all(turn.completion_status == "complete" for turn in up.turns if isinstance(turn, AgentTurn))
+    assert to_builtins(t) == doc  # input untouched
+
+
+@THREAD_SETTINGS
+@given(threads())
+def test_downgrade_matches_reference(doc: dict[str, Any]) -> None:
+    t = _t(doc)
+    down = downgrade(t)
+    assert down.version == "0.0.3"
+    assert to_builtins(down) == _downgrade_ref(doc)
+    n_interrupted = sum(1 for x in doc["turns"] if x.get("completion_status") == "interrupted")
+    assert len(down.turns) == len(doc["turns"]) - n_interrupted
+    for turn in down.turns:
+        if isinstance(turn, AgentTurn):
+            assert "completion_status" not in to_builtins(turn)
+            assert "interruption" not in to_builtins(turn)
+    assert to_builtins(t) == doc
+
+
+@THREAD_SETTINGS
+@given(threads())
+def test_same_version_is_identity(doc: dict[str, Any]) -> None:
+    t = _t(doc)
+    assert upgrade(t) is t
+    v3 = downgrade(t)
+    assert downgrade(v3) is v3
+
+
+@THREAD_SETTINGS
+@given(threads(interrupted=False, allow_v003_names=False))
+def test_upgrade_after_downgrade_is_identity_without_interruptions(doc: dict[str, Any]) -> None:
+    t = _t(doc)
+    assert upgrade(downgrade(t)) == t
+    assert to_builtins(upgrade(downgrade(t))) == doc
+
+
+@THREAD_SETTINGS
+@given(threads_v003())
+def test_downgrade_after_upgrade_is_identity_for_v003(doc: dict[str, Any]) -> None:
+    t = _t(doc)
+    assert downgrade(upgrade(t)) == t
+
+
+@THREAD_SETTINGS
+@given(threads())
+def test_downgrade_is_idempotent_through_upgrade(doc: dict[str, Any]) -> None:
+    once = downgrade(_t(doc))
+    assert downgrade(upgrade(once)) == once
+
+
+# --------------------------------------------------------------------------- examples
+
+
+def _doc(version: str, turns: list[dict[str, Any]]) -> dict[str, Any]:
+    return {
+        "version": version,
+        "thread_id": "t",
+        "created_at": "c",
+        "updated_at": "u",
+        "agents": {"a": {"agent_id": "a", "agent_name": "A", "created_at": "c"}},
+        "turns": turns,
+    }
+
+
+def _sys(event: str) -> dict[str, Any]:
+    return {"message_type": "system", "timestamp": "t", "event_type": event, "event_data": {"x": 1}}
+
+
+def test_upgrade_example() -> None:
+    v3 = _doc(
+        "0.0.3",
+        [
+            {"turn_type": "user", "submitted_at": "s", "parts": [{"part_kind": "user-prompt", "content": "hi"}]},
+            {
+                "turn_type": "agent",
+                "agent_id": "a",
+                "started_at": "s",
+                "completed_at": "e",
+                "x-extra": [1],
+                "messages": [
+                    _sys(e)
+                    for e in (
+                        "agent.handoff",
+                        "thread.spawn",
+                        "thread.merge",
+                        "thread.end",
+                        "error",
+                        "data-app-x",
+                        "tool.grant",
+                    )
+                ],
+            },
+            {
+                "turn_type": "agent",
+                "agent_id": "a",
+                "started_at": "s",
+                "completed_at": "e",
+                "completion_status": None,
+                "messages": [],
+            },
+        ],
+    )
+    up = to_builtins(upgrade(_t(v3)))
+    assert up["version"] == "0.0.4"
+    assert up["turns"][0] == v3["turns"][0]
+    assert up["turns"][1]["completion_status"] == "complete"
+    assert up["turns"][1]["x-extra"] == [1]
+    assert "interruption" not in up["turns"][1]
+    assert [m["event_type"] for m in up["turns"][1]["messages"]] == [
+        "data-tp-agent_handoff",
+        "data-tp-thread_spawn",
+        "data-tp-thread_merge",
+        "data-tp-thread_end",
+        "data-tp-error",
+        "data-app-x",
+        "tool.grant",
+    ]
+    assert up["turns"][2]["completion_status"] == "complete"  # explicit null counts as missing
+
+
+def test_downgrade_example() -> None:
+    v4 = _doc(
+        "0.0.4",
+        [
+            {"turn_type": "user", "submitted_at": "s", "parts": [{"part_kind": "user-prompt", "content": "hi"}]},
+            {
+                "turn_type": "agent",
+                "agent_id": "a",
+                "started_at": "s",
+                "completion_status": "interrupted",
+                "interruption": {"reason": "user_cancelled", "interrupted_at": "i"},
+                "messages": [_sys("data-tp-error")],
+            },
+            {"turn_type": "user", "submitted_at": "s2", "parts": [{"part_kind": "user-prompt", "content": "again"}]},
+            {
+                "turn_type": "agent",
+                "agent_id": "a",
+                "started_at": "s",
+                "completed_at": "e",
+                "completion_status": "complete",
+                "messages": [_sys("data-tp-agent_handoff"), _sys("data-app-y")],
+            },
+        ],
+    )
+    down = to_builtins(downgrade(_t(v4)))
+    assert down["version"] == "0.0.3"
+    assert [t["turn_type"] for t in down["turns"]] == ["user", "user", "agent"]
+    agent = down["turns"][2]
+    assert "completion_status" not in agent
+    assert agent["completed_at"] == "e"
+    assert [m["event_type"] for m in agent["messages"]] == ["agent.handoff", "data-app-y"]
+
+
+@pytest.mark.parametrize("version", ["0.0.2", "0.0.5", "", "1.0"])
+def test_unknown_version_refused(version: str) -> None:
+    t = _t(_doc(version, []))
+    for fn in (upgrade, downgrade):
+        with pytest.raises(InvalidInputError) as info:
+            fn(t)
+        assert info.value.path == "$.version"
+
+
+def test_non_thread_refused() -> None:
+    with pytest.raises(TypeError):
+        upgrade({"version": "0.0.3"})  # type: ignore[arg-type]
+
+
+def test_name_maps() -> None:
+    assert dict(EVENT_TYPES_V003_TO_V004) == dict(
+        zip(EVENT_TYPES_V003_NORMATIVE, EVENT_TYPES_V004_NORMATIVE, strict=True)
+    )
+    assert {v: k for k, v in EVENT_TYPES_V003_TO_V004.items()} == dict(EVENT_TYPES_V004_TO_V003)
+    assert set(EVENT_TYPES_V004_TO_V003) == NORMATIVE_EVENT_TYPES
+    assert {"0.0.3", "0.0.4"} == SUPPORTED_VERSIONS
+    with pytest.raises(TypeError):
+        EVENT_TYPES_V003_TO_V004["x"] = "y"  # type: ignore[index]
