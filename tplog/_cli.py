@@ -109,9 +109,7 @@ def cmd_import(args: argparse.Namespace) -> int:
 
     data = _read_input(args.file)
     if args.format != "threadprotocol":
-        from tplog.integrations import importers
-
-        threads = importers.load(args.format, data, request_path=args.request)
+        raise InvalidInputError(f"--format {args.format} is not supported yet; import threadprotocol JSON")
     else:
         threads = [from_json(data, m.Thread)]
     with _store(args, readonly=False, create=True) as s:
