@@ -18,7 +18,8 @@ key order, whitespace or escaping:
 
 What is refused, with a :class:`CanonicalizationError` (an
 :class:`~tplog.InvalidInputError`, so a ``ValueError``) whose ``path`` names
-the offending value (``$.turns[0].parts[1].args.n``):
+the offending value in tplog._json's path format (``$.turns[0].parts[1].args.n``,
+``$.metadata["agent.routing"]`` for a key that is not an identifier):
 
 - NaN and ±Infinity (:class:`NonFiniteNumberError`): JSON has no such values;
 - integers outside ±(2**53-1) (:class:`IntegerDomainError`). This is the
