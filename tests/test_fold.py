@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from hypothesis import given
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 from msgspec import UNSET
 from msgspec.structs import replace
@@ -321,6 +321,17 @@ def test_complete_cycles_keeps_the_returns_of_a_kept_response() -> None:
     assert calls == ["b"] and returns == ["b"], kept
 
 
+def test_complete_cycles_with_a_reused_call_id() -> None:
+    """A dropped response's call id re-used by a later, complete cycle: that cycle keeps its return
+    (and the rule stays idempotent)."""
+    cut_off = resp(call("b"), t=2)
+    again = resp(call("b"), t=3)
+    answer = req(ret("b"), t=4)
+    kept = complete_cycles([cut_off, again, answer])
+    assert kept == [again, answer]
+    assert complete_cycles(kept) == kept
+
+
 def test_folded_interrupted_turn_validates() -> None:
     """The same sequence through fold: the document must pass the validator (no return whose
     tool_call_id matches no earlier call)."""
@@ -512,7 +523,9 @@ _messages = st.lists(
 )
 
 
+@settings(max_examples=400)
 @given(_messages)
+@example([resp(call("b")), resp(call("b")), req(ret("b"))])
 def test_complete_cycles_is_idempotent_small_alphabet(msgs: list[m.Message]) -> None:
     once = complete_cycles(msgs)
     assert complete_cycles(once) == once
@@ -526,3 +539,54 @@ def test_complete_cycles_is_idempotent_on_drawn_threads(doc: dict[str, Any]) -> 
         if isinstance(x, m.AgentTurn):
             once = complete_cycles(x.messages)
             assert complete_cycles(once) == once
+
+
+@settings(max_examples=400)
+@given(_messages)
+@example([resp(call("b")), resp(call("b")), req(ret("b"))])
+@example([req(prompt("q")), resp(call("a")), resp(call("b")), req(ret("a"), ret("b"))])
+def test_complete_cycles_keeps_order_requests_and_system_messages(msgs: list[m.Message]) -> None:
+    out = complete_cycles(msgs)
+
+    # A subsequence of the input, in order (a kept request may lose returns of dropped calls).
+    def kept_from(x: m.Message, y: m.Message) -> bool:
+        if x is y:
+            return True
+        return (isinstance(x, m.RequestMessage) and isinstance(y, m.RequestMessage) and bool(x.parts)
+                and x == replace(y, parts=[p for p in y.parts if p in x.parts]))
+
+    where: list[int] = []
+    j = 0
+    for x in out:
+        while j < len(msgs) and not kept_from(x, msgs[j]):
+            j += 1
+        assert j < len(msgs), f"{x} is not from the input, in order"
+        where.append(j)
+        j += 1
+    # System messages are always kept.
+    assert [x for x in out if isinstance(x, m.SystemMessage)] == [x for x in msgs if isinstance(x, m.SystemMessage)]
+    thread_msgs = [x for x in out if not isinstance(x, m.SystemMessage)]
+    # No kept response has an unreturned call: the next kept message is a request returning all.
+    for i, x in enumerate(thread_msgs):
+        if isinstance(x, m.ResponseMessage):
+            assert x.parts
+            ids = {p.tool_call_id for p in x.parts if isinstance(p, m.ToolCallPart)}
+            if ids:
+                nxt = thread_msgs[i + 1] if i + 1 < len(thread_msgs) else None
+                assert isinstance(nxt, m.RequestMessage)
+                answered = {p.tool_call_id for p in nxt.parts
+                            if isinstance(p, (m.ToolReturnPart, m.RetryPromptPart))}
+                assert ids <= answered
+    # No return is left without its call: a request's return naming a call made earlier in the
+    # input has that call kept before it.
+    kept_calls: set[str] = set()
+    for x, j in zip(out, where, strict=True):
+        if isinstance(x, m.SystemMessage):
+            continue
+        made_before = {p.tool_call_id for y in msgs[:j] if not isinstance(y, m.SystemMessage) for p in y.parts
+                       if isinstance(p, m.ToolCallPart)}
+        if isinstance(x, m.RequestMessage):  # tool results travel in requests
+            for p in x.parts:
+                if isinstance(p, (m.ToolReturnPart, m.RetryPromptPart)) and p.tool_call_id in made_before:
+                    assert p.tool_call_id in kept_calls, f"return of dropped call {p.tool_call_id} kept: {out}"
+        kept_calls |= {p.tool_call_id for p in x.parts if isinstance(p, m.ToolCallPart)}

@@ -309,7 +309,7 @@ def test_tool_return_status_aborted(put: Any) -> None:
 
 
 def test_thread_interrupted_flag_clears_after_a_later_completed_turn(put: Any) -> None:
-    s, tid, evs = put(user(), start(t=1), resp(text(), t=2), cut(t=3))
+    s, tid, _ = put(user(), start(t=1), resp(text(), t=2), cut(t=3))
     assert s.interrupts(tid).interrupted
     s.append(tid, [user(t=4)])
     assert s.interrupts(tid).interrupted  # still: the last *agent* turn was interrupted

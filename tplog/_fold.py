@@ -132,6 +132,7 @@ def complete_cycles(messages: list[m.Message]) -> list[m.Message]:
         nxt = messages[j] if j is not None else None
         if isinstance(nxt, m.RequestMessage) and set(calls) <= _returned_ids(nxt):
             out.append(msg)
+            dropped_calls.difference_update(calls)  # a re-used id now names this kept call
         else:
             dropped_calls.update(calls)
     return out
