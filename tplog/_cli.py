@@ -210,6 +210,40 @@ def cmd_train(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_rebuild(args: argparse.Namespace) -> int:
+    try:
+        from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
+    except ImportError:  # pragma: no cover - rich is in the cli extra
+        Progress = None  # type: ignore[assignment,misc]  # noqa: N806
+    with _store(args, readonly=False) as s:
+        if Progress is None or not sys.stderr.isatty():
+            reports = s.rebuild(args.projection, verify=args.verify)
+        else:  # pragma: no cover - needs a terminal
+            with Progress(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
+                          TimeRemainingColumn(), transient=True) as bar:
+                tasks: dict[str, Any] = {}
+
+                def progress(name: str, done: int, total: int) -> None:
+                    if name not in tasks:
+                        tasks[name] = bar.add_task(f"rebuild {name}", total=total)
+                    bar.update(tasks[name], completed=done, total=total)
+
+                reports = s.rebuild(args.projection, verify=args.verify, progress=progress)
+    _emit([{"projection": r.projection, "verify": r.verify, "events": r.events, "seconds": round(r.seconds, 3),
+            "events_per_second": round(r.events_per_second), "position": r.position,
+            "differences": r.differences} for r in reports])
+    return 1 if any(r.differences for r in reports) else 0
+
+
+def cmd_verify(args: argparse.Namespace) -> int:
+    from tplog._verify import verify_store
+
+    with _store(args, readonly=False) as s:
+        rep = verify_store(s, projections=not args.no_projections)
+    _emit({"ok": rep.ok, "threads": rep.threads, "events": rep.events, "blobs": rep.blobs, "problems": rep.problems})
+    return 0 if rep.ok else 1
+
+
 # --------------------------------------------------------------------------- parser
 
 
@@ -269,6 +303,13 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("--reason", default=None, help="recorded in the tombstone")
     sp = add("train", cmd_train, "Train a zstd dictionary on the store's events; new values use it.")
     sp.add_argument("--samples", type=int, default=2000, help="how many recent events to sample")
+    sp = add("rebuild", cmd_rebuild, "Rebuild projections from the log (safe while others append).")
+    sp.add_argument("--projection", choices=["links", "state"], default=None, help="only this projection")
+    sp.add_argument("--verify", action="store_true",
+                    help="rebuild into a shadow copy and report every difference from the live projection; "
+                         "exit 1 if any")
+    sp = add("verify", cmd_verify, "Check every value, the indexes and the projections; exit 1 on any problem.")
+    sp.add_argument("--no-projections", action="store_true", help="skip comparing projections with a rebuild")
     return p
 
 

@@ -294,39 +294,6 @@ class InterruptState(msgspec.Struct, frozen=True, kw_only=True):
     facts: list[TurnInterrupt]
 
 
-def interrupts(items: Iterable[Item]) -> InterruptState:
-    facts: list[TurnInterrupt] = []
-    turn_index = -1
-    agent = ""
-    last_turn_interrupted = False
-    for it in items:
-        if it.kind == _K_USER:
-            turn_index += 1
-        elif it.kind == _K_START:
-            turn_index += 1
-            assert isinstance(it.event, AgentTurnStarted)
-            agent = it.event.agent_id
-            last_turn_interrupted = False
-        elif it.kind == _K_MSG and it.facts is not None:
-            f = it.facts
-            if f.message_type == "response" and f.finish_reason == ABORTED:
-                facts.append(TurnInterrupt(turn=turn_index, agent_id=agent, source="response", reason=ABORTED,
-                                           interrupted_at=None, seq=it.seq))
-                last_turn_interrupted = True
-            for call_id, status in f.returns:
-                if status == ABORTED:
-                    facts.append(TurnInterrupt(turn=turn_index, agent_id=agent, source="tool", reason=ABORTED,
-                                               interrupted_at=None, seq=it.seq, tool_call_id=call_id))
-                    last_turn_interrupted = True
-        elif it.kind == _K_INT:
-            assert isinstance(it.event, AgentTurnInterrupted)
-            i = it.event.interruption
-            facts.append(TurnInterrupt(turn=turn_index, agent_id=agent, source="turn", reason=i.reason,
-                                       interrupted_at=i.interrupted_at, seq=it.seq))
-            last_turn_interrupted = True
-    return InterruptState(interrupted=last_turn_interrupted, last=facts[-1] if facts else None, facts=facts)
-
-
 class PendingCall(msgspec.Struct, frozen=True, kw_only=True):
     """A tool call without a return. ``state``: ``deferred`` | ``executing`` |
     ``abandoned``; ``kind``: ``approval`` | ``external`` when recorded."""
@@ -344,47 +311,98 @@ class PendingState(msgspec.Struct, frozen=True, kw_only=True):
     abandoned: list[PendingCall]
 
 
-def pending(items: Iterable[Item]) -> PendingState:
-    open_calls: dict[str, PendingCall] = {}
+class ThreadState(msgspec.Struct, kw_only=True):
+    """The id-only fold's running state for one thread; persisted by the
+    ``state`` projection so answers never rescan the thread. Feed it
+    :class:`Item`s in seq order with :func:`feed`."""
+
+    seq: int = 0
+    turn: int = -1
+    agent: str = ""
     turn_calls: list[str] = []
+    open_calls: dict[str, PendingCall] = {}
     abandoned: list[PendingCall] = []
-    turn_index = -1
-    in_turn = False
-    for it in items:
-        if it.kind == _K_USER:
-            turn_index += 1
-            if it.facts is not None:  # a user turn may carry tool results (approvals, external results)
-                for call_id, _status in it.facts.returns:
-                    open_calls.pop(call_id, None)
-        elif it.kind == _K_START:
-            turn_index += 1
-            in_turn = True
-            turn_calls = []
-        elif it.kind == _K_MSG and it.facts is not None:
-            for call_id, name in it.facts.calls:
-                open_calls[call_id] = PendingCall(tool_call_id=call_id, tool_name=name, state="executing",
-                                                  turn=turn_index, seq=it.seq)
-                turn_calls.append(call_id)
+    facts: list[TurnInterrupt] = []
+    interrupted: bool = False
+
+
+def feed(st: ThreadState, it: Item) -> None:
+    """Advance ``st`` by one event (mutates it)."""
+    st.seq = it.seq
+    kind = it.kind
+    if kind == _K_MSG:
+        f = it.facts
+        if f is None:
+            return
+        for call_id, name in f.calls:
+            st.open_calls[call_id] = PendingCall(tool_call_id=call_id, tool_name=name, state="executing",
+                                                 turn=st.turn, seq=it.seq)
+            st.turn_calls.append(call_id)
+        for call_id, status in f.returns:
+            st.open_calls.pop(call_id, None)
+            if status == ABORTED:
+                st.facts.append(TurnInterrupt(turn=st.turn, agent_id=st.agent, source="tool", reason=ABORTED,
+                                              interrupted_at=None, seq=it.seq, tool_call_id=call_id))
+                st.interrupted = True
+        if f.message_type == "response" and f.finish_reason == ABORTED:
+            st.facts.append(TurnInterrupt(turn=st.turn, agent_id=st.agent, source="response", reason=ABORTED,
+                                          interrupted_at=None, seq=it.seq))
+            st.interrupted = True
+    elif kind == _K_USER:
+        st.turn += 1
+        if it.facts is not None:  # a user turn may carry tool results (approvals, external results)
             for call_id, _status in it.facts.returns:
-                open_calls.pop(call_id, None)
-        elif it.kind == _K_DONE:
-            assert isinstance(it.event, AgentTurnCompleted)
-            deferred = it.event.deferred
-            for cid in turn_calls:
-                c = open_calls.get(cid)
-                if c is not None:
-                    open_calls[cid] = msgspec.structs.replace(c, state="deferred", kind=deferred.get(cid))
-            in_turn = False
-            turn_calls = []
-        elif it.kind == _K_INT:
-            for cid in turn_calls:
-                c = open_calls.pop(cid, None)
-                if c is not None:
-                    abandoned.append(msgspec.structs.replace(c, state="abandoned"))
-            in_turn = False
-            turn_calls = []
-    _ = in_turn
-    return PendingState(pending=sorted(open_calls.values(), key=lambda c: c.seq), abandoned=abandoned)
+                st.open_calls.pop(call_id, None)
+    elif kind == _K_START:
+        assert isinstance(it.event, AgentTurnStarted)
+        st.turn += 1
+        st.agent = it.event.agent_id
+        st.turn_calls = []
+        st.interrupted = False
+    elif kind == _K_DONE:
+        assert isinstance(it.event, AgentTurnCompleted)
+        deferred = it.event.deferred
+        for cid in st.turn_calls:
+            c = st.open_calls.get(cid)
+            if c is not None:
+                st.open_calls[cid] = msgspec.structs.replace(c, state="deferred", kind=deferred.get(cid))
+        st.turn_calls = []
+    elif kind == _K_INT:
+        assert isinstance(it.event, AgentTurnInterrupted)
+        for cid in st.turn_calls:
+            c = st.open_calls.pop(cid, None)
+            if c is not None:
+                st.abandoned.append(msgspec.structs.replace(c, state="abandoned"))
+        st.turn_calls = []
+        i = it.event.interruption
+        st.facts.append(TurnInterrupt(turn=st.turn, agent_id=st.agent, source="turn", reason=i.reason,
+                                      interrupted_at=i.interrupted_at, seq=it.seq))
+        st.interrupted = True
+
+
+def state_of(items: Iterable[Item]) -> ThreadState:
+    st = ThreadState()
+    for it in items:
+        feed(st, it)
+    return st
+
+
+def pending_of(st: ThreadState) -> PendingState:
+    return PendingState(pending=sorted(st.open_calls.values(), key=lambda c: c.seq), abandoned=list(st.abandoned))
+
+
+def interrupts_of(st: ThreadState) -> InterruptState:
+    return InterruptState(interrupted=st.interrupted, last=st.facts[-1] if st.facts else None, facts=list(st.facts))
+
+
+def pending(items: Iterable[Item]) -> PendingState:
+    """Tool calls without a return (see module doc)."""
+    return pending_of(state_of(items))
+
+
+def interrupts(items: Iterable[Item]) -> InterruptState:
+    """Interrupt facts, per turn and for the thread (see module doc)."""
+    return interrupts_of(state_of(items))
 
 
 # --------------------------------------------------------------------------- import

@@ -21,13 +21,24 @@ import os
 import threading
 import time
 import uuid
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any, Final, Literal, Union
 
 import msgspec
 
 from tplog import _model as m
-from tplog._codec import MSG_KIND, Codec, Encoded, Header, Limits, blob_refcount, blob_with_refcount
+from tplog import _projections as proj
+from tplog._codec import (
+    F_BLOB,
+    MSG_KIND,
+    PREFIX_SIZE,
+    Codec,
+    Encoded,
+    Header,
+    Limits,
+    blob_refcount,
+    blob_with_refcount,
+)
 from tplog._errors import (
     IdempotencyError,
     InvalidEventError,
@@ -58,12 +69,16 @@ from tplog._fold import (
     InterruptState,
     Item,
     PendingState,
+    ThreadState,
     events_from_thread,
+    feed,
     fold,
-    interrupts,
-    pending,
+    interrupts_of,
+    pending_of,
+    state_of,
 )
 from tplog._keys import TKEY_SIZE, event_key, from_u64, tkey, u64
+from tplog._projections import RebuildReport
 from tplog._storage import LmdbEngine, ReadTxn, WriteTxn
 
 __all__ = ["ANY", "EXISTS", "NO_STREAM", "AppendResult", "AsyncStore", "Store", "ThreadHead", "ThreadPage"]
@@ -74,10 +89,7 @@ EXISTS: Final = "exists"
 ExpectedVersion = Union[int, Literal["any", "no_stream", "exists"]]
 
 _EVENT_CLASSES = tuple(KIND_CODE)
-_SPAWNED_FROM: Final = "spawned_from"
 MAX_RELATION_BYTES: Final = 400  # links_in keys must stay under LMDB's 511-byte key limit
-C_LINK: Final = 1  # children flag: the child has a spawned_from link to the parent
-C_SPAWN: Final = 2  # children flag: the parent recorded a thread_spawn event naming the child
 
 
 class ThreadHead(msgspec.Struct, array_like=True, kw_only=True):
@@ -193,6 +205,9 @@ class Store:
         with self.engine.read() as txn:
             last = txn.last("global")
             self._last_position = from_u64(last[0]) if last else 0
+        if not readonly:
+            empty = self._last_position == 0
+            self.engine.run_write(lambda txn: proj.init_infos(txn, empty))
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -333,10 +348,12 @@ class Store:
         def work(txn: WriteTxn) -> list[tuple[AppendResult | None, BaseException | None]]:
             last = txn.last("global")
             pos = from_u64(last[0]) if last else 0
+            live = (proj.is_live(proj.read_info(txn, proj.LINKS), proj.LINKS),
+                    proj.is_live(proj.read_info(txn, proj.STATE), proj.STATE))
             out: list[tuple[AppendResult | None, BaseException | None]] = []
             for req in batch:
                 try:
-                    res, pos = self._apply(txn, req, pos)
+                    res, pos = self._apply(txn, req, pos, live)
                     out.append((res, None))
                 except TplogError as exc:
                     out.append((None, exc))
@@ -359,7 +376,7 @@ class Store:
                 self._last_position = top
                 self._position_cond.notify_all()
 
-    def _apply(self, txn: WriteTxn, req: _Request, pos: int) -> tuple[AppendResult, int]:
+    def _apply(self, txn: WriteTxn, req: _Request, pos: int, live: tuple[bool, bool]) -> tuple[AppendResult, int]:
         thread_id = req.thread_id
         tk = tkey(thread_id)
         raw = txn.get("heads", tk)
@@ -384,6 +401,8 @@ class Store:
         seq0 = head.version - len(encoded) + 1
         first_pos = pos + 1
         stored = 0
+        tables = proj._Tables(txn, shadow=False)
+        state = proj.load_state(tables, tk) if live[1] else None
         for i, enc in enumerate(encoded):
             seq = seq0 + i
             pos += 1
@@ -397,7 +416,12 @@ class Store:
                 sha, blob = enc.blob
                 old = txn.get("blobs", sha)
                 txn.put("blobs", sha, blob if old is None else blob_with_refcount(old, blob_refcount(old) + 1))
-            self._index(txn, thread_id, tk, seq, enc)
+            if live[0]:
+                proj.apply_links(tables, thread_id, tk, seq, enc.event, enc.facts.spawned if enc.facts else ())
+            if state is not None:
+                feed(state, Item(seq, enc.kind, enc.facts, None if enc.kind == MSG_KIND else enc.event))
+        if state is not None:
+            proj.save_state(tables, tk, state)
         head.last_position = pos
         head.stored_bytes += stored
         if head.created_ns == 0:
@@ -494,27 +518,6 @@ class Store:
             h.version = seq
         return h
 
-    def _index(self, txn: WriteTxn, thread_id: str, tk: bytes, seq: int, enc: Encoded) -> None:
-        """Exact indexes kept in the append's transaction: incoming links and children."""
-        ev = enc.event
-        if isinstance(ev, LinkAdded):
-            target = ev.link.thread_id
-            ttk = tkey(target)
-            rel = ev.link.relation.encode()
-            txn.put("links_in", ttk + rel + b"\x00" + tk + u64(seq), _enc.encode([thread_id, target]))
-            if ev.link.relation == _SPAWNED_FROM:
-                self._child(txn, ttk, tk, thread_id, C_LINK)
-        elif enc.kind == MSG_KIND and enc.facts is not None and enc.facts.spawned:
-            for child in enc.facts.spawned:
-                self._child(txn, tk, tkey(child), child, C_SPAWN)
-
-    @staticmethod
-    def _child(txn: WriteTxn, parent: bytes, child: bytes, child_id: str, flag: int) -> None:
-        key = parent + child
-        old = txn.get("children", key)
-        flags = flag if old is None else (_child_dec.decode(old)[1] | flag)
-        txn.put("children", key, _enc.encode((child_id, flags)))
-
     # ------------------------------------------------------------------ delete
 
     def delete_thread(self, thread_id: str, *, reason: str | None = None) -> AppendResult:
@@ -532,6 +535,7 @@ class Store:
             head = _head_dec.decode(raw)
             if head.status == "deleted":
                 raise ThreadDeletedError(f"thread {thread_id} is already deleted")
+            tables = proj._Tables(txn, shadow=False)
             for k, v in list(txn.range("events", tk, tk + b"\xff" * 8)):
                 seq = from_u64(k, TKEY_SIZE)
                 hdr = self.codec.header(v, where=(thread_id, seq))
@@ -539,16 +543,14 @@ class Store:
                 if ref is not None:
                     txn.delete("global", u64(from_u64(ref, TKEY_SIZE + 8)))
                     txn.delete("eventids", hdr.event_id.encode())
-                if hdr.kind == KIND_CODE[LinkAdded]:
-                    ev = self.codec.decode_event(self.codec.body_bytes(v, lambda sha: txn.get("blobs", sha),
-                                                                       where=(thread_id, seq)))
-                    assert isinstance(ev, LinkAdded)
-                    ttk = tkey(ev.link.thread_id)
-                    txn.delete("links_in", ttk + ev.link.relation.encode() + b"\x00" + tk + u64(seq))
-                    if ev.link.relation == _SPAWNED_FROM:
-                        _drop_child_flag(txn, ttk + tk, C_LINK)
-                if v[1] & 2:  # blob reference: release one reference
-                    sha = bytes(v[12 + int.from_bytes(v[10:12], "big"):])
+                if hdr.kind == KIND_CODE[LinkAdded] or (hdr.facts is not None and hdr.facts.spawned):
+                    ev = None
+                    if hdr.kind == KIND_CODE[LinkAdded]:
+                        ev = self.codec.decode_event(self.codec.body_bytes(
+                            v, lambda sha: txn.get("blobs", sha), where=(thread_id, seq)))
+                    proj.unapply_links(tables, thread_id, tk, seq, ev, hdr.facts.spawned if hdr.facts else ())
+                if v[1] & F_BLOB:  # release one reference to the shared blob
+                    sha = bytes(v[PREFIX_SIZE + int.from_bytes(v[10:12], "big"):])
                     blob = txn.get("blobs", sha)
                     if blob is not None:
                         n = blob_refcount(blob) - 1
@@ -556,10 +558,8 @@ class Store:
                             txn.delete("blobs", sha)
                         else:
                             txn.put("blobs", sha, blob_with_refcount(blob, n))
-                if hdr.facts is not None and hdr.facts.spawned:
-                    for child in hdr.facts.spawned:
-                        _drop_child_flag(txn, tk + tkey(child), C_SPAWN)
                 txn.delete("events", k)
+            txn.delete("proj", proj.STATE_PREFIX + tk)
             last = txn.last("global")
             pos = (from_u64(last[0]) if last else 0) + 1
             seq = head.version + 1
@@ -751,6 +751,7 @@ class Store:
         prefix = tk + (relation.encode() + b"\x00" if relation is not None else b"")
         out: list[tuple[str, str]] = []
         with self.engine.read() as txn:
+            proj.require_live(txn, proj.LINKS, self.path)
             for k, v in txn.range("links_in", prefix, prefix + b"\xff" * 40):
                 rel = k[TKEY_SIZE:].split(b"\x00", 1)[0].decode()
                 out.append((_ids_dec.decode(v)[0], rel))
@@ -764,6 +765,7 @@ class Store:
         start = tk + (tkey(after) + b"\x00" if after is not None else b"")
         out: list[str] = []
         with self.engine.read() as txn:
+            proj.require_live(txn, proj.LINKS, self.path)
             for _, v in txn.range("children", start, tk + b"\xff" * 17):
                 if limit is not None and len(out) >= limit:
                     break
@@ -805,13 +807,60 @@ class Store:
                 out.append(Item(seq, hdr.kind, hdr.facts, ev))
         return out
 
+    def _state(self, thread_id: str) -> ThreadState:
+        """The thread's id-only fold state: from the ``state`` projection when live,
+        else folded from the thread's headers."""
+        self._check_open()
+        tk = tkey(thread_id)
+        with self.engine.read() as txn:
+            if txn.get("heads", tk) is None:
+                raise NotFoundError(f"thread {thread_id} does not exist")
+            if proj.is_live(proj.read_info(txn, proj.STATE), proj.STATE):
+                return proj.load_state(txn, tk)
+        return state_of(self._items(thread_id))
+
     def pending(self, thread_id: str) -> PendingState:
         """Tool calls still waiting (deferred / executing) and those abandoned by an interruption."""
-        return pending(self._items(thread_id))
+        return pending_of(self._state(thread_id))
 
     def interrupts(self, thread_id: str) -> InterruptState:
         """Whether and where the thread was interrupted, from recorded facts only."""
-        return interrupts(self._items(thread_id))
+        return interrupts_of(self._state(thread_id))
+
+    def rebuild(
+        self,
+        projection: str | None = None,
+        *,
+        verify: bool = False,
+        progress: Callable[[str, int, int], None] | None = None,
+    ) -> list[RebuildReport]:
+        """Rebuild one projection (or all) from the log; safe while other threads and
+        processes append. With ``verify`` the live projection is left alone and every
+        difference from a fresh rebuild is reported instead."""
+        self._check_open()
+        names = [projection] if projection is not None else list(proj.PROJECTIONS)
+        out = []
+        for name in names:
+            cb = None if progress is None else (lambda done, total, _n=name: progress(_n, done, total))
+            out.append(proj.rebuild(self.engine, self.codec, name, verify=verify, progress=cb))
+        return out
+
+    def projections(self) -> dict[str, dict[str, Any]]:
+        """Each projection's fold version, status and the log position it covers."""
+        with self.engine.read() as txn:
+            end = txn.last("global")
+            last = from_u64(end[0]) if end else 0
+            out: dict[str, dict[str, Any]] = {}
+            for name in proj.PROJECTIONS:
+                info = proj.read_info(txn, name)
+                live = proj.is_live(info, name)
+                out[name] = {
+                    "code_version": proj.VERSIONS[name],
+                    "version": info.version if info else None,
+                    "status": "live" if live else "stale",
+                    "position": last if live else (info.position if info else 0),
+                }
+        return out
 
     def links(self, thread_id: str) -> list[m.ThreadLink]:
         """The thread's outgoing links, in the order they were added."""
@@ -899,18 +948,6 @@ class Store:
         info["last_position"] = self.last_position
         info["dictionaries"] = info["tables"]["dicts"]["entries"]
         return info
-
-
-def _drop_child_flag(txn: WriteTxn, key: bytes, flag: int) -> None:
-    old = txn.get("children", key)
-    if old is None:
-        return
-    child, flags = _child_dec.decode(old)
-    flags &= ~flag
-    if flags:
-        txn.put("children", key, _enc.encode((child, flags)))
-    else:
-        txn.delete("children", key)
 
 
 def _resolve(fut: asyncio.Future[AppendResult], req: _Request) -> None:

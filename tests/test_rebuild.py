@@ -1,0 +1,204 @@
+"""Projection bookkeeping, rebuild (also under concurrent appends) and `tplog verify`."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+
+import lmdb
+import pytest
+
+from tplog import _model as m
+from tplog import _projections as proj
+from tplog._cli import main
+from tplog._errors import RebuildRequiredError
+from tplog._events import (
+    AgentTurnCompleted,
+    AgentTurnStarted,
+    LinkAdded,
+    MessageRecorded,
+    ThreadStarted,
+)
+from tplog._store import Store
+
+T = "2025-01-20T10:00:00Z"
+
+
+def start(tid: str) -> ThreadStarted:
+    return ThreadStarted(thread_id=tid, created_at=T)
+
+
+def link(target: str, rel: str = "spawned_from") -> LinkAdded:
+    return LinkAdded(link=m.ThreadLink(thread_id=target, relation=rel))
+
+
+def tool_turn(call_id: str, deferred: dict[str, str] | None = None) -> list:
+    return [
+        AgentTurnStarted(agent_id="a", started_at=T),
+        MessageRecorded(message=m.ResponseMessage(timestamp=T, agent_id="a", parts=[
+            m.ToolCallPart(tool_name="approve_me", tool_call_id=call_id, args={})])),
+        AgentTurnCompleted(completed_at=T, deferred=deferred or {}),
+    ]
+
+
+def populate(store: Store, n: int = 30) -> tuple[str, list[str]]:
+    parent = str(uuid.uuid4())
+    store.append(parent, [start(parent), *tool_turn("p1", {"p1": "approval"})])
+    kids = []
+    for i in range(n):
+        kid = str(uuid.uuid4())
+        kids.append(kid)
+        store.append(kid, [start(kid), link(parent), link(kids[0], "referenced") if i else link(parent, "merged_from"),
+                           *tool_turn(f"k{i}")])
+    return parent, kids
+
+
+def test_new_store_projections_are_live_and_match_a_rebuild(tmp_path: Path) -> None:
+    with Store(tmp_path / "s") as s:
+        parent, kids = populate(s)
+        info = s.projections()
+        assert info["links"]["status"] == info["state"]["status"] == "live"
+        assert info["links"]["position"] == s.last_position
+        for r in s.rebuild(verify=True):
+            assert r.differences == [], r.differences
+            assert r.events == s.last_position
+        assert sorted(s.children(parent)) == sorted(kids)
+        assert [c.tool_call_id for c in s.pending(parent).pending] == ["p1"]
+
+
+def test_verify_reports_a_tampered_projection_and_rebuild_repairs_it(tmp_path: Path) -> None:
+    path = tmp_path / "s"
+    with Store(path) as s:
+        parent, kids = populate(s, 5)
+    env = lmdb.open(str(path), max_dbs=20)
+    with env.begin(write=True) as txn:
+        children = env.open_db(b"children", txn=txn)
+        cur = txn.cursor(db=children)
+        assert cur.first()
+        cur.delete()  # lose one child entry
+        projdb = env.open_db(b"proj", txn=txn)
+        txn.delete(b"state\x00" + uuid.UUID(parent).bytes, db=projdb)  # lose one thread's state
+    env.close()
+    with Store(path) as s:
+        assert len(s.children(parent)) == 4
+        reports = s.rebuild(verify=True)
+        diffs = [d for r in reports for d in r.differences]
+        assert any(d.startswith("links: children[") and "live absent" in d for d in diffs), diffs
+        assert any(d.startswith("state: state of thread key " + uuid.UUID(parent).hex) for d in diffs), diffs
+        assert len(s.children(parent)) == 4  # verify changed nothing
+        s.rebuild()
+        assert sorted(s.children(parent)) == sorted(kids)
+        assert [c.tool_call_id for c in s.pending(parent).pending] == ["p1"]
+        assert all(r.differences == [] for r in s.rebuild(verify=True))
+
+
+def test_changed_fold_version_is_reported_then_rebuilt(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    path = tmp_path / "s"
+    with Store(path) as s:
+        parent, kids = populate(s, 3)
+    # The next tplog release folds links/state differently (version 2).
+    monkeypatch.setitem(proj.VERSIONS, "links", 2)
+    monkeypatch.setitem(proj.VERSIONS, "state", 2)
+    with Store(path) as s:
+        assert s.projections()["links"]["status"] == "stale"
+        with pytest.raises(RebuildRequiredError, match=r"tplog rebuild .* --projection links"):
+            s.children(parent)
+        # Appends go on while stale; pending is answered by folding headers on demand.
+        late = str(uuid.uuid4())
+        s.append(late, [start(late), link(parent)])
+        s.append(parent, tool_turn("p2", {"p2": "external"}))
+        assert [c.tool_call_id for c in s.pending(parent).pending] == ["p1", "p2"]
+        reports = s.rebuild()
+        assert {r.projection for r in reports} == {"links", "state"}
+        info = s.projections()
+        assert info["links"] == {"code_version": 2, "version": 2, "status": "live", "position": s.last_position}
+        assert sorted(s.children(parent)) == sorted([*kids, late])
+        assert [(c.tool_call_id, c.kind) for c in s.pending(parent).pending] == [("p1", "approval"),
+                                                                                 ("p2", "external")]
+
+
+def test_cli_rebuild_and_verify(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = str(tmp_path / "s")
+    with Store(path) as s:
+        populate(s, 4)
+    assert main(["rebuild", path, "--projection", "links"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out[0]["projection"] == "links" and out[0]["differences"] == []
+    assert main(["verify", path]) == 0
+    assert json.loads(capsys.readouterr().out)["ok"] is True
+
+
+def test_verify_names_a_corrupted_event(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = tmp_path / "s"
+    tid = str(uuid.uuid4())
+    with Store(path) as s:
+        s.append(tid, [start(tid), *tool_turn("c")])
+    env = lmdb.open(str(path), max_dbs=20)
+    with env.begin(write=True) as txn:
+        events = env.open_db(b"events", txn=txn)
+        key = uuid.UUID(tid).bytes + (3).to_bytes(8, "big")
+        v = bytearray(txn.get(key, db=events))
+        v[-1] ^= 0xFF
+        txn.put(key, bytes(v), db=events)
+    env.close()
+    assert main(["verify", str(path)]) == 1
+    report = json.loads(capsys.readouterr().out)
+    assert report["ok"] is False
+    assert any(f"thread {tid}, seq 3" in p and "CRC" in p for p in report["problems"]), report
+
+
+_APPENDER = """
+import sys, uuid
+from tplog import _model as m
+from tplog._events import ThreadStarted, LinkAdded, AgentTurnStarted, MessageRecorded, AgentTurnCompleted
+from tplog._store import Store
+path, parent, n = sys.argv[1], sys.argv[2], int(sys.argv[3])
+T = "2025-01-20T10:00:00Z"
+with Store(path, durability="relaxed") as s:
+    for i in range(n):
+        kid = str(uuid.uuid4())
+        s.append(kid, [ThreadStarted(thread_id=kid, created_at=T),
+                       LinkAdded(link=m.ThreadLink(thread_id=parent, relation="spawned_from")),
+                       AgentTurnStarted(agent_id="a", started_at=T),
+                       MessageRecorded(message=m.ResponseMessage(timestamp=T, agent_id="a",
+                           parts=[m.ToolCallPart(tool_name="t", tool_call_id=f"c{i}", args={})])),
+                       AgentTurnCompleted(completed_at=T)])
+print("done", flush=True)
+"""
+
+
+def test_rebuild_verify_while_another_process_appends(tmp_path: Path) -> None:
+    path = str(tmp_path / "s")
+    with Store(path) as s:
+        parent, _ = populate(s, 20)
+    n = 400
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
+    writer = subprocess.Popen([sys.executable, "-c", _APPENDER, path, parent, str(n)], env=env,
+                              stdout=subprocess.PIPE, text=True)
+    rounds = 0
+    try:
+        deadline = time.monotonic() + 60
+        while writer.poll() is None and time.monotonic() < deadline:
+            # A rebuild (swap) and a verify, each in its own process, while the writer appends.
+            for cmd in (["rebuild", path], ["rebuild", path, "--verify"]):
+                r = subprocess.run([sys.executable, "-m", "tplog", *cmd], env=env, capture_output=True, text=True,
+                                   timeout=60)
+                assert r.returncode == 0, (cmd, r.stdout, r.stderr)
+                assert all(rep["differences"] == [] for rep in json.loads(r.stdout)), r.stdout
+            rounds += 1
+    finally:
+        out, _ = writer.communicate(timeout=60)
+    assert writer.returncode == 0 and "done" in out
+    assert rounds >= 1
+    with Store(path) as s:
+        assert len(s.children(parent)) == 20 + n
+        assert all(r.differences == [] for r in s.rebuild(verify=True))
+        from tplog._verify import verify_store
+
+        rep = verify_store(s)
+        assert rep.ok, rep.problems

@@ -1,0 +1,361 @@
+"""Projections kept in the store, their bookkeeping, and the rebuild.
+
+Two projections are materialized, both maintained in the append's own write
+transaction (so, when live, they cover exactly the log's last position):
+
+- ``links``: the incoming-link index (table ``links_in``) and the children
+  index (table ``children``);
+- ``state``: per thread, the id-only fold state (:class:`~tplog._fold.ThreadState`:
+  pending tool calls, interrupt facts) in table ``proj`` under
+  ``b"state\\x00" + thread key``.
+
+Bookkeeping: table ``meta`` holds ``b"proj:" + name`` → msgpack
+``[version, position, status]``. ``version`` is the fold code's version
+(:data:`VERSIONS`); ``status`` is ``"live"`` (maintained by every append;
+covers the whole log) or ``"stale"`` (the fold code changed, or the store
+predates the projection: appends do not maintain it and it must be rebuilt;
+``position`` says how far it was built). A stale ``state`` projection is
+answered by folding the thread's headers on demand (correct, slower); a stale
+``links`` projection raises :class:`RebuildRequiredError` naming the command.
+
+Rebuild (:func:`rebuild`, ``tplog rebuild``) reads the global log in chunks,
+each in one write transaction, into *shadow* rows (``proj`` keys prefixed
+``~``), so live readers keep their answers meanwhile and appends keep
+maintaining the live rows. The chunk that reaches the end of the log swaps
+shadow → live (or, with ``verify=True``, compares them and reports every
+difference) in that same transaction, while no append can interleave: no
+update is lost or applied twice. Memory is one chunk's worth, whatever the
+log's size.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterable
+from typing import Any, Final
+
+import msgspec
+
+from tplog._codec import MSG_KIND, Codec, Header
+from tplog._errors import InvalidInputError, RebuildRequiredError
+from tplog._events import KIND_CODE, LinkAdded, ThreadDeleted
+from tplog._fold import Item, ThreadState, feed
+from tplog._keys import TKEY_SIZE, from_u64, tkey, u64
+from tplog._storage import ReadTxn, WriteTxn
+
+__all__ = ["PROJECTIONS", "VERSIONS", "ProjectionInfo", "RebuildReport", "rebuild"]
+
+LINKS: Final = "links"
+STATE: Final = "state"
+#: Fold code versions. Bump one when its fold changes meaning: stores built
+#: with the old version then report it stale until ``tplog rebuild``.
+VERSIONS: Final = {LINKS: 1, STATE: 1}
+PROJECTIONS: Final = tuple(VERSIONS)
+
+SPAWNED_FROM: Final = "spawned_from"
+C_LINK: Final = 1  # children flag: the child has a spawned_from link to the parent
+C_SPAWN: Final = 2  # children flag: the parent recorded a thread_spawn event naming the child
+_K_LINK = KIND_CODE[LinkAdded]
+_K_DELETED = KIND_CODE[ThreadDeleted]
+STATE_PREFIX: Final = b"state\x00"
+
+_enc = msgspec.msgpack.Encoder()
+_child_dec = msgspec.msgpack.Decoder(tuple[str, int])
+_state_dec = msgspec.msgpack.Decoder(ThreadState)
+
+
+class ProjectionInfo(msgspec.Struct, array_like=True):
+    version: int
+    position: int
+    status: str  # "live" | "stale"
+
+
+_info_dec = msgspec.msgpack.Decoder(ProjectionInfo)
+
+
+def meta_key(name: str) -> bytes:
+    return b"proj:" + name.encode()
+
+
+def read_info(txn: ReadTxn, name: str) -> ProjectionInfo | None:
+    raw = txn.get("meta", meta_key(name))
+    return _info_dec.decode(raw) if raw is not None else None
+
+
+def write_info(txn: WriteTxn, name: str, info: ProjectionInfo) -> None:
+    txn.put("meta", meta_key(name), _enc.encode(info))
+
+
+def is_live(info: ProjectionInfo | None, name: str) -> bool:
+    return info is not None and info.status == "live" and info.version == VERSIONS[name]
+
+
+def init_infos(txn: WriteTxn, log_empty: bool) -> None:
+    """On open: new stores start every projection live; older ones are marked stale."""
+    for name, version in VERSIONS.items():
+        info = read_info(txn, name)
+        if info is None:
+            write_info(txn, name, ProjectionInfo(version, 0, "live" if log_empty else "stale"))
+        elif info.version != version and info.status == "live":
+            write_info(txn, name, ProjectionInfo(info.version, info.position, "stale"))
+
+
+def require_live(txn: ReadTxn, name: str, path: str) -> None:
+    info = read_info(txn, name)
+    if not is_live(info, name):
+        have = "missing" if info is None else f"version {info.version}, {info.status}"
+        raise RebuildRequiredError(
+            f"{path}: the {name!r} projection is not current ({have}; this tplog folds version "
+            f"{VERSIONS[name]}); run `tplog rebuild {path} --projection {name}`"
+        )
+
+
+# --------------------------------------------------------------------------- table access (live or shadow)
+
+
+class _Tables:
+    """Where a projection's rows go: the live tables, or shadow rows in ``proj``."""
+
+    __slots__ = ("shadow", "txn")
+
+    def __init__(self, txn: WriteTxn, shadow: bool) -> None:
+        self.txn = txn
+        self.shadow = shadow
+
+    def _where(self, table: str, key: bytes) -> tuple[str, bytes]:
+        return ("proj", b"~" + table.encode() + b"\x00" + key) if self.shadow else (table, key)
+
+    def get(self, table: str, key: bytes) -> bytes | None:
+        return self.txn.get(*self._where(table, key))
+
+    def put(self, table: str, key: bytes, value: bytes) -> None:
+        t, k = self._where(table, key)
+        self.txn.put(t, k, value)
+
+    def delete(self, table: str, key: bytes) -> None:
+        t, k = self._where(table, key)
+        self.txn.delete(t, k)
+
+
+def link_key(target: str, relation: str, source_tk: bytes, seq: int) -> bytes:
+    return tkey(target) + relation.encode() + b"\x00" + source_tk + u64(seq)
+
+
+def apply_links(tables: _Tables, thread_id: str, tk: bytes, seq: int, event: Any, spawned: Iterable[str]) -> None:
+    """Index one event: a LinkAdded, or a message naming spawned threads. Idempotent."""
+    if isinstance(event, LinkAdded):
+        target = event.link.thread_id
+        tables.put("links_in", link_key(target, event.link.relation, tk, seq), _enc.encode([thread_id, target]))
+        if event.link.relation == SPAWNED_FROM:
+            _set_child(tables, tkey(target) + tk, thread_id, C_LINK)
+    for child in spawned:
+        _set_child(tables, tk + tkey(child), child, C_SPAWN)
+
+
+def unapply_links(tables: _Tables, thread_id: str, tk: bytes, seq: int, event: Any, spawned: Iterable[str]) -> None:
+    """Remove what :func:`apply_links` added for one event (thread deletion)."""
+    if isinstance(event, LinkAdded):
+        target = event.link.thread_id
+        tables.delete("links_in", link_key(target, event.link.relation, tk, seq))
+        if event.link.relation == SPAWNED_FROM:
+            _drop_child(tables, tkey(target) + tk, C_LINK)
+    for child in spawned:
+        _drop_child(tables, tk + tkey(child), C_SPAWN)
+
+
+def _set_child(tables: _Tables, key: bytes, child_id: str, flag: int) -> None:
+    old = tables.get("children", key)
+    flags = flag if old is None else (_child_dec.decode(old)[1] | flag)
+    tables.put("children", key, _enc.encode((child_id, flags)))
+
+
+def _drop_child(tables: _Tables, key: bytes, flag: int) -> None:
+    old = tables.get("children", key)
+    if old is None:
+        return
+    child, flags = _child_dec.decode(old)
+    flags &= ~flag
+    if flags:
+        tables.put("children", key, _enc.encode((child, flags)))
+    else:
+        tables.delete("children", key)
+
+
+def load_state(tables: _Tables | ReadTxn, tk: bytes) -> ThreadState:
+    raw = tables.get("proj", STATE_PREFIX + tk) if isinstance(tables, _Tables) else tables.get(
+        "proj", STATE_PREFIX + tk)
+    return _state_dec.decode(raw) if raw is not None else ThreadState()
+
+
+def save_state(tables: _Tables, tk: bytes, st: ThreadState) -> None:
+    tables.put("proj", STATE_PREFIX + tk, _enc.encode(st))
+
+
+# --------------------------------------------------------------------------- rebuild
+
+
+class RebuildReport(msgspec.Struct, kw_only=True):
+    """What a rebuild did. ``differences`` (with ``verify``) lists every row
+    where the live projection and a fresh rebuild disagree; empty means equal."""
+
+    projection: str
+    verify: bool
+    events: int
+    seconds: float
+    position: int
+    differences: list[str] = []
+
+    @property
+    def events_per_second(self) -> float:
+        return self.events / self.seconds if self.seconds > 0 else 0.0
+
+
+def _items_in(txn: WriteTxn, codec: Codec, start: int, limit: int) -> list[tuple[int, str, bytes, Item]]:
+    """Up to ``limit`` log entries from position ``start``: (position, thread id, thread key, item)."""
+    out: list[tuple[int, str, bytes, Item]] = []
+    names: dict[bytes, str] = {}
+    for pk, key in txn.range("global", u64(start)):
+        if len(out) >= limit:
+            break
+        value = txn.get("events", key)
+        if value is None:  # pragma: no cover - the index and the events change together
+            continue
+        tk = key[:TKEY_SIZE]
+        seq = from_u64(key, TKEY_SIZE)
+        name = names.get(tk)
+        if name is None:
+            raw = txn.get("heads", tk)
+            name = msgspec.msgpack.decode(raw)[0] if raw is not None else tk.hex()
+            names[tk] = name
+        where = (name, seq)
+        codec.check(key, value, where=where)
+        hdr: Header = codec.header(value, where=where)
+        ev = None
+        if hdr.kind != MSG_KIND:
+            ev = codec.decode_event(codec.body_bytes(value, lambda sha: txn.get("blobs", sha), where=where),
+                                    where=where)
+        out.append((from_u64(pk), name, tk, Item(seq, hdr.kind, hdr.facts, ev)))
+    return out
+
+
+_LIVE_TABLES: Final = {LINKS: ("links_in", "children"), STATE: ("proj",)}
+
+
+def _live_rows(txn: ReadTxn, name: str) -> dict[tuple[str, bytes], bytes]:
+    rows: dict[tuple[str, bytes], bytes] = {}
+    if name == LINKS:
+        for table in ("links_in", "children"):
+            for k, v in txn.range(table):
+                rows[(table, bytes(k))] = bytes(v)
+    else:
+        for k, v in txn.range("proj", STATE_PREFIX, STATE_PREFIX[:-1] + b"\x01"):
+            rows[("proj", bytes(k))] = bytes(v)
+    return rows
+
+
+def _shadow_rows(txn: ReadTxn, name: str) -> dict[tuple[str, bytes], bytes]:
+    rows: dict[tuple[str, bytes], bytes] = {}
+    for table in _LIVE_TABLES[name]:
+        prefix = b"~" + table.encode() + b"\x00"
+        for k, v in txn.range("proj", prefix, prefix[:-1] + b"\x01"):
+            key = bytes(k[len(prefix):])
+            if table == "proj" and not key.startswith(STATE_PREFIX):
+                continue
+            rows[(table, key)] = bytes(v)
+    return rows
+
+
+def _clear_shadow(txn: WriteTxn, name: str) -> None:
+    for table in _LIVE_TABLES[name]:
+        prefix = b"~" + table.encode() + b"\x00"
+        for k, _ in list(txn.range("proj", prefix, prefix[:-1] + b"\x01")):
+            txn.delete("proj", k)
+
+
+def _describe(name: str, table: str, key: bytes, live: bytes | None, fresh: bytes | None) -> str:
+    def show(v: bytes | None) -> str:
+        return "absent" if v is None else repr(msgspec.msgpack.decode(v))[:200]
+
+    if table == "proj":
+        what = f"state of thread key {key[len(STATE_PREFIX):].hex()}"
+    elif table == "children":
+        what = f"children[{key[:TKEY_SIZE].hex()} → {key[TKEY_SIZE:].hex()}]"
+    else:
+        what = f"links_in[{key[:TKEY_SIZE].hex()} … {key[-8 - TKEY_SIZE:-8].hex()} seq {from_u64(key, len(key) - 8)}]"
+    return f"{name}: {what}: live {show(live)}, rebuilt {show(fresh)}"
+
+
+def rebuild(
+    engine: Any,
+    codec: Codec,
+    name: str,
+    *,
+    verify: bool = False,
+    chunk: int = 5000,
+    progress: Callable[[int, int], None] | None = None,
+) -> RebuildReport:
+    """Rebuild projection ``name`` from the log (see module doc); safe while others append.
+
+    ``progress(done_position, last_position)`` is called after each chunk.
+    """
+    if name not in VERSIONS:
+        raise InvalidInputError(f"unknown projection {name!r}; expected one of {list(PROJECTIONS)}")
+    t0 = time.perf_counter()
+    engine.run_write(lambda txn: _clear_shadow(txn, name))
+    cursor = 0
+    events = 0
+    report: RebuildReport | None = None
+
+    def step(txn: WriteTxn) -> tuple[int, int, RebuildReport | None]:
+        batch = _items_in(txn, codec, cursor + 1, chunk)
+        tables = _Tables(txn, shadow=True)
+        states: dict[bytes, ThreadState] = {}
+        for _pos, thread_id, tk, it in batch:
+            if name == LINKS:
+                if it.kind == _K_LINK or (it.facts is not None and it.facts.spawned):
+                    apply_links(tables, thread_id, tk, it.seq, it.event, it.facts.spawned if it.facts else ())
+            else:
+                if it.kind == _K_DELETED:
+                    states.pop(tk, None)
+                    tables.delete("proj", STATE_PREFIX + tk)
+                    continue
+                st = states.get(tk)
+                if st is None:
+                    st = states[tk] = load_state(tables, tk)
+                feed(st, it)
+        for tk, st in states.items():
+            save_state(tables, tk, st)
+        last = batch[-1][0] if batch else cursor
+        if len(batch) >= chunk:
+            return last, len(batch), None
+        # The end of the log, inside the writer's transaction: finish here.
+        fresh = _shadow_rows(txn, name)
+        diffs: list[str] = []
+        if verify:
+            live = _live_rows(txn, name)
+            for key in sorted(set(live) | set(fresh)):
+                if live.get(key) != fresh.get(key):
+                    diffs.append(_describe(name, key[0], key[1], live.get(key), fresh.get(key)))
+        else:
+            live = _live_rows(txn, name)
+            for table, key in live.keys() - fresh.keys():
+                txn.delete(table, key)
+            for (table, key), value in fresh.items():
+                if live.get((table, key)) != value:
+                    txn.put(table, key, value)
+            end = txn.last("global")
+            write_info(txn, name, ProjectionInfo(VERSIONS[name], from_u64(end[0]) if end else 0, "live"))
+        _clear_shadow(txn, name)
+        return last, len(batch), RebuildReport(projection=name, verify=verify, events=0, seconds=0.0,
+                                               position=last, differences=diffs)
+
+    while report is None:
+        cursor, n, report = engine.run_write(step)
+        events += n
+        if progress is not None:
+            with engine.read() as txn:
+                end = txn.last("global")
+            progress(cursor, max(cursor, from_u64(end[0]) if end else 0))
+    report.events = events
+    report.seconds = time.perf_counter() - t0
+    return report
