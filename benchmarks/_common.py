@@ -39,7 +39,10 @@ __all__ = [
     "fsync_latency_ms",
     "machine_info",
     "parse_args",
+    "profile_top",
+    "profile_top_threads",
     "run_interleaved",
+    "tplog_bulk_load",
     "tplog_store_api",
     "workdir",
 ]
@@ -70,6 +73,7 @@ def parse_args(name: str, description: str, argv: list[str] | None = None) -> ar
         "without PATH also print the JSON to stdout",
     )
     p.add_argument("--no-md", action="store_true", help="do not rewrite this module's section of benchmarks/RESULTS.md")
+    p.add_argument("--no-profile", action="store_true", help="do not cProfile the tplog side of goals that are missed")
     args = p.parse_args(argv)
     if args.repeat is None:
         args.repeat = 1 if args.quick else 3
@@ -214,6 +218,55 @@ def tplog_store_api() -> tuple[Any, Any] | None:
         return None
 
 
+def tplog_bulk_load(
+    Store: Any, path: str | os.PathLike[str], threads: Any, *, batch: int = 5000, durability: str = "relaxed"
+) -> float:
+    """Untimed setup: append ``(thread_id, events)`` pairs, ``batch`` appends per write transaction.
+
+    A single caller's appends each commit alone (one fsync each), which would make
+    a 1,000,000-thread store take an hour; so up to ``batch`` appends are handed
+    to one group commit at once. Uses the store's group-commit internals when
+    they are there, else ``AsyncStore`` with ``batch`` concurrent appends (the
+    public way to fill one group). Returns seconds taken.
+    """
+    t0 = time.perf_counter()
+    threads = list(threads)
+    store = Store(path, durability=durability)
+    try:
+        try:
+            from tplog._store import ANY, _Request
+
+            encode, commit = store._encode, store._commit
+        except (ImportError, AttributeError):
+            encode = None
+        if encode is not None:
+            for i in range(0, len(threads), batch):
+                reqs = [_Request(tid, encode(tid, evs, None), ANY) for tid, evs in threads[i : i + batch]]
+                commit(reqs)
+                for r in reqs:
+                    if r.error is not None:
+                        raise r.error
+        else:  # pragma: no cover - only if the internals change
+            import asyncio
+
+            from tplog import AsyncStore
+
+            async def main() -> None:
+                astore = AsyncStore(store)
+                try:
+                    for i in range(0, len(threads), batch):
+                        await asyncio.gather(*(astore.append(tid, evs) for tid, evs in threads[i : i + batch]))
+                finally:
+                    astore._stop = True
+                    astore._wake.set()
+
+            asyncio.run(main())
+        store.sync()
+    finally:
+        store.close()
+    return time.perf_counter() - t0
+
+
 # --------------------------------------------------------------------------- measuring
 
 
@@ -236,19 +289,29 @@ class Row:
 
 @dataclass
 class Goal:
-    """A ratio ``tplog ÷ baseline`` (of events/s) and the target it must reach."""
+    """A ratio (``tplog ÷ baseline`` of events/s unless the goal says otherwise) and its target.
+
+    ``at_most``: the ratio must stay at or below ``target`` (bytes, latency,
+    memory growth) instead of reaching it.
+    """
 
     goal: str
     ratio: float | None
     target: float
     numerator: str
     denominator: str
+    at_most: bool = False
 
     @property
     def status(self) -> str:
         if self.ratio is None:
             return "skipped"
-        return "met" if self.ratio >= self.target else "NOT met"
+        ok = self.ratio <= self.target if self.at_most else self.ratio >= self.target
+        return "met" if ok else "NOT met"
+
+    @property
+    def target_text(self) -> str:
+        return f"{'≤' if self.at_most else '≥'} {self.target:g}x"
 
 
 Measure = Callable[[], "tuple[int, float]"]
@@ -323,6 +386,10 @@ class Report:
     goals: list[Goal] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     machine: dict[str, Any] = field(default_factory=dict)
+    #: free-form tables (bytes, memory, latency): ``{"title", "headers", "rows", "right"}``
+    tables: list[dict[str, Any]] = field(default_factory=list)
+    #: cProfile summaries of the tplog side: ``{"title", "total_s", "top": [...]}``
+    profiles: list[dict[str, Any]] = field(default_factory=list)
     started: float = field(default_factory=time.perf_counter)
 
     def add(self, rows: list[Row]) -> list[Row]:
@@ -342,6 +409,33 @@ class Report:
         g = Goal(goal, ratio, target, f"{num[0]}: {num[1]}", f"{den[0]}: {den[1]}")
         self.goals.append(g)
         return g
+
+    def goal_value(
+        self, goal: str, ratio: float | None, target: float, num: str, den: str, *, at_most: bool = False
+    ) -> Goal:
+        """Record a ratio computed by the module (bytes, latency, memory) against ``target``."""
+        g = Goal(goal, None if ratio is None else round(ratio, 2), target, num, den, at_most)
+        self.goals.append(g)
+        return g
+
+    def table(self, title: str, headers: list[str], rows: list[list[str]], right: set[int] | None = None) -> None:
+        """A free-form table (rendered after the rate tables); ``right``: right-aligned columns (default all but 0)."""
+        self.tables.append(
+            {
+                "title": title,
+                "headers": headers,
+                "rows": rows,
+                "right": sorted(right if right is not None else set(range(1, len(headers)))),
+            }
+        )
+
+    def profile(self, title: str, fn: Callable[[], Any] | list[Callable[[], Any]], limit: int = 12) -> dict[str, Any]:
+        """cProfile ``fn`` once (a list: each in its own thread) and keep its top functions by own time."""
+        print(f"  profiling: {title}", file=sys.stderr, flush=True)
+        p = profile_top_threads(fn, limit) if isinstance(fn, list) else profile_top(fn, limit)
+        p["title"] = title
+        self.profiles.append(p)
+        return p
 
     def markdown(self) -> list[str]:
         out: list[str] = []
@@ -378,18 +472,33 @@ class Report:
             out.append("")
             out += _table(headers, cells, {1, 2, 3, 4})
             out.append("")
+        for t in self.tables:
+            out.append(f"**{t['title']}**")
+            out.append("")
+            out += _table(t["headers"], t["rows"], set(t["right"]))
+            out.append("")
         if self.goals:
             cells = [
-                [g.goal, "—" if g.ratio is None else f"{g.ratio:.2f}x", f"≥ {g.target:g}x", g.status]
-                for g in self.goals
+                [g.goal, "—" if g.ratio is None else f"{g.ratio:.2f}x", g.target_text, g.status] for g in self.goals
             ]
-            out.append("**Goals** (tplog ÷ baseline, events/s, same run)")
+            out.append("**Goals** (tplog ÷ baseline, same run; events/s unless the goal names another measure)")
             out.append("")
             out += _table(["goal", "ratio", "target", "status"], cells, {1, 2})
             out.append("")
         for n in self.notes:
             out.append(f"- {n}")
         if self.notes:
+            out.append("")
+        for p in self.profiles:
+            out.append(
+                f"**Profile: {p['title']}** (cProfile, {p['total_s']:.2f} s profiled; share of the profiled time)"
+            )
+            out.append("")
+            out += _table(
+                ["function", "own time", "with callees", "calls"],
+                [[f"`{r['function']}`", f"{r['own']:.0%}", f"{r['cum']:.0%}", f"{r['calls']:,}"] for r in p["top"]],
+                {1, 2, 3},
+            )
             out.append("")
         m = self.machine
         if m:
@@ -419,7 +528,9 @@ class Report:
             "machine": self.machine,
             "data": self.data,
             "rows": [{**asdict(r), "rate": round(r.rate, 1)} for r in self.rows],
-            "goals": [{**asdict(g), "status": g.status} for g in self.goals],
+            "goals": [{**asdict(g), "status": g.status, "command": self.machine.get("command")} for g in self.goals],
+            "tables": self.tables,
+            "profiles": self.profiles,
             "notes": self.notes,
         }
         text = json.dumps(payload, indent=2, ensure_ascii=False) + "\n"
@@ -432,6 +543,69 @@ class Report:
         if not self.args.no_md:
             write_results_section(self.name, [f"## {self.title}" + (" (--quick)" if self.args.quick else ""), "", *md])
             print(f"updated {RESULTS_MD} section {self.name!r}")
+
+
+def profile_top(fn: Callable[[], Any], limit: int = 12) -> dict[str, Any]:
+    """Run ``fn`` under cProfile; the ``limit`` functions with the most own time, as shares of the total.
+
+    Each entry: ``function`` (``file:line(name)`` shortened to the package path),
+    ``own`` (share of own time), ``cum`` (share with callees), ``calls``.
+    """
+    import cProfile
+    import pstats
+
+    prof = cProfile.Profile()
+    t0 = time.perf_counter()
+    prof.runcall(fn)
+    total = time.perf_counter() - t0
+    return _summarize(pstats.Stats(prof), total, limit)
+
+
+def profile_top_threads(work: list[Callable[[], Any]], limit: int = 12) -> dict[str, Any]:
+    """Like :func:`profile_top` for callables run in parallel threads: one profiler per thread, stats merged.
+
+    Shares are of the summed time of all threads (so waiting on a lock or an fsync shows up as such).
+    """
+    import cProfile
+    import pstats
+
+    from benchmarks._baselines import run_threads
+
+    profs = [cProfile.Profile() for _ in work]
+
+    def wrap(prof: Any, fn: Callable[[], Any]) -> Callable[[], None]:
+        return lambda: prof.runcall(fn)
+
+    total = run_threads([wrap(p, f) for p, f in zip(profs, work, strict=True)])
+    st = pstats.Stats(profs[0])
+    for p in profs[1:]:
+        st.add(p)
+    return _summarize(st, total, limit)
+
+
+def _summarize(st: Any, total: float, limit: int) -> dict[str, Any]:
+    entries = []
+    for (file, line, name), (_cc, nc, tt, ct, _callers) in st.stats.items():  # type: ignore[attr-defined]
+        entries.append((tt, ct, nc, _short(file, line, name)))
+    entries.sort(reverse=True)
+    prof_total = sum(e[0] for e in entries) or 1.0  # with threads: the sum over threads
+    top = [
+        {"function": f, "own": round(tt / prof_total, 3), "cum": round(min(ct / prof_total, 1.0), 3), "calls": nc}
+        for tt, ct, nc, f in entries[:limit]
+    ]
+    return {"total_s": round(total, 3), "top": top}
+
+
+def _short(file: str, line: int, name: str) -> str:
+    if file == "~":
+        return name  # a builtin: "<method 'decode' of 'msgspec...' objects>"
+    parts = pathlib.Path(file).parts
+    for anchor in ("tplog", "benchmarks", "site-packages", "lib"):
+        if anchor in parts:
+            i = len(parts) - 1 - parts[::-1].index(anchor)
+            rel = "/".join(parts[i + (1 if anchor in ("site-packages", "lib") else 0) :])
+            return f"{rel}:{line}({name})"
+    return f"{pathlib.Path(file).name}:{line}({name})"
 
 
 def write_results_section(name: str, lines: list[str], path: pathlib.Path = RESULTS_MD) -> None:

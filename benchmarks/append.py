@@ -59,9 +59,9 @@ WRITERS = 16
 # (quick, full)
 SIZES = {
     "threads": (100, 400),  # corpus for the reads (≈ 50 events per thread)
-    "w1_events": (600, 1500),
+    "w1_events": (300, 1500),
     "w2_per_writer": (60, 150),
-    "w4_events": (1500, 5000),
+    "w4_events": (600, 5000),
 }
 
 
@@ -441,8 +441,36 @@ def main(argv: list[str] | None = None) -> int:
         (W3, "tplog AsyncStore, durable, 16 tasks"),
         (W3, sqlite16[0]),
     )
+    if Store is not None and not args.no_profile:
+        profile_missed(report, Store, all_evs, per, args.dir)
     report.finish()
     return 0
+
+
+def profile_missed(report: Report, Store: Any, all_evs: list[Ev], per: list[list[Ev]], base: str | None) -> None:
+    """cProfile the tplog side of each missed append goal (small runs; the profile is a share, not a rate)."""
+    missed = {g.goal.split(":")[0] for g in report.goals if g.status == "NOT met"}
+    with workdir(base, NAME + "-profile") as root:
+        if any(m.startswith("durable append, 1 writer") for m in missed):
+            store = Store(root / "p1", durability="durable")
+            evs = all_evs[:200]
+            try:
+                report.profile(f"{W1}, tplog ({len(evs)} appends)", lambda: [store.append(e.tid, [e.obj]) for e in evs])
+            finally:
+                store.close()
+        if any(m.startswith("16 writer threads") for m in missed):
+            store = Store(root / "p16", durability="durable")
+            try:
+
+                def writer(evs: list[Ev]) -> Callable[[], None]:
+                    return lambda: [store.append(e.tid, [e.obj]) for e in evs]
+
+                report.profile(
+                    f"{W2}, tplog (16 threads x {min(40, *map(len, per))} appends; time summed over threads)",
+                    [writer(w[:40]) for w in per],
+                )
+            finally:
+                store.close()
 
 
 if __name__ == "__main__":

@@ -514,7 +514,7 @@ def _commands() -> dict[str, argparse.ArgumentParser]:
 
 EXPECTED_COMMANDS = {"validate", "hash", "stat", "backup", "import", "export", "read", "threads", "turns",
                      "pending", "interrupts", "children", "links", "delete", "train",
-                     "rebuild", "verify"}  # rebuild/verify: behaviour tested in tests/test_rebuild.py
+                     "rebuild", "verify", "serve"}  # serve: tested over HTTP in tests/server  # rebuild/verify: behaviour tested in tests/test_rebuild.py
 
 
 def test_every_command_is_tested_here() -> None:

@@ -108,14 +108,22 @@ def cmd_import(args: argparse.Namespace) -> int:
     from tplog._versions import upgrade
 
     data = _read_input(args.file)
-    if args.format != "threadprotocol":
-        raise InvalidInputError(f"--format {args.format} is not supported yet; import threadprotocol JSON")
+    if args.format == "threadprotocol":
+        if args.request is not None:
+            raise InvalidInputError("--request only goes with --format vercel-ui")
+        threads = [upgrade(from_json(data, m.Thread))]
     else:
-        threads = [from_json(data, m.Thread)]
+        try:
+            from tplog.integrations.importers import load
+        except ModuleNotFoundError as exc:
+            raise InvalidInputError(
+                f"--format {args.format} needs the Pydantic AI integration: pip install 'tplog[pydantic-ai]' ({exc})"
+            ) from exc
+        request = _read_input(args.request) if args.request is not None else None
+        threads = load(args.format, data, request=request)
     with _store(args, readonly=False, create=True) as s:
         for t in threads:
-            res = s.import_thread(upgrade(t))
-            _emit(res)
+            _emit(s.import_thread(t))
     return 0
 
 
@@ -244,6 +252,18 @@ def cmd_verify(args: argparse.Namespace) -> int:
     return 0 if rep.ok else 1
 
 
+def cmd_serve(args: argparse.Namespace) -> int:
+    try:
+        from tplog.integrations.server import serve
+    except ImportError as exc:
+        raise InvalidInputError(f"tplog serve needs the server extra: pip install 'tplog[server]' ({exc})") from exc
+    if os.path.exists(args.store) and not os.path.isdir(args.store):
+        raise InvalidInputError(f"{args.store}: is a file, not a store directory")
+    serve(args.store, host=args.host, port=args.port, workers=args.workers, agents=args.agents,
+          on_disconnect=args.on_disconnect, durability=args.durability)
+    return 0
+
+
 # --------------------------------------------------------------------------- parser
 
 
@@ -301,6 +321,17 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("--relation", default=None, help="only links of this relation")
     sp = add("delete", cmd_delete, "Hard-delete a thread (a tombstone keeps its id from reuse).", thread=True)
     sp.add_argument("--reason", default=None, help="recorded in the tombstone")
+    sp = add("serve", cmd_serve, "Serve the store over HTTP: Vercel AI chat (demo agent by default), thread "
+             "reads, resumable live event tails (needs tplog[server]).")
+    sp.add_argument("--host", default="127.0.0.1", help="interface to listen on (default 127.0.0.1)")
+    sp.add_argument("--port", type=int, default=8000, help="TCP port (default 8000)")
+    sp.add_argument("--workers", type=int, default=1, help="worker processes (default 1)")
+    sp.add_argument("--agents", default=None, metavar="MODULE:ATTR",
+                    help="a dict of Pydantic AI agents, or a callable returning one (default: the scripted demo agent)")
+    sp.add_argument("--on-disconnect", choices=["finish", "interrupt"], default="finish",
+                    help="when a chat client goes away: finish the run and record it (default), or interrupt it")
+    sp.add_argument("--durability", choices=["durable", "relaxed"], default="durable",
+                    help="fsync policy of the store (default durable)")
     sp = add("train", cmd_train, "Train a zstd dictionary on the store's events; new values use it.")
     sp.add_argument("--samples", type=int, default=2000, help="how many recent events to sample")
     sp = add("rebuild", cmd_rebuild, "Rebuild projections from the log (safe while others append).")

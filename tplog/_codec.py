@@ -290,7 +290,7 @@ class Codec:
         hlen = int.from_bytes(value[10:12], "big")
         try:
             return self._header_dec.decode(value[PREFIX_SIZE : PREFIX_SIZE + hlen])
-        except msgspec.DecodeError as exc:
+        except (msgspec.DecodeError, UnicodeDecodeError) as exc:
             raise CorruptionError(f"event header does not decode: {exc}", thread_id=where[0], seq=where[1]) from exc
 
     def body_bytes(
@@ -306,6 +306,8 @@ class Codec:
             blob = get_blob(bytes(stored))
             if blob is None:
                 raise CorruptionError("the event's shared blob is missing", thread_id=where[0], seq=where[1])
+            if len(blob) < _BLOB_PREFIX.size:
+                raise CorruptionError("the event's shared blob is truncated", thread_id=where[0], seq=where[1])
             _, flags, dict_id, crc = _BLOB_PREFIX.unpack_from(blob)
             stored = blob[_BLOB_PREFIX.size :]
             if zlib.crc32(bytes(value[PREFIX_SIZE + hlen :]), zlib.crc32(stored)) != crc:
@@ -314,6 +316,15 @@ class Codec:
             if not self.has_dictionary(dict_id):
                 raise CorruptionError(f"value needs zstd dictionary {dict_id}, which the store does not have",
                                       thread_id=where[0], seq=where[1])
+            try:
+                declared = zstandard.frame_content_size(stored)
+            except zstandard.ZstdError as exc:
+                raise CorruptionError(f"stored body is not a zstd frame: {exc}", thread_id=where[0],
+                                      seq=where[1]) from exc
+            if declared > self.limits.max_decompressed_bytes:  # -1 (unknown) is bounded below
+                raise CorruptionError(
+                    f"stored body declares {declared} bytes, over max_decompressed_bytes="
+                    f"{self.limits.max_decompressed_bytes}", thread_id=where[0], seq=where[1])
             try:
                 return self._decompressor(dict_id).decompress(
                     stored, max_output_size=self.limits.max_decompressed_bytes
@@ -328,7 +339,7 @@ class Codec:
     def decode_event(self, body: bytes, *, where: tuple[str | None, int | None] = (None, None)) -> Event:
         try:
             return self._event_dec.decode(body)
-        except msgspec.DecodeError as exc:
+        except (msgspec.DecodeError, UnicodeDecodeError) as exc:
             raise CorruptionError(f"stored event does not decode: {exc}", thread_id=where[0], seq=where[1]) from exc
 
     # ------------------------------------------------------------------ dictionaries

@@ -25,7 +25,7 @@ import msgspec
 from msgspec import UNSET, UnsetType
 
 from tplog import _model as m
-from tplog._errors import InvalidInputError
+from tplog._errors import InvalidInputError, LimitExceededError
 
 __all__ = ["from_builtins", "from_json", "to_builtins", "to_json"]
 
@@ -249,9 +249,14 @@ def from_json(data: bytes | str, type: Any = m.Thread) -> Any:
     """
     try:
         obj = _json_decoder.decode(data)
-    except msgspec.DecodeError as exc:
+    except (msgspec.DecodeError, UnicodeDecodeError) as exc:
         raise InvalidInputError(f"Malformed JSON: {exc}") from exc
-    return from_builtins(obj, type)
+    except RecursionError as exc:
+        raise LimitExceededError("JSON nests too deeply to decode") from exc
+    try:
+        return from_builtins(obj, type)
+    except RecursionError as exc:
+        raise LimitExceededError("JSON nests too deeply to convert") from exc
 
 
 def to_builtins(obj: Any) -> Any:

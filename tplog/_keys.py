@@ -11,13 +11,17 @@ _U64 = struct.Struct(">Q")
 TKEY_SIZE: Final = 16
 
 
-def tkey(thread_id: str) -> bytes:
-    """The 16-byte key of a thread id.
+def tkey(thread_id: str, scope: str | None = None) -> bytes:
+    """The 16-byte key of a thread id (within ``scope``, if given).
 
-    A UUID in canonical text form (any case) keys by its 16 bytes, so the
-    thread's events sort together and ids compare as UUIDs. Any other id keys
-    by the first 16 bytes of ``BLAKE2b(b"tplog:" + id)``.
+    Unscoped: a UUID in canonical text form (any case) keys by its 16 bytes,
+    so ids compare as UUIDs; any other id keys by the first 16 bytes of
+    ``BLAKE2b(b"tplog:" + id)``. Scoped: ``BLAKE2b(b"tplog-scope:" + scope +
+    0x00 + id)``, so each scope is its own key space.
     """
+    if scope is not None:
+        return hashlib.blake2b(b"tplog-scope:" + scope.encode() + b"\x00" + thread_id.encode(),
+                               digest_size=16).digest()
     if len(thread_id) == 36:
         try:
             u = uuid.UUID(thread_id)
@@ -39,3 +43,20 @@ def from_u64(b: bytes, offset: int = 0) -> int:
 
 def event_key(tk: bytes, seq: int) -> bytes:
     return tk + _U64.pack(seq)
+
+
+UNSCOPED_TAG: Final = b"\x00" * 8
+
+
+def scope_tag(scope: str | None) -> bytes:
+    """8 bytes prefixing a scope's entries in ``updated`` (zeros when unscoped)."""
+    if scope is None:
+        return UNSCOPED_TAG
+    return hashlib.blake2b(b"tplog-scope-tag:" + scope.encode(), digest_size=8).digest()
+
+
+def eid_key(event_id: str, scope: str | None) -> bytes:
+    """The ``eventids`` key: the id's UTF-8 (unscoped) or 0xFF + scope tag + id (never valid UTF-8)."""
+    if scope is None:
+        return event_id.encode()
+    return b"\xff" + scope_tag(scope) + event_id.encode()

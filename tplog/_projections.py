@@ -137,30 +137,34 @@ class _Tables:
         self.txn.delete(t, k)
 
 
-def link_key(target: str, relation: str, source_tk: bytes, seq: int) -> bytes:
-    return tkey(target) + relation.encode() + b"\x00" + source_tk + u64(seq)
+def link_key(target: str, relation: str, source_tk: bytes, seq: int, scope: str | None = None) -> bytes:
+    return tkey(target, scope) + relation.encode() + b"\x00" + source_tk + u64(seq)
 
 
-def apply_links(tables: _Tables, thread_id: str, tk: bytes, seq: int, event: Any, spawned: Iterable[str]) -> None:
-    """Index one event: a LinkAdded, or a message naming spawned threads. Idempotent."""
+def apply_links(tables: _Tables, thread_id: str, tk: bytes, seq: int, event: Any, spawned: Iterable[str],
+                scope: str | None = None) -> None:
+    """Index one event: a LinkAdded, or a message naming spawned threads. Idempotent.
+    Targets are keyed within the source thread's scope."""
     if isinstance(event, LinkAdded):
         target = event.link.thread_id
-        tables.put("links_in", link_key(target, event.link.relation, tk, seq), _enc.encode([thread_id, target]))
+        tables.put("links_in", link_key(target, event.link.relation, tk, seq, scope),
+                   _enc.encode([thread_id, target]))
         if event.link.relation == SPAWNED_FROM:
-            _set_child(tables, tkey(target) + tk, thread_id, C_LINK)
+            _set_child(tables, tkey(target, scope) + tk, thread_id, C_LINK)
     for child in spawned:
-        _set_child(tables, tk + tkey(child), child, C_SPAWN)
+        _set_child(tables, tk + tkey(child, scope), child, C_SPAWN)
 
 
-def unapply_links(tables: _Tables, thread_id: str, tk: bytes, seq: int, event: Any, spawned: Iterable[str]) -> None:
+def unapply_links(tables: _Tables, thread_id: str, tk: bytes, seq: int, event: Any, spawned: Iterable[str],
+                  scope: str | None = None) -> None:
     """Remove what :func:`apply_links` added for one event (thread deletion)."""
     if isinstance(event, LinkAdded):
         target = event.link.thread_id
-        tables.delete("links_in", link_key(target, event.link.relation, tk, seq))
+        tables.delete("links_in", link_key(target, event.link.relation, tk, seq, scope))
         if event.link.relation == SPAWNED_FROM:
-            _drop_child(tables, tkey(target) + tk, C_LINK)
+            _drop_child(tables, tkey(target, scope) + tk, C_LINK)
     for child in spawned:
-        _drop_child(tables, tk + tkey(child), C_SPAWN)
+        _drop_child(tables, tk + tkey(child, scope), C_SPAWN)
 
 
 def _set_child(tables: _Tables, key: bytes, child_id: str, flag: int) -> None:
@@ -210,10 +214,12 @@ class RebuildReport(msgspec.Struct, kw_only=True):
         return self.events / self.seconds if self.seconds > 0 else 0.0
 
 
-def _items_in(txn: WriteTxn, codec: Codec, start: int, limit: int) -> list[tuple[int, str, bytes, Item]]:
-    """Up to ``limit`` log entries from position ``start``: (position, thread id, thread key, item)."""
-    out: list[tuple[int, str, bytes, Item]] = []
-    names: dict[bytes, str] = {}
+def _items_in(txn: WriteTxn, codec: Codec, start: int, limit: int) -> list[tuple[int, str, bytes, Item, str | None]]:
+    """Up to ``limit`` log entries from position ``start``: (position, thread id, thread key, item, scope)."""
+    from tplog._store import _head_dec
+
+    out: list[tuple[int, str, bytes, Item, str | None]] = []
+    names: dict[bytes, tuple[str, str | None]] = {}
     for pk, key in txn.range("global", u64(start)):
         if len(out) >= limit:
             break
@@ -222,11 +228,12 @@ def _items_in(txn: WriteTxn, codec: Codec, start: int, limit: int) -> list[tuple
             continue
         tk = key[:TKEY_SIZE]
         seq = from_u64(key, TKEY_SIZE)
-        name = names.get(tk)
-        if name is None:
+        known = names.get(tk)
+        if known is None:
             raw = txn.get("heads", tk)
-            name = msgspec.msgpack.decode(raw)[0] if raw is not None else tk.hex()
-            names[tk] = name
+            head = _head_dec.decode(raw) if raw is not None else None
+            known = names[tk] = (head.thread_id, head.scope) if head is not None else (tk.hex(), None)
+        name, scope = known
         where = (name, seq)
         codec.check(key, value, where=where)
         hdr: Header = codec.header(value, where=where)
@@ -234,7 +241,7 @@ def _items_in(txn: WriteTxn, codec: Codec, start: int, limit: int) -> list[tuple
         if hdr.kind != MSG_KIND:
             ev = codec.decode_event(codec.body_bytes(value, lambda sha: txn.get("blobs", sha), where=where),
                                     where=where)
-        out.append((from_u64(pk), name, tk, Item(seq, hdr.kind, hdr.facts, ev)))
+        out.append((from_u64(pk), name, tk, Item(seq, hdr.kind, hdr.facts, ev), scope))
     return out
 
 
@@ -310,10 +317,10 @@ def rebuild(
         batch = _items_in(txn, codec, cursor + 1, chunk)
         tables = _Tables(txn, shadow=True)
         states: dict[bytes, ThreadState] = {}
-        for _pos, thread_id, tk, it in batch:
+        for _pos, thread_id, tk, it, scope in batch:
             if name == LINKS:
                 if it.kind == _K_LINK or (it.facts is not None and it.facts.spawned):
-                    apply_links(tables, thread_id, tk, it.seq, it.event, it.facts.spawned if it.facts else ())
+                    apply_links(tables, thread_id, tk, it.seq, it.event, it.facts.spawned if it.facts else (), scope)
             else:
                 if it.kind == _K_DELETED:
                     states.pop(tk, None)

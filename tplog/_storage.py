@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import errno
 import os
+import shutil
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -186,10 +187,19 @@ class _LmdbWrite(_LmdbRead):
         return self._txn.delete(key, db=self._dbs[table])  # type: ignore[no-any-return]
 
 
+def _disk_nearly_full(path: str) -> bool:
+    try:
+        return shutil.disk_usage(path).free < 1 << 20
+    except OSError:  # pragma: no cover
+        return False
+
+
 def _translate(exc: lmdb.Error, path: str) -> TplogError:
-    if isinstance(exc, lmdb.ReadonlyError) or getattr(exc, "errno", None) in (errno.EROFS, errno.EACCES):
-        return ReadOnlyError(f"{path}: the store is read-only ({exc}); open it writable on a writable disk")
-    if getattr(exc, "errno", None) == errno.ENOSPC or "No space left" in str(exc):
+    code = getattr(exc, "errno", None) or getattr(exc, "code", None)  # py-lmdb keeps the errno in .code
+    if isinstance(exc, lmdb.ReadonlyError) or code in (errno.EROFS, errno.EACCES):
+        return ReadOnlyError(f"{path}: the store or its disk is read-only ({exc}); open it with readonly=True, "
+                             "or on a writable disk")
+    if code == errno.ENOSPC or "No space left" in str(exc) or (code == errno.EIO and _disk_nearly_full(path)):
         return StorageFullError(errno.ENOSPC, f"{path}: the disk is full; free space, nothing was written ({exc})")
     return StorageError(f"{path}: LMDB failed: {exc}")
 
@@ -254,6 +264,20 @@ class LmdbEngine:
         except lmdb.Error:  # pragma: no cover - best effort
             pass
         self._dbs: dict[str, Any] = {}
+        for _attempt in range(5):
+            try:
+                self._open_tables(readonly)
+                break
+            except lmdb.MapResizedError:  # another process grew the map meanwhile: adopt it and retry
+                self._env.set_mapsize(0)
+        else:  # pragma: no cover
+            self._env.close()
+            raise StorageError(f"{self.path}: the map kept being resized by another process while opening")
+        if readonly and any(db is None for db in self._dbs.values()):
+            self._env.close()
+            raise StorageError(f"{self.path}: not a tplog store (tables missing)")
+
+    def _open_tables(self, readonly: bool) -> None:
         try:
             if readonly:
                 for name in TABLES:
@@ -265,12 +289,11 @@ class LmdbEngine:
                 with self._env.begin(write=True) as txn:
                     for name in TABLES:
                         self._dbs[name] = self._env.open_db(name.encode(), txn=txn)
+        except lmdb.MapResizedError:
+            raise
         except lmdb.Error as exc:
             self._env.close()
             raise _translate(exc, self.path) from exc
-        if readonly and any(db is None for db in self._dbs.values()):
-            self._env.close()
-            raise StorageError(f"{self.path}: not a tplog store (tables missing)")
 
     # ------------------------------------------------------------------ lifecycle
 

@@ -17,6 +17,7 @@ the event loop never blocks.
 from __future__ import annotations
 
 import asyncio
+import copy
 import os
 import threading
 import time
@@ -77,7 +78,7 @@ from tplog._fold import (
     pending_of,
     state_of,
 )
-from tplog._keys import TKEY_SIZE, event_key, from_u64, tkey, u64
+from tplog._keys import TKEY_SIZE, eid_key, event_key, from_u64, scope_tag, tkey, u64
 from tplog._projections import RebuildReport
 from tplog._storage import LmdbEngine, ReadTxn, WriteTxn
 
@@ -114,6 +115,7 @@ class ThreadHead(msgspec.Struct, array_like=True, kw_only=True):
     messages: int = 0
     links: int = 0
     stored_bytes: int = 0
+    scope: str | None = None
 
 
 class AppendResult(msgspec.Struct, frozen=True, kw_only=True):
@@ -144,11 +146,12 @@ _child_dec = msgspec.msgpack.Decoder(tuple[str, int])
 
 
 class _Request:
-    __slots__ = ("done", "encoded", "error", "expected", "future", "result", "thread_id")
+    __slots__ = ("done", "encoded", "error", "expected", "future", "result", "scope", "thread_id")
 
     def __init__(self, thread_id: str, encoded: list[Encoded], expected: ExpectedVersion,
-                 future: Any = None) -> None:
+                 future: Any = None, scope: str | None = None) -> None:
         self.thread_id = thread_id
+        self.scope = scope
         self.encoded = encoded
         self.expected = expected
         self.future = future  # (loop, asyncio.Future) for async callers
@@ -193,6 +196,8 @@ class Store:
         )
         self.codec = Codec(limits)
         self.readonly = readonly
+        self._scope: str | None = None
+        self._view = False
         self._closed = False
         self._cond = threading.Condition(threading.Lock())
         self._queue: list[_Request] = []
@@ -217,8 +222,34 @@ class Store:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
+    def scoped(self, scope: str) -> Store:
+        """A view of this store confined to ``scope`` (a tenant).
+
+        Thread ids, event ids, listings and link queries of the view live in the
+        scope's own key space: a view of scope A never sees scope B's threads,
+        events or links, whatever ids it names (the same id in two scopes is two
+        threads). Views share the store's connection and group commit; closing a
+        view does nothing, close the store itself.
+        """
+        if not isinstance(scope, str) or not scope or len(scope.encode()) > 256:
+            raise InvalidInputError(f"scope must be a non-empty string of at most 256 bytes, not {scope!r}")
+        view = copy.copy(self)
+        view._scope = scope
+        view._view = True
+        return view
+
+    @property
+    def scope(self) -> str | None:
+        """The scope of this view, or ``None`` for the unscoped store."""
+        return self._scope
+
+    def _tk(self, thread_id: str) -> bytes:
+        return tkey(thread_id, self._scope)
+
     def close(self) -> None:
         """Close the store. Pending appends finish first; later calls raise StoreClosedError."""
+        if self._view:
+            return
         with self._cond:
             if self._closed:
                 return
@@ -232,6 +263,8 @@ class Store:
         self.engine.close()
 
     def _check_open(self) -> None:
+        if self.engine._closed:
+            raise StoreClosedError(f"{self.path}: cannot use the store, as it has been closed")
         if self._closed:
             raise StoreClosedError(f"{self.path}: cannot use the store, as it has been closed")
 
@@ -302,7 +335,7 @@ class Store:
         """
         encoded = self._encode(thread_id, events, event_ids)
         self._check_expected(expected_version)
-        req = _Request(thread_id, encoded, expected_version)
+        req = _Request(thread_id, encoded, expected_version, scope=self._scope)
         with self._cond:
             self._check_open()
             self._queue.append(req)
@@ -378,14 +411,15 @@ class Store:
 
     def _apply(self, txn: WriteTxn, req: _Request, pos: int, live: tuple[bool, bool]) -> tuple[AppendResult, int]:
         thread_id = req.thread_id
-        tk = tkey(thread_id)
+        scope = req.scope
+        tk = tkey(thread_id, scope)
         raw = txn.get("heads", tk)
-        head = _head_dec.decode(raw) if raw is not None else ThreadHead(thread_id=thread_id)
+        head = _head_dec.decode(raw) if raw is not None else ThreadHead(thread_id=thread_id, scope=scope)
         if raw is not None and head.thread_id != thread_id and head.thread_id.lower() != thread_id.lower():
             raise InvalidInputError(f"thread id {thread_id!r} collides with stored thread {head.thread_id!r}")
         encoded = req.encoded
         # Idempotency: all ids stored here, in order → the original result.
-        found = [txn.get("eventids", e.event_id.encode()) for e in encoded]
+        found = [txn.get("eventids", eid_key(e.event_id, scope)) for e in encoded]
         if any(f is not None for f in found):
             return self._duplicate(thread_id, tk, encoded, found), pos
         if head.status == "deleted":
@@ -411,13 +445,13 @@ class Store:
             stored += len(value)
             txn.put("events", key, value)
             txn.put("global", u64(pos), key)
-            txn.put("eventids", enc.event_id.encode(), key + u64(pos))
+            txn.put("eventids", eid_key(enc.event_id, scope), key + u64(pos))
             if enc.blob is not None:
                 sha, blob = enc.blob
                 old = txn.get("blobs", sha)
                 txn.put("blobs", sha, blob if old is None else blob_with_refcount(old, blob_refcount(old) + 1))
             if live[0]:
-                proj.apply_links(tables, thread_id, tk, seq, enc.event, enc.facts.spawned if enc.facts else ())
+                proj.apply_links(tables, thread_id, tk, seq, enc.event, enc.facts.spawned if enc.facts else (), scope)
             if state is not None:
                 feed(state, Item(seq, enc.kind, enc.facts, None if enc.kind == MSG_KIND else enc.event))
         if state is not None:
@@ -427,9 +461,10 @@ class Store:
         if head.created_ns == 0:
             head.created_ns = now
         head.updated_ns = now
+        tag = scope_tag(scope)
         if old_updated is not None:
-            txn.delete("updated", u64(old_updated) + tk)
-        txn.put("updated", u64(now) + tk, b"")
+            txn.delete("updated", tag + u64(old_updated) + tk)
+        txn.put("updated", tag + u64(now) + tk, b"")
         txn.put("heads", tk, _enc.encode(head))
         return (
             AppendResult(
@@ -526,7 +561,9 @@ class Store:
         Space is reused by later writes; ``tplog backup`` (compacting) shrinks the file."""
         tomb = ThreadDeleted(reason=reason if reason is not None else msgspec.UNSET)
         enc = self._encode(thread_id, [tomb], None)[0]
-        tk = tkey(thread_id)
+        scope = self._scope
+        tk = self._tk(thread_id)
+        tag = scope_tag(scope)
 
         def work(txn: WriteTxn) -> AppendResult:
             raw = txn.get("heads", tk)
@@ -535,20 +572,22 @@ class Store:
             head = _head_dec.decode(raw)
             if head.status == "deleted":
                 raise ThreadDeletedError(f"thread {thread_id} is already deleted")
+            last = txn.last("global")
+            pos = (from_u64(last[0]) if last else 0) + 1  # before removing any: positions are never reused
             tables = proj._Tables(txn, shadow=False)
             for k, v in list(txn.range("events", tk, tk + b"\xff" * 8)):
                 seq = from_u64(k, TKEY_SIZE)
                 hdr = self.codec.header(v, where=(thread_id, seq))
-                ref = txn.get("eventids", hdr.event_id.encode())
+                ref = txn.get("eventids", eid_key(hdr.event_id, scope))
                 if ref is not None:
                     txn.delete("global", u64(from_u64(ref, TKEY_SIZE + 8)))
-                    txn.delete("eventids", hdr.event_id.encode())
+                    txn.delete("eventids", eid_key(hdr.event_id, scope))
                 if hdr.kind == KIND_CODE[LinkAdded] or (hdr.facts is not None and hdr.facts.spawned):
                     ev = None
                     if hdr.kind == KIND_CODE[LinkAdded]:
                         ev = self.codec.decode_event(self.codec.body_bytes(
                             v, lambda sha: txn.get("blobs", sha), where=(thread_id, seq)))
-                    proj.unapply_links(tables, thread_id, tk, seq, ev, hdr.facts.spawned if hdr.facts else ())
+                    proj.unapply_links(tables, thread_id, tk, seq, ev, hdr.facts.spawned if hdr.facts else (), scope)
                 if v[1] & F_BLOB:  # release one reference to the shared blob
                     sha = bytes(v[PREFIX_SIZE + int.from_bytes(v[10:12], "big"):])
                     blob = txn.get("blobs", sha)
@@ -560,16 +599,14 @@ class Store:
                             txn.put("blobs", sha, blob_with_refcount(blob, n))
                 txn.delete("events", k)
             txn.delete("proj", proj.STATE_PREFIX + tk)
-            last = txn.last("global")
-            pos = (from_u64(last[0]) if last else 0) + 1
             seq = head.version + 1
             key = event_key(tk, seq)
             txn.put("events", key, enc.finish(key))
             txn.put("global", u64(pos), key)
-            txn.put("eventids", enc.event_id.encode(), key + u64(pos))
-            txn.delete("updated", u64(head.updated_ns) + tk)
+            txn.put("eventids", eid_key(enc.event_id, scope), key + u64(pos))
+            txn.delete("updated", tag + u64(head.updated_ns) + tk)
             now = _now_ns()
-            txn.put("updated", u64(now) + tk, b"")
+            txn.put("updated", tag + u64(now) + tk, b"")
             new_head = msgspec.structs.replace(
                 head, version=seq, last_position=pos, status="deleted", updated_ns=now,
                 open_turn_agent=None, open_turn_seq=0, stored_bytes=0,
@@ -590,14 +627,14 @@ class Store:
         """The thread's head record; :class:`NotFoundError` if it has none."""
         self._check_open()
         with self.engine.read() as txn:
-            raw = txn.get("heads", tkey(thread_id))
+            raw = txn.get("heads", self._tk(thread_id))
         if raw is None:
             raise NotFoundError(f"thread {thread_id} does not exist")
         return _head_dec.decode(raw)
 
     def exists(self, thread_id: str) -> bool:
         with self.engine.read() as txn:
-            raw = txn.get("heads", tkey(thread_id))
+            raw = txn.get("heads", self._tk(thread_id))
         return raw is not None and _head_dec.decode(raw).status == "active"
 
     def _decode_value(self, txn: ReadTxn, key: bytes, value: bytes, thread_id: str, seq: int,
@@ -608,7 +645,7 @@ class Store:
         body = self.codec.body_bytes(value, lambda sha: txn.get("blobs", sha), where=where)
         ev = self.codec.decode_event(body, where=where)
         if position is None:
-            ref = txn.get("eventids", hdr.event_id.encode())
+            ref = txn.get("eventids", eid_key(hdr.event_id, self._scope))
             position = from_u64(ref, TKEY_SIZE + 8) if ref is not None else 0
         return RecordedEvent(thread_id=thread_id, seq=seq, position=position, event_id=hdr.event_id,
                              recorded_at=hdr.recorded_at, event=ev)
@@ -633,7 +670,7 @@ class Store:
             raise InvalidInputError(f"direction must be 'forward' or 'backward', not {direction!r}")
         if limit is not None and limit < 0 or start is not None and start < 0:
             raise InvalidInputError("start and limit must be ≥ 0")
-        tk = tkey(thread_id)
+        tk = self._tk(thread_id)
         out: list[RecordedEvent] = []
         with self.engine.read() as txn:
             raw = txn.get("heads", tk)
@@ -653,7 +690,7 @@ class Store:
 
     def iter_thread_values(self, thread_id: str) -> Iterator[tuple[int, Header, bytes]]:
         """(seq, header, raw value) for a thread, without decoding bodies."""
-        tk = tkey(thread_id)
+        tk = self._tk(thread_id)
         with self.engine.read() as txn:
             for k, v in txn.range("events", tk, tk + b"\xff" * 8):
                 seq = from_u64(k, TKEY_SIZE)
@@ -680,8 +717,14 @@ class Store:
                 name = names.get(tk)
                 if name is None:
                     raw = txn.get("heads", tk)
-                    name = _head_dec.decode(raw).thread_id if raw is not None else tk.hex()
+                    head = _head_dec.decode(raw) if raw is not None else None
+                    if head is None or head.scope != self._scope:
+                        name = ""  # another scope's thread: not visible here
+                    else:
+                        name = head.thread_id
                     names[tk] = name
+                if not name:
+                    continue
                 out.append(self._decode_value(txn, key, value, name, from_u64(key, TKEY_SIZE), from_u64(pk)))
         return out
 
@@ -717,37 +760,39 @@ class Store:
         self._check_open()
         if limit <= 0:
             raise InvalidInputError("limit must be > 0")
-        end: bytes | None = None
+        tag = scope_tag(self._scope)
+        end: bytes | None = tag + b"\xff" * 8
         if cursor is not None:
             try:
-                end = bytes.fromhex(cursor)
-                if len(end) != 8 + TKEY_SIZE:
+                end = tag + bytes.fromhex(cursor)
+                if len(end) != 16 + TKEY_SIZE:
                     raise ValueError
             except ValueError as exc:
                 raise InvalidInputError(f"cursor {cursor!r} is not one this store returned") from exc
         out: list[ThreadHead] = []
         last_key: bytes | None = None
+        more = False
         with self.engine.read() as txn:
-            for k, _ in txn.range("updated", b"", end, reverse=True):
-                raw = txn.get("heads", k[8:])
+            for k, _ in txn.range("updated", tag, end, reverse=True):
+                raw = txn.get("heads", k[16:])
                 if raw is None:  # pragma: no cover
                     continue
                 h = _head_dec.decode(raw)
                 if h.status == "deleted" and not include_deleted:
                     continue
+                if len(out) >= limit:  # one more exists: the page is full and another follows
+                    more = True
+                    break
                 out.append(h)
                 last_key = k
-                if len(out) >= limit:
-                    break
-        more = len(out) >= limit
-        return ThreadPage(out, last_key.hex() if more and last_key is not None else None)
+        return ThreadPage(out, last_key[8:].hex() if more and last_key is not None else None)
 
     # ------------------------------------------------------------------ links (exact indexes)
 
     def incoming(self, thread_id: str, *, relation: str | None = None) -> list[tuple[str, str]]:
         """Threads that link to ``thread_id``: ``(source_thread_id, relation)`` pairs."""
         self._check_open()
-        tk = tkey(thread_id)
+        tk = self._tk(thread_id)
         prefix = tk + (relation.encode() + b"\x00" if relation is not None else b"")
         out: list[tuple[str, str]] = []
         with self.engine.read() as txn:
@@ -761,8 +806,8 @@ class Store:
         """Threads spawned from ``thread_id`` (by their ``spawned_from`` link or the
         parent's thread_spawn event), ordered by key; page with ``after=<last child id>``."""
         self._check_open()
-        tk = tkey(thread_id)
-        start = tk + (tkey(after) + b"\x00" if after is not None else b"")
+        tk = self._tk(thread_id)
+        start = tk + (self._tk(after) + b"\x00" if after is not None else b"")
         out: list[str] = []
         with self.engine.read() as txn:
             proj.require_live(txn, proj.LINKS, self.path)
@@ -790,7 +835,7 @@ class Store:
     def _items(self, thread_id: str) -> list[Item]:
         """Headers only for messages; small non-message bodies decoded."""
         self._check_open()
-        tk = tkey(thread_id)
+        tk = self._tk(thread_id)
         out: list[Item] = []
         with self.engine.read() as txn:
             if txn.get("heads", tk) is None:
@@ -811,7 +856,7 @@ class Store:
         """The thread's id-only fold state: from the ``state`` projection when live,
         else folded from the thread's headers."""
         self._check_open()
-        tk = tkey(thread_id)
+        tk = self._tk(thread_id)
         with self.engine.read() as txn:
             if txn.get("heads", tk) is None:
                 raise NotFoundError(f"thread {thread_id} does not exist")
@@ -869,7 +914,7 @@ class Store:
     def descendants(self, thread_id: str, *, max_depth: int | None = None) -> list[tuple[str, int]]:
         """Every thread spawned from ``thread_id``, transitively: ``(thread_id, depth)``,
         breadth-first; each thread once, so cycles end. ``max_depth`` limits the depth."""
-        seen = {tkey(thread_id)}
+        seen = {self._tk(thread_id)}
         out: list[tuple[str, int]] = []
         frontier = [thread_id]
         depth = 0
@@ -878,7 +923,7 @@ class Store:
             nxt: list[str] = []
             for t in frontier:
                 for child in self.children(t):
-                    k = tkey(child)
+                    k = self._tk(child)
                     if k not in seen:
                         seen.add(k)
                         out.append((child, depth))
@@ -1005,13 +1050,18 @@ class AsyncStore:
         expected_version: ExpectedVersion = ANY,
         event_ids: Sequence[str] | None = None,
     ) -> AppendResult:
-        """As :meth:`Store.append`; awaits the group commit without blocking the loop."""
+        """As :meth:`Store.append`; awaits the group commit without blocking the loop.
+
+        Cancelling the awaiting task does not cancel the append: once queued it
+        commits, and the caller only loses the result. Retry with the same
+        ``event_ids`` to learn it (an idempotent retry returns it), or shield
+        the call."""
         s = self.store
         encoded = s._encode(thread_id, events, event_ids)
         s._check_expected(expected_version)
         loop = asyncio.get_running_loop()
         fut: asyncio.Future[AppendResult] = loop.create_future()
-        req = _Request(thread_id, encoded, expected_version, (loop, fut))
+        req = _Request(thread_id, encoded, expected_version, (loop, fut), scope=s._scope)
         with s._cond:
             s._check_open()
             s._queue.append(req)
@@ -1034,6 +1084,9 @@ class AsyncStore:
         return await asyncio.to_thread(self.store.delete_thread, thread_id, **kw)
 
     async def wait_for_position(self, position: int, timeout: float | None = None) -> int:
+        """As :meth:`Store.wait_for_position`. Each waiter holds a default-executor
+        thread while it waits: for many live tails, run one watcher thread that
+        waits and fans out (as ``tplog.integrations.server`` does)."""
         return await asyncio.to_thread(self.store.wait_for_position, position, timeout)
 
     async def close(self) -> None:

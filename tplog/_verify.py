@@ -20,7 +20,7 @@ import msgspec
 
 from tplog._codec import F_BLOB, PREFIX_SIZE, blob_refcount
 from tplog._errors import CorruptionError
-from tplog._keys import TKEY_SIZE, from_u64, u64
+from tplog._keys import TKEY_SIZE, eid_key, from_u64, scope_tag, u64
 
 __all__ = ["VerifyReport", "verify_store"]
 
@@ -72,7 +72,7 @@ def verify_store(store: object, *, projections: bool = True) -> VerifyReport:
                 if head.status == "active" and seq != expected:
                     rep.problems.append(f"thread {name}: seq {seq} follows seq {expected - 1} (gap)")
                 expected = seq + 1
-                ref = txn.get("eventids", hdr.event_id.encode())
+                ref = txn.get("eventids", eid_key(hdr.event_id, head.scope))
                 if ref is None or bytes(ref[: TKEY_SIZE + 8]) != bytes(k):
                     rep.problems.append(f"thread {name}, seq {seq}: event id {hdr.event_id!r} is not indexed to it")
                     continue
@@ -84,7 +84,7 @@ def verify_store(store: object, *, projections: bool = True) -> VerifyReport:
                 last_pos = pos
             if head.status == "active" and expected - 1 != head.version:
                 rep.problems.append(f"thread {name}: head version {head.version} but last seq {expected - 1}")
-            if txn.get("updated", u64(head.updated_ns) + tk) is None:
+            if txn.get("updated", scope_tag(head.scope) + u64(head.updated_ns) + tk) is None:
                 rep.problems.append(f"thread {name}: no 'updated' index entry for its head")
         for pk, key in txn.range("global"):
             if txn.get("events", key) is None:

@@ -104,10 +104,10 @@ import asyncio
 import inspect
 import json
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import asynccontextmanager
 from datetime import UTC, datetime
-from typing import Any, Final, Literal, Union
+from typing import Any, Final, Literal, Union, cast
 
 import pydantic
 from pydantic_ai import messages as pm
@@ -232,7 +232,8 @@ def _part_to_tp(full: dict[str, Any], slim: dict[str, Any]) -> dict[str, Any] | 
     if kind == "user-prompt":
         content = d.pop("content", full.get("content"))
         if isinstance(content, list):
-            sc = slim.get("content") if isinstance(slim.get("content"), list) else content
+            slim_content = slim.get("content")
+            sc: list[Any] = slim_content if isinstance(slim_content, list) else content
             content = [_content_item(f, s) for f, s in zip(content, sc, strict=False)]
         return _with_pai({"part_kind": "user-prompt", "content": content}, d)
     if kind == "text":
@@ -436,13 +437,20 @@ def message_to_tp(
         if usage:
             out["usage"] = usage
     _with_pai(out, d)
-    return from_builtins(out, m.Message)  # type: ignore[return-value]
+    return cast("m.RequestMessage | m.ResponseMessage", _message_from_builtins(out))
 
 
 def message_from_tp(msg: m.RequestMessage | m.ResponseMessage) -> pm.ModelMessage:
     """A protocol request/response message back as a Pydantic AI message."""
     d = to_builtins(msg)
-    return _MSG_TA.validate_python(_message_dict_from_tp(d))
+    out: pm.ModelMessage = _MSG_TA.validate_python(_message_dict_from_tp(d))
+    return out
+
+
+def _message_from_builtins(d: dict[str, Any]) -> m.Message:
+    """A protocol message (request, response or system) from its JSON builtins."""
+    msg: m.Message = from_builtins(d, cast(Any, m.Message))
+    return msg
 
 
 def _message_dict_from_tp(d: dict[str, Any]) -> dict[str, Any]:
@@ -851,7 +859,7 @@ class ThreadRecorder:
         rec: RecordedRun,
         raise_cancelled: bool,
         run_kwargs: dict[str, Any],
-    ) -> AsyncIterator[Any]:
+    ) -> AsyncGenerator[Any, None]:
         if self._turn_open:
             raise InvalidInputError("a run is already being recorded on this recorder")
         started_at = self.clock()
@@ -926,9 +934,13 @@ class ThreadRecorder:
                     )
                 )
             )
+        try:
+            await self.emit(events)
+        except BaseException:
+            state.open_failed = True  # nothing of the turn was recorded: do not try to close it
+            raise
         state.opened = True
         self._turn_open = True
-        await self.emit(events)
 
     async def _sync(self, state: _RunState, captured: list[pm.ModelMessage], *, final: bool = False) -> None:
         """Record the run's messages that are complete and not yet recorded."""
@@ -976,6 +988,8 @@ class ThreadRecorder:
     async def _interrupt(
         self, state: _RunState, rec: RecordedRun, reason: str, exc: BaseException | None, *, usage: Any
     ) -> None:
+        if state.open_failed:
+            return
         if not state.opened:
             await self._open(state, None)
         tp_usage = run_usage_to_tp(usage) if usage is not None else None
@@ -989,6 +1003,8 @@ class ThreadRecorder:
 
 
 class _RunState:
+    open_failed = False
+
     def __init__(self, *, agent_id: str, run_id: str, started_at: str) -> None:
         self.agent_id = agent_id
         self.run_id = run_id

@@ -76,7 +76,7 @@ import copy
 import json
 from collections.abc import AsyncIterator, Callable, Iterable, Iterator
 from datetime import UTC
-from typing import Any, Final
+from typing import Any, Final, cast
 
 from tplog import _model as m
 from tplog._errors import InvalidInputError
@@ -138,7 +138,10 @@ def _now() -> str:
 def parse_sse(text: str | bytes | Iterable[str]) -> Iterator[dict[str, Any] | str]:
     """Parse SSE text into chunk dicts (and ``"[DONE]"``). Non-``data:`` lines are ignored."""
     if isinstance(text, bytes):
-        text = text.decode("utf-8")
+        try:
+            text = text.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise MalformedChunkError(f"the stream is not UTF-8 text: {exc}") from exc
     lines = text.splitlines() if isinstance(text, str) else (ln for t in text for ln in t.splitlines())
     for line in lines:
         line = line.strip("\r")
@@ -520,6 +523,9 @@ class StreamAssembler:
         clock: Callable[[], str] | None = None,
         known_tool_calls: dict[str, str] | None = None,
     ) -> None:
+        if request_body is not None and not isinstance(request_body, dict):
+            raise MalformedChunkError(
+                f"the UI request body must be a JSON object, not {type(request_body).__name__}")
         self.body = request_body
         self.agent_id = agent_id
         self.clock = clock or _now
@@ -581,7 +587,7 @@ class StreamAssembler:
                             dropped = True  # the stream broke off before it; keep no gap
                             continue
                         msg["parts"] = parts
-                    out.append(MessageRecorded(message=from_builtins(msg, m.Message)))
+                    out.append(MessageRecorded(message=_message(msg)))
                 elif kind == TP_TURN_END:
                     if "interruption" in data:
                         out.append(
@@ -712,18 +718,16 @@ class StreamAssembler:
             if resp:
                 out.append(
                     MessageRecorded(
-                        message=from_builtins(
-                            {"message_type": "response", "timestamp": ts, "parts": resp, "agent_id": self.agent_id},
-                            m.Message,
+                        message=_message(
+                            {"message_type": "response", "timestamp": ts, "parts": resp, "agent_id": self.agent_id}
                         )
                     )
                 )
             if req:
                 out.append(
                     MessageRecorded(
-                        message=from_builtins(
-                            {"message_type": "request", "timestamp": ts, "parts": req, "agent_id": self.agent_id},
-                            m.Message,
+                        message=_message(
+                            {"message_type": "request", "timestamp": ts, "parts": req, "agent_id": self.agent_id}
                         )
                     )
                 )
@@ -743,6 +747,11 @@ class StreamAssembler:
                     deferred[cid] = "approval" if call.approval else "external"
             out.append(AgentTurnCompleted(completed_at=end, deferred=deferred))
         return out
+
+
+def _message(d: dict[str, Any]) -> m.Message:
+    msg: m.Message = from_builtins(d, cast(Any, m.Message))
+    return msg
 
 
 def _usage(u: Any) -> Any:
@@ -859,6 +868,7 @@ async def recorded_vercel_stream(
     ``timeout``, ``handoff_from``, ...).
     """
     import pydantic
+    from pydantic_ai.messages import UserPromptPart
     from pydantic_ai.ui.vercel_ai import VercelAIAdapter, VercelAIEventStream
     from pydantic_ai.ui.vercel_ai.request_types import RequestData
 
@@ -866,9 +876,9 @@ async def recorded_vercel_stream(
     run_input = pydantic.TypeAdapter(RequestData).validate_python(body)
     if user_prompt is None and _last_user_message(body) is not None:
         loaded = VercelAIAdapter.load_messages([run_input.messages[-1]])
-        prompts = [p for p in loaded[-1].parts if getattr(p, "part_kind", None) == "user-prompt"] if loaded else []
+        prompts = [p for p in loaded[-1].parts if isinstance(p, UserPromptPart)] if loaded else []
         if prompts:
-            user_prompt = prompts[0].content  # type: ignore[attr-defined]
+            user_prompt = prompts[0].content
     if "deferred_tool_results" not in run_kwargs and sdk_version >= 6:
         adapter = VercelAIAdapter(agent=agent, run_input=run_input, sdk_version=sdk_version)  # type: ignore[arg-type]
         dtr = adapter.deferred_tool_results
@@ -897,7 +907,11 @@ async def recorded_vercel_stream(
             agent, user_prompt, agent_id=agent_id, raise_cancelled=True, **run_kwargs
         ) as native:
             async for chunk in stream.transform_stream(native):
-                if ended and not flushed and chunk.type in ("finish", "abort", "error", "finish-step", "done"):
+                if (
+                    ended
+                    and not flushed
+                    and getattr(chunk, "type", None) in ("finish", "abort", "error", "finish-step", "done")
+                ):
                     flushed = True
                     for notice in _notices(recorded, state, body_parts):
                         line = json.dumps(notice, separators=(",", ":"))

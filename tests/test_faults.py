@@ -1,0 +1,331 @@
+"""Faults of the machine under the store: a full disk, a read-only filesystem, a read-only store,
+stale reader slots left by a killed reader, the map grown by another process while opening.
+
+Each scenario checks that the error is clear and typed and that nothing acknowledged is lost.
+The disk-full test mounts a 2 MB tmpfs when it can (root); otherwise it runs in a subprocess
+under RLIMIT_FSIZE. The read-only-filesystem test uses a read-only bind mount when it can, and a
+non-root uid on a directory without write permission otherwise (or both).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import random
+import signal
+import subprocess
+import sys
+import tempfile
+import textwrap
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from conftest import link, snapshot, started, user
+
+from tplog import ReadOnlyError, StorageError, StorageFullError, TplogError
+from tplog._store import Store
+
+TESTS = Path(__file__).resolve().parent
+ENV = {**os.environ, "PYTHONPATH": str(TESTS.parent) + os.pathsep + str(TESTS)}
+
+
+def _run(code: str, *args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-c", textwrap.dedent(code), *args], capture_output=True, text=True,
+                          timeout=timeout, env=ENV)
+
+
+@contextlib.contextmanager
+def _mount(*cmd: str) -> Iterator[bool]:
+    """Run a mount command; yield whether it worked; unmount afterwards."""
+    if os.geteuid() != 0 or sys.platform != "linux":
+        yield False
+        return
+    r = subprocess.run(["mount", *cmd], capture_output=True)
+    try:
+        yield r.returncode == 0
+    finally:
+        if r.returncode == 0:
+            subprocess.run(["umount", "-l", cmd[-1]], capture_output=True)
+
+
+def _fill(s: Store, tid: str, acked: list[tuple[str, list[str]]], limit: int = 2000) -> BaseException:
+    """Append until the store refuses; returns the error. ``acked`` gets every acknowledged append."""
+    rng = random.Random(7)  # the same sizes every run, so the disk fills up at the same write
+    for i in range(limit):
+        ids = [f"{tid}-{i}-a", f"{tid}-{i}-b"]
+        try:
+            s.append(tid, [user(rng.randbytes(900).hex()), user(str(i))], event_ids=ids)
+        except TplogError as exc:
+            return exc
+        acked.append((tid, ids))
+    raise AssertionError("the disk never filled")
+
+
+def _check_acked(s: Store, acked: list[tuple[str, list[str]]]) -> None:
+    have = {e.event_id for e in s.read_all()}
+    missing = [i for _, ids in acked for i in ids if i not in have]
+    assert missing == [], f"{len(missing)} acknowledged events lost"
+    for tid in {t for t, _ in acked}:
+        evs = s.read(tid)
+        assert [e.seq for e in evs] == list(range(1, len(evs) + 1))
+        assert s.head(tid).version == len(evs)
+
+
+# --------------------------------------------------------------------------- disk full
+
+
+def test_disk_full_on_a_small_tmpfs(tmp_path: Path) -> None:
+    mnt = tmp_path / "small"
+    mnt.mkdir()
+    with _mount("-t", "tmpfs", "-o", "size=2m", "tmpfs", str(mnt)) as ok:
+        if not ok:
+            pytest.skip("cannot mount tmpfs here (the RLIMIT_FSIZE test covers disk full)")
+        filler = mnt / "filler"
+        filler.write_bytes(b"\0" * (256 << 10))  # freed later, to show the store recovers
+        acked: list[tuple[str, list[str]]] = []
+        with Store(mnt / "s", map_size=1 << 20) as s:
+            s.append("t", [started("t")], event_ids=["t-start"])
+            acked.append(("t", ["t-start"]))
+            err = _fill(s, "t", acked)
+            before = snapshot(s)
+            with pytest.raises(TplogError) as again:  # still full: still refused, still nothing written
+                s.append("t", [user(os.urandom(4000).hex())])
+            assert snapshot(s) == before
+            _check_acked(s, acked)
+            filler.unlink()
+            r = s.append("t", [user("after")], event_ids=["after"])  # space again: it works again
+            acked.append(("t", ["after"]))
+            assert r.last_position == before["last_position"] + 1
+        with Store(mnt / "s", readonly=True) as s:  # reopened: everything acknowledged is there
+            _check_acked(s, acked)
+    # LMDB reports a full disk as EIO when a page write comes up short: it must still read as "disk full"
+    assert isinstance(err, StorageFullError), repr(err)
+    assert isinstance(again.value, StorageFullError), repr(again.value)
+    assert "disk is full" in str(err)
+
+
+_FSIZE = """
+    import os, resource, signal, sys
+    from conftest import started, user
+    from tplog import StorageError, StorageFullError, TplogError
+    from tplog._store import Store
+    signal.signal(signal.SIGXFSZ, signal.SIG_IGN)   # over the limit: write() fails with EFBIG
+    path = sys.argv[1]
+    with Store(path, map_size=1 << 20) as s:
+        s.append("t", [started("t")], event_ids=["t-start"])
+    limit = os.path.getsize(os.path.join(path, "data.mdb")) + (200 << 10)
+    resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
+    acked = ["t-start"]
+    with Store(path, map_size=1 << 20) as s:
+        for i in range(5000):
+            try:
+                s.append("t", [user(os.urandom(900).hex())], event_ids=[f"e{i}"])
+            except TplogError as exc:
+                print("ERROR", type(exc).__name__, exc)
+                break
+            acked.append(f"e{i}")
+        else:
+            print("NEVER FULL")
+    print("ACKED", " ".join(acked))
+"""
+
+
+def test_disk_full_by_rlimit_fsize(tmp_path: Path) -> None:
+    r = _run(_FSIZE, str(tmp_path / "s"))
+    assert r.returncode == 0, r.stderr
+    lines = dict(line.split(" ", 1) for line in r.stdout.splitlines())
+    assert "ERROR" in lines, r.stdout
+    kind = lines["ERROR"].split(" ", 1)[0]
+    assert kind in ("StorageFullError", "StorageError"), lines["ERROR"]  # EFBIG: the file may not grow
+    acked = lines["ACKED"].split()
+    with Store(tmp_path / "s") as s:
+        assert [e.event_id for e in s.read("t")] == acked  # every acknowledged event, nothing more
+        s.append("t", [user("after")])  # without the limit it works again
+
+
+# --------------------------------------------------------------------------- read-only
+
+
+def _make_store(path: Path) -> dict[str, Any]:
+    with Store(path) as s:
+        s.append("t", [started("t"), user("one"), link("u")])
+        return snapshot(s)
+
+
+def test_read_only_bind_mount(tmp_path: Path) -> None:
+    src, ro = tmp_path / "src", tmp_path / "ro"
+    before = _make_store(src / "s")
+    ro.mkdir()
+    with _mount("--bind", str(src), str(ro)) as ok:
+        if not ok or subprocess.run(["mount", "-o", "remount,ro,bind", str(ro)], capture_output=True).returncode:
+            pytest.skip("cannot make a read-only bind mount here")
+        with pytest.raises(ReadOnlyError, match="read-only"):
+            Store(ro / "s")
+        with pytest.raises(ReadOnlyError):
+            Store(ro / "new")  # cannot even create one
+        with Store(ro / "s", readonly=True) as s:  # reading a store on a read-only disk works
+            assert snapshot(s) == before
+    with Store(src / "s") as s:
+        assert snapshot(s) == before
+
+
+_NONROOT = """
+    import os, sys
+    from tplog import ReadOnlyError, TplogError
+    from tplog._store import Store
+    import tplog._canonical, tplog._cli, tplog._fold  # everything, before this uid may no longer read it
+    os.setgid(65534); os.setuid(65534)
+    path = sys.argv[1]
+    try:
+        Store(path)
+        print("rw: opened")
+    except ReadOnlyError as exc:
+        print("rw: ReadOnlyError")
+    except BaseException as exc:
+        print("rw:", type(exc).__name__, exc)
+    try:
+        with Store(path, readonly=True) as s:
+            print("ro:", len(s.read("t")))
+    except BaseException as exc:
+        print("ro:", type(exc).__name__, exc)
+    try:
+        Store(os.path.join(path, "..", "new"))
+        print("create: opened")
+    except ReadOnlyError:
+        print("create: ReadOnlyError")
+    except BaseException as exc:
+        print("create:", type(exc).__name__, exc)
+"""
+
+
+@pytest.mark.skipif(os.name != "posix" or os.geteuid() != 0, reason="needs root to switch to another uid")
+def test_read_only_directory_for_a_non_root_user() -> None:
+    base = Path(tempfile.mkdtemp(prefix="tplog-ro-"))
+    try:
+        base.chmod(0o755)
+        before = _make_store(base / "s")
+        for p in (base, base / "s"):
+            p.chmod(0o555)
+        for f in (base / "s").iterdir():
+            f.chmod(0o444)
+        r = _run(_NONROOT, str(base / "s"))
+        out = dict(line.split(": ", 1) for line in r.stdout.splitlines())
+        assert out.get("rw") == "ReadOnlyError", r.stdout + r.stderr
+        assert out.get("create") == "ReadOnlyError", r.stdout + r.stderr
+        # LMDB opens lock.mdb for writing even read-only (it falls back to no lock only on EROFS): without
+        # write permission a read-only open may fail, but only with a typed error
+        assert out.get("ro") == "3" or out.get("ro", "").startswith("ReadOnlyError"), r.stdout + r.stderr
+        with Store(base / "s", readonly=True) as s:
+            assert snapshot(s) == before
+    finally:
+        for p in (base, base / "s"):
+            with contextlib.suppress(OSError):
+                p.chmod(0o755)
+        subprocess.run(["rm", "-rf", str(base)])
+
+
+def test_store_opened_read_only(tmp_path: Path) -> None:
+    before = _make_store(tmp_path / "s")
+    with Store(tmp_path / "s", readonly=True) as s:
+        with pytest.raises(ReadOnlyError):
+            s.append("t", [user("no")])
+        with pytest.raises(ReadOnlyError):
+            s.append("new", [started("new")])
+        with pytest.raises(ReadOnlyError):
+            s.delete_thread("t")
+        assert snapshot(s) == before
+        s.backup(str(tmp_path / "copy"))  # a read-only handle can still back up
+    with Store(tmp_path / "copy", readonly=True) as c:
+        assert [e.event_id for e in c.read_all()] == [e[3] for e in before["events"]]
+    with pytest.raises(StorageError):
+        Store(tmp_path / "missing", readonly=True)  # read-only never creates a store
+    assert not (tmp_path / "missing").exists()
+
+
+# --------------------------------------------------------------------------- stale reader slots
+
+
+_READER = """
+    import sys, time
+    from tplog._store import Store
+    s = Store(sys.argv[1])
+    with s.engine.read() as txn:
+        txn.get("heads", b"x" * 16)
+        print("holding", flush=True)
+        time.sleep(60)
+"""
+
+
+def test_stale_reader_slot_of_a_killed_reader(tmp_path: Path) -> None:
+    path = tmp_path / "s"
+    with Store(path) as s:
+        s.append("t", [started("t")])
+    procs = []
+    for _ in range(3):
+        p = subprocess.Popen([sys.executable, "-c", textwrap.dedent(_READER), str(path)], stdout=subprocess.PIPE,
+                             text=True, env=ENV)
+        assert p.stdout is not None and p.stdout.readline().strip() == "holding"
+        procs.append(p)
+    for p in procs:
+        os.kill(p.pid, signal.SIGKILL)
+        p.wait()
+        assert p.stdout is not None
+        p.stdout.close()
+    with Store(path) as s:  # opening clears the dead readers' slots (reader_check)
+        readers = s.engine._env.readers()
+        assert not any(f"{p.pid}" in line.split() for p in procs for line in readers.splitlines()[1:]), readers
+        for i in range(200):  # the store keeps working: appends reuse pages the dead readers pinned
+            s.append("t", [user(os.urandom(400).hex())], event_ids=[f"e{i}"])
+        assert len(s.read("t")) == 201
+    # a slot left while a store is already open is cleared by reader_check itself
+    with Store(path) as s:
+        p = subprocess.Popen([sys.executable, "-c", textwrap.dedent(_READER), str(path)], stdout=subprocess.PIPE,
+                             text=True, env=ENV)
+        assert p.stdout is not None and p.stdout.readline().strip() == "holding"
+        os.kill(p.pid, signal.SIGKILL)
+        p.wait()
+        p.stdout.close()
+        assert str(p.pid) in s.engine._env.readers()
+        assert s.engine._env.reader_check() >= 1
+        assert str(p.pid) not in s.engine._env.readers()
+        s.append("t", [user("still fine")])
+        assert len(s.read("t")) == 202
+
+
+# --------------------------------------------------------------------------- the map grown by another process
+
+
+_GROW = """
+    import os, sys
+    from conftest import user
+    from tplog._store import Store
+    with Store(sys.argv[1], map_size=256 << 10) as s:
+        s.append("t", [user(os.urandom(1 << 20).hex())])   # incompressible: grows the map several times
+        assert s.stats()["map_size"] >= 2 << 20, s.stats()["map_size"]
+"""
+
+
+def test_open_while_another_process_grows_the_map(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Found by the crash harness: a process opening the store between another process's map growth
+    and its own first transaction gets MDB_MAP_RESIZED from the write transaction that opens the
+    tables, surfaced as a StorageError instead of being adopted."""
+    import tplog._storage as storage
+
+    path = tmp_path / "s"
+    with Store(path, map_size=256 << 10) as s:
+        s.append("t", [started("t")])
+    real_open = storage.lmdb.open
+
+    def open_then_grow(*a: Any, **kw: Any) -> Any:
+        env = real_open(*a, **kw)
+        r = _run(_GROW, str(path))  # another process grows the map now
+        assert r.returncode == 0, r.stderr
+        return env
+
+    monkeypatch.setattr(storage.lmdb, "open", open_then_grow)
+    with Store(path, map_size=256 << 10) as s:
+        monkeypatch.setattr(storage.lmdb, "open", real_open)
+        assert len(s.read("t")) == 2
+        s.append("t", [user("z")])

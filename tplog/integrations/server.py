@@ -1,0 +1,1241 @@
+"""Serve a tplog store over HTTP: Vercel AI SDK chat, thread reads, live tails (``tplog[server]``).
+
+Why Starlette: Pydantic AI's own Vercel AI adapter (``VercelAIAdapter.dispatch_request``,
+``UIEventStream.streaming_response``) is built on Starlette requests and
+responses, so Starlette is already what the chat endpoint's stream machinery
+speaks; it is a small ASGI toolkit (no ORM, no DI framework) and runs under any
+ASGI server. Uvicorn runs it (``serve()`` / ``tplog serve``).
+
+Endpoints
+---------
+
+``POST /api/chat``
+    A Vercel AI SDK UI request (``{"trigger": "submit-message", "id": CHAT_ID,
+    "messages": [...]}``; the chat id is the thread id). Runs the agent (the
+    body's ``"agent"`` field or ``?agent=`` picks one of ``agents``; default: the
+    first) on the *recorded* history of the thread (the store is the source of
+    truth: only the request's last message is read -- the user's new message,
+    or, SDK v6, its ``approval-responded`` tool parts) and streams the UI
+    message stream with tplog's ``data-tp-*`` chunks (see
+    :mod:`tplog.integrations.vercel`) while recording the run message by
+    message. A new thread is created (``ThreadStarted`` + ``AgentRegistered``)
+    in the same atomic append as the first turn. ``If-Match: N`` makes the
+    request conditional on the thread's version (``0``: the thread must not
+    exist). The response starts only once the turn's first append committed, so
+    a conflict is a clean ``409`` with nothing written.
+
+    A client that goes away does not lose the run. ``on_disconnect="finish"``
+    (default): the run goes on in the server and is recorded to its end;
+    ``"interrupt"``: the run is cancelled and recorded as an interrupted turn
+    (v0.0.4 ``AgentTurnInterrupted``, reason ``disconnect_reason``, default
+    ``network_failure`` -- what a client assembling the broken stream records
+    too); the complete cycles before it are kept. Runs still going at shutdown
+    get ``shutdown_grace`` seconds, then are interrupted (reason
+    ``server_shutdown``).
+
+``POST /threads/{id}/approvals``
+    ``{"approvals": {CALL_ID: true | false | {"approved": false, "reason": "..."}},
+    "results": {CALL_ID: value}}``: decisions for every deferred tool call the
+    thread's last turn ended on (see ``/pending``); continues the run, streamed
+    like ``/api/chat``.
+
+``GET /threads`` (``?limit=&cursor=&include_deleted=1``), ``GET /threads/{id}``
+(ThreadProtocol v0.0.4 JSON), ``/threads/{id}/turns``, ``/pending``,
+``/interrupts``, ``/children`` (``?limit=&after=&recursive=1&max_depth=``),
+``/links`` (``?incoming=1&relation=``)
+    Read-only views, JSON.
+
+``GET /threads/{id}/events``
+    The thread's events as Server-Sent Events, then a live tail: ``id:`` is the
+    event's seq, ``event:`` its type, ``data:`` ``{seq, position, event_id,
+    recorded_at, type, event}``. Reconnect with ``Last-Event-ID`` (or
+    ``?after=SEQ``) to resume exactly after the last event seen. New events are
+    found through one watcher thread per worker blocked in
+    :meth:`Store.wait_for_position` (woken at once by appends of this worker,
+    polling the file for appends by other workers/processes). ``?follow=0``
+    returns what is there and ends. A deleted thread's tail ends with its
+    tombstone.
+
+Errors are JSON ``{"error": {"status", "code", "message", ...}}``: malformed
+JSON 400, a body of the wrong shape 422 (naming the field), unknown thread 404,
+deleted thread 410, version/turn conflicts 409, body too large 413. A rejected
+request writes nothing.
+
+The store is opened per worker process, in the ASGI lifespan (after uvicorn
+forked/spawned the worker): LMDB handles must not cross ``fork()``. With
+several workers uvicorn needs an import string: :func:`app_from_env` is that
+factory (``TPLOG_SERVER_STORE`` etc., see below).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import importlib
+import json
+import logging
+import os
+import re
+import threading
+import time
+import uuid
+from collections.abc import AsyncIterator, Callable, Mapping
+from typing import Any, Final, Literal
+
+import anyio
+import msgspec
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response, StreamingResponse
+from starlette.routing import Route
+from starlette.types import Receive, Scope, Send
+
+from tplog import _model as m
+from tplog._errors import (
+    ConflictError,
+    InvalidEventError,
+    InvalidInputError,
+    NotFoundError,
+    ReadOnlyError,
+    StorageFullError,
+    StoreClosedError,
+    ThreadDeletedError,
+    TplogError,
+    WrongExpectedVersionError,
+)
+from tplog._events import (
+    AgentRegistered,
+    AgentTurnInterrupted,
+    Event,
+    RecordedEvent,
+    ThreadDeleted,
+    ThreadStarted,
+)
+from tplog._json import to_builtins, to_json
+from tplog._store import NO_STREAM, AsyncStore, ExpectedVersion, Store
+
+__all__ = [
+    "ENV_AGENTS",
+    "ENV_DURABILITY",
+    "ENV_METRICS",
+    "ENV_ON_DISCONNECT",
+    "ENV_STORE",
+    "AppendTimings",
+    "app_from_env",
+    "create_app",
+    "demo_agents",
+    "serve",
+]
+
+log = logging.getLogger("tplog.server")
+
+#: Store directory for :func:`app_from_env` (required).
+ENV_STORE: Final = "TPLOG_SERVER_STORE"
+#: ``module:attribute`` naming a dict of agents, or a callable returning one (default: :func:`demo_agents`).
+ENV_AGENTS: Final = "TPLOG_SERVER_AGENTS"
+#: ``finish`` (default) or ``interrupt``.
+ENV_ON_DISCONNECT: Final = "TPLOG_SERVER_ON_DISCONNECT"
+#: ``durable`` (default) or ``relaxed``.
+ENV_DURABILITY: Final = "TPLOG_SERVER_DURABILITY"
+#: A path prefix: each worker writes its append timings to ``PREFIX.PID.json`` at shutdown.
+ENV_METRICS: Final = "TPLOG_SERVER_METRICS"
+
+SSE_HEADERS: Final = {
+    "cache-control": "no-cache",
+    "x-accel-buffering": "no",
+}
+UI_STREAM_HEADERS: Final = {**SSE_HEADERS, "x-vercel-ai-ui-message-stream": "v1"}
+
+OnDisconnect = Literal["finish", "interrupt"]
+_TAIL_PAGE: Final = 500  # events read per step of a tail
+
+
+# --------------------------------------------------------------------------- errors
+
+
+class HTTPError(Exception):
+    """An error response: ``status``, a short ``code`` and a message naming the problem."""
+
+    def __init__(self, status: int, code: str, message: str, **extra: Any) -> None:
+        super().__init__(message)
+        self.status = status
+        self.code = code
+        self.message = message
+        self.extra = extra
+
+
+def _error_response(err: HTTPError) -> JSONResponse:
+    body = {"error": {"status": err.status, "code": err.code, "message": err.message, **err.extra}}
+    return JSONResponse(body, status_code=err.status)
+
+
+def http_error(exc: BaseException) -> HTTPError:
+    """The HTTP shape of a tplog (or other) error."""
+    if isinstance(exc, HTTPError):
+        return exc
+    msg = str(exc)
+    if isinstance(exc, WrongExpectedVersionError):
+        return HTTPError(409, "version_conflict", msg, expected=exc.expected, actual=exc.actual)
+    if isinstance(exc, ConflictError):
+        return HTTPError(409, "conflict", msg)
+    if isinstance(exc, InvalidEventError):  # the thread's state does not allow it (e.g. a turn is open)
+        return HTTPError(409, "invalid_state", msg)
+    if isinstance(exc, InvalidInputError):
+        extra = {"path": exc.path} if exc.path is not None else {}
+        return HTTPError(422, "invalid_input", msg, **extra)
+    if isinstance(exc, NotFoundError):
+        return HTTPError(404, "not_found", msg)
+    if isinstance(exc, ThreadDeletedError):
+        return HTTPError(410, "thread_deleted", msg)
+    if isinstance(exc, ReadOnlyError):
+        return HTTPError(503, "read_only", msg)
+    if isinstance(exc, StorageFullError):
+        return HTTPError(507, "storage_full", msg)
+    if isinstance(exc, StoreClosedError):
+        return HTTPError(503, "unavailable", msg)
+    if isinstance(exc, TplogError):
+        return HTTPError(500, type(exc).__name__, msg)
+    return HTTPError(500, "internal_error", f"{type(exc).__name__}: {msg}")
+
+
+# --------------------------------------------------------------------------- metrics
+
+
+class AppendTimings:
+    """The metrics hook: how long each ``AsyncStore.append`` took, and per chat request the
+    total time appends added to it (appends are awaited inline by the recorder).
+
+    Pass one to :func:`create_app` (``metrics=``); or set ``TPLOG_SERVER_METRICS`` for
+    :func:`app_from_env`, which dumps each worker's timings to ``PREFIX.PID.json``.
+    """
+
+    def __init__(self) -> None:
+        self.appends: list[tuple[str, int, float]] = []  # (thread_id, events, seconds) per append
+        self.requests: list[tuple[str, float, int, float]] = []  # (thread_id, append s, appends, request s)
+
+    def append(self, thread_id: str, n_events: int, seconds: float) -> None:
+        self.appends.append((thread_id, n_events, seconds))
+
+    def request(self, thread_id: str, append_seconds: float, appends: int, seconds: float) -> None:
+        self.requests.append((thread_id, append_seconds, appends, seconds))
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"pid": os.getpid(), "appends": self.appends, "requests": self.requests}
+
+    def dump(self, path: str) -> None:
+        with open(path, "w") as f:
+            json.dump(self.to_dict(), f)
+
+
+# --------------------------------------------------------------------------- state
+
+
+class _Watcher:
+    """One thread per worker: ``Store.wait_for_position`` in a loop; wakes the asyncio tails."""
+
+    def __init__(self, store: Store, loop: asyncio.AbstractEventLoop, poll: float) -> None:
+        self.store = store
+        self.loop = loop
+        self.poll = poll
+        self.pos = store.last_position
+        self._event = asyncio.Event()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="tplog-tail-watcher", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            try:
+                pos = self.store.wait_for_position(self.pos + 1, timeout=0.5, poll=self.poll)
+            except Exception:  # the store closed under us: stop
+                return
+            if pos > self.pos:
+                self.pos = pos
+                with contextlib.suppress(RuntimeError):  # loop closed
+                    self.loop.call_soon_threadsafe(self._wake)
+
+    def _wake(self) -> None:
+        ev, self._event = self._event, asyncio.Event()
+        ev.set()
+
+    async def wait(self, seen: int, timeout: float) -> int:
+        """Return once the log is past ``seen`` (or after ``timeout``): the newest position known."""
+        if self.pos > seen:
+            return self.pos
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._event.wait(), timeout)
+        return self.pos
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(5)
+
+
+class _Writer:
+    """The recorder's ``append``: optimistic concurrency on the thread's version, the new
+    thread's first events prepended to the first append, timings, reason overrides."""
+
+    def __init__(self, server: _Server, thread_id: str, expected: int | str, prefix: list[Event]) -> None:
+        self.server = server
+        self.astore = server.astore
+        self.thread_id = thread_id
+        self.expected: ExpectedVersion = expected  # type: ignore[assignment]
+        self.prefix = prefix
+        self.first: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        self.first_failed = False
+        self.reason_override: str | None = None
+        self.append_seconds = 0.0
+        self.appends = 0
+
+    async def __call__(self, events: list[Event]) -> Any:
+        if self.first_failed:  # the turn never opened: record nothing more of this run
+            raise InvalidEventError(f"thread {self.thread_id}: the run's first append failed; nothing recorded")
+        evs = list(events)
+        if self.prefix:
+            evs = self.prefix + evs
+        if self.reason_override is not None:
+            evs = [_with_reason(e, self.reason_override) for e in evs]
+        t0 = time.perf_counter()
+        fut = asyncio.ensure_future(self.astore.append(self.thread_id, evs, expected_version=self.expected))
+        cancelled: asyncio.CancelledError | None = None
+        try:
+            try:
+                res = await asyncio.shield(fut)
+            except asyncio.CancelledError as exc:  # the append goes on: wait for it, then re-raise
+                cancelled = exc
+                res = await fut
+        except BaseException as exc:
+            if not self.first.done():
+                self.first_failed = True
+                self.first.set_exception(exc)
+                self.first.exception()  # retrieved: no "never retrieved" warning
+            raise
+        finally:
+            dt = time.perf_counter() - t0
+            self.append_seconds += dt
+            self.appends += 1
+            if self.server.metrics is not None:
+                self.server.metrics.append(self.thread_id, len(evs), dt)
+        self.prefix = []
+        self.expected = res.last_seq
+        if not self.first.done():
+            self.first.set_result(res)
+        if cancelled is not None:
+            raise cancelled
+        return res
+
+
+def _with_reason(ev: Event, reason: str) -> Event:
+    if isinstance(ev, AgentTurnInterrupted) and ev.interruption.reason == "user_cancelled":
+        return msgspec.structs.replace(ev, interruption=msgspec.structs.replace(ev.interruption, reason=reason))
+    return ev
+
+
+class _Run:
+    """One agent run, decoupled from the HTTP response that streams it."""
+
+    def __init__(self, writer: _Writer) -> None:
+        self.writer = writer
+        self.queue: asyncio.Queue[str | None] = asyncio.Queue()
+        self.attached = True
+        self.task: asyncio.Task[None] | None = None
+        self.started = time.perf_counter()
+
+
+class _Server:
+    def __init__(
+        self,
+        store: str | os.PathLike[str] | Store | AsyncStore,
+        agents: Mapping[str, Any],
+        *,
+        on_disconnect: OnDisconnect,
+        disconnect_reason: str,
+        shutdown_grace: float,
+        store_options: Mapping[str, Any],
+        sdk_version: int,
+        tail_poll: float,
+        heartbeat: float,
+        max_body: int,
+        metrics: AppendTimings | None,
+        metrics_path: str | None,
+    ) -> None:
+        if on_disconnect not in ("finish", "interrupt"):
+            raise ValueError(f"on_disconnect must be 'finish' or 'interrupt', not {on_disconnect!r}")
+        if not agents:
+            raise ValueError("create_app needs at least one agent")
+        self.store_arg = store
+        self.agents = dict(agents)
+        self.default_agent = next(iter(self.agents))
+        self.on_disconnect = on_disconnect
+        self.disconnect_reason = disconnect_reason
+        self.shutdown_grace = shutdown_grace
+        self.store_options = dict(store_options)
+        self.sdk_version = sdk_version
+        self.tail_poll = tail_poll
+        self.heartbeat = heartbeat
+        self.max_body = max_body
+        self.metrics = metrics
+        self.metrics_path = metrics_path
+        self._astore: AsyncStore | None = None
+        self._watcher: _Watcher | None = None
+        self.runs: set[_Run] = set()
+        self.closing = False
+
+    @property
+    def astore(self) -> AsyncStore:
+        if self._astore is None:
+            raise HTTPError(503, "unavailable", "the store is not open (lifespan not started)")
+        return self._astore
+
+    @property
+    def store(self) -> Store:
+        return self.astore.store
+
+    @property
+    def watcher(self) -> _Watcher:
+        assert self._watcher is not None
+        return self._watcher
+
+    # -- lifespan
+
+    @contextlib.asynccontextmanager
+    async def lifespan(self, app: Starlette) -> AsyncIterator[None]:
+        owned = False
+        arg = self.store_arg
+        if isinstance(arg, AsyncStore):
+            self._astore = arg
+        elif isinstance(arg, Store):
+            self._astore = AsyncStore(arg)
+        else:
+            self._astore = await AsyncStore.open(arg, **self.store_options)
+            owned = True
+        self._watcher = _Watcher(self._astore.store, asyncio.get_running_loop(), self.tail_poll)
+        self._watcher.start()
+        try:
+            yield
+        finally:
+            self.closing = True
+            await self._drain()
+            self._watcher.stop()
+            if owned:
+                await self._astore.close()
+            if self.metrics is not None and self.metrics_path:
+                self.metrics.dump(f"{self.metrics_path}.{os.getpid()}.json")
+
+    async def _drain(self) -> None:
+        tasks = [r.task for r in self.runs if r.task is not None and not r.task.done()]
+        if tasks:
+            await asyncio.wait(tasks, timeout=self.shutdown_grace)
+        for r in list(self.runs):
+            if r.task is not None and not r.task.done():
+                r.writer.reason_override = "server_shutdown"
+                r.task.cancel()
+        tasks = [r.task for r in self.runs if r.task is not None and not r.task.done()]
+        if tasks:
+            await asyncio.wait(tasks, timeout=10)
+
+    # -- chat runs
+
+    def agent(self, name: Any) -> tuple[str, Any]:
+        if name is None:
+            name = self.default_agent
+        if not isinstance(name, str) or name not in self.agents:
+            raise HTTPError(422, "unknown_agent", f"unknown agent {name!r}; this server has {sorted(self.agents)}")
+        return name, self.agents[name]
+
+    async def start_run(
+        self,
+        thread_id: str,
+        agent_name: str,
+        agent: Any,
+        body: dict[str, Any],
+        *,
+        if_match: int | None,
+        user_text: str | None,
+        deferred: tuple[dict[str, Any], dict[str, Any]] | None,
+    ) -> _Run:
+        """Check the thread, start the run, wait for its first append. Raises HTTPError."""
+        if self.closing:
+            raise HTTPError(503, "shutting_down", "the server is shutting down")
+        from tplog.integrations.pydantic_ai import ThreadRecorder, history_from_thread
+
+        store = self.store
+        try:
+            head = await asyncio.to_thread(store.head, thread_id)
+        except NotFoundError:
+            head = None
+        if head is not None and head.status == "deleted":
+            raise HTTPError(410, "thread_deleted", f"thread {thread_id} was deleted; its id cannot be reused")
+        version = head.version if head is not None else 0
+        if if_match is not None and if_match != version:
+            raise HTTPError(
+                409,
+                "version_conflict",
+                f"thread {thread_id}: If-Match expected version {if_match}, but the thread is at version {version}",
+                expected=if_match,
+                actual=version,
+            )
+        if head is not None and head.open_turn_agent is not None:
+            raise HTTPError(
+                409,
+                "turn_open",
+                f"thread {thread_id}: the agent turn of {head.open_turn_agent!r} opened at seq {head.open_turn_seq} "
+                "is still running; wait for it (GET /threads/{id}/events) before sending another message",
+            )
+        prefix: list[Event] = []
+        history: list[Any] | None = None
+        now = _now()
+        if head is None:
+            title = (user_text or "").strip().splitlines()[0][:80] if (user_text or "").strip() else None
+            prefix.append(ThreadStarted(thread_id=thread_id, created_at=now, title=title if title else m.UNSET))
+            registered: Mapping[str, Any] = {}
+        else:
+            thread = await asyncio.to_thread(store.thread, thread_id)
+            history = history_from_thread(thread) or None
+            registered = thread.agents
+            waiting = await asyncio.to_thread(store.pending, thread_id)
+            calls = [c for c in waiting.pending if c.state == "deferred"]
+            if calls and deferred is None:
+                raise HTTPError(
+                    409,
+                    "awaiting_tool_results",
+                    f"thread {thread_id} waits for decisions on deferred tool calls "
+                    f"{[c.tool_call_id for c in calls]}; send them (POST /threads/{{id}}/approvals, or the SDK's "
+                    "tool approval responses) before a new message",
+                    pending=[{"tool_call_id": c.tool_call_id, "tool_name": c.tool_name, "kind": c.kind} for c in calls],
+                )
+            if deferred is not None:
+                _check_decisions(thread_id, calls, *deferred)
+        if head is None and deferred is not None:
+            raise HTTPError(404, "not_found", f"thread {thread_id} does not exist")
+        if agent_name not in registered:
+            model = getattr(agent, "model", None)
+            prefix.append(
+                AgentRegistered(
+                    agent=m.AgentConfig(
+                        agent_id=agent_name,
+                        agent_name=getattr(agent, "name", None) or agent_name,
+                        model_name=getattr(model, "model_name", None) or m.UNSET,
+                        provider_name=getattr(model, "system", None) or m.UNSET,
+                        created_at=now,
+                    )
+                )
+            )
+        writer = _Writer(self, thread_id, version if head is not None else NO_STREAM, prefix)
+        run = _Run(writer)
+        recorder = ThreadRecorder(writer, thread_id)
+        kwargs: dict[str, Any] = {}
+        if history:
+            kwargs["message_history"] = history
+        if deferred is not None:
+            from pydantic_ai import DeferredToolResults, ToolDenied
+
+            approvals: dict[str, Any] = {}
+            for cid, dec in deferred[0].items():
+                if dec is True or dec is False:
+                    approvals[cid] = dec
+                elif dec.get("approved"):
+                    approvals[cid] = True
+                else:
+                    approvals[cid] = ToolDenied(dec["reason"]) if dec.get("reason") else False
+            kwargs["deferred_tool_results"] = DeferredToolResults(approvals=approvals, calls=dict(deferred[1]))
+        run.task = asyncio.get_running_loop().create_task(self._produce(run, recorder, agent, body, agent_name, kwargs))
+        self.runs.add(run)
+        run.task.add_done_callback(lambda _t: self.runs.discard(run))
+        try:
+            await asyncio.shield(writer.first)
+        except asyncio.CancelledError:
+            raise
+        except BaseException as exc:
+            raise http_error(exc) from exc
+        return run
+
+    async def _produce(
+        self, run: _Run, recorder: Any, agent: Any, body: dict[str, Any], agent_id: str, kwargs: dict[str, Any]
+    ) -> None:
+        from tplog.integrations.vercel import recorded_vercel_stream
+
+        error: BaseException | None = None
+        try:
+            async for line in recorded_vercel_stream(
+                recorder, agent, body, agent_id=agent_id, sdk_version=self.sdk_version, **kwargs
+            ):
+                if run.attached:
+                    run.queue.put_nowait(line)
+        except asyncio.CancelledError as exc:  # interrupted by us (disconnect / shutdown): recorded
+            error = exc
+        except Exception as exc:  # model/tool error: recorded as interrupted, sent as an `error` chunk
+            error = exc
+            if run.writer.first.done() and not run.writer.first_failed:
+                log.warning("run on thread %s ended with %s: %s", recorder.thread_id, type(exc).__name__, exc)
+        finally:
+            run.queue.put_nowait(None)
+            w = run.writer
+            if not w.first.done():
+                w.first.set_exception(
+                    error if isinstance(error, Exception) else RuntimeError("the run ended before recording anything")
+                )
+                w.first.exception()
+            if self.metrics is not None and not w.first_failed:
+                self.metrics.request(recorder.thread_id, w.append_seconds, w.appends, time.perf_counter() - run.started)
+
+    def detach(self, run: _Run) -> None:
+        """The client went away before the end of the stream."""
+        if run.task is None or run.task.done():
+            return
+        run.attached = False
+        while not run.queue.empty():
+            run.queue.get_nowait()
+        if self.on_disconnect == "interrupt":
+            run.writer.reason_override = self.disconnect_reason
+            run.task.cancel()
+
+    def stream(self, run: _Run) -> StreamingResponse:
+        async def body() -> AsyncIterator[str]:
+            done = False
+            try:
+                while True:
+                    line = await run.queue.get()
+                    if line is None:
+                        done = True
+                        return
+                    yield line
+            finally:
+                if not done:
+                    self.detach(run)
+
+        return _SSEResponse(
+            body(),
+            media_type="text/event-stream",
+            headers={
+                **UI_STREAM_HEADERS,
+                "x-tplog-thread": _header_safe(run.writer.thread_id),
+                "x-tplog-worker": str(os.getpid()),
+            },
+        )
+
+
+def _header_safe(s: str) -> str:
+    return s if s.isascii() and s.isprintable() else json.dumps(s)
+
+
+def _check_decisions(thread_id: str, calls: list[Any], approvals: dict[str, Any], results: dict[str, Any]) -> None:
+    if not calls:
+        raise HTTPError(409, "nothing_pending", f"thread {thread_id} has no deferred tool calls awaiting a decision")
+    kinds = {c.tool_call_id: c.kind or "external" for c in calls}
+    unknown = sorted(set(approvals) - set(kinds)) + sorted(set(results) - set(kinds))
+    if unknown:
+        raise HTTPError(
+            409,
+            "not_pending",
+            f"thread {thread_id}: tool calls {unknown} are not awaiting a decision; pending: {sorted(kinds)}",
+        )
+    wrong = [c for c in approvals if kinds[c] != "approval"] + [c for c in results if kinds[c] == "approval"]
+    if wrong:
+        raise HTTPError(
+            422,
+            "wrong_decision_kind",
+            f"thread {thread_id}: {sorted(wrong)}: approval calls take 'approvals', external calls 'results'",
+            kinds=kinds,
+        )
+    missing = sorted(set(kinds) - set(approvals) - set(results))
+    if missing:
+        raise HTTPError(
+            422, "missing_decisions", f"thread {thread_id}: no decision for deferred tool calls {missing}", kinds=kinds
+        )
+
+
+class _SSEResponse(StreamingResponse):
+    """A streaming response that notices a client going away even while idle (any ASGI spec
+    version), so a tail or a run stream is detached at once, not at its next write."""
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        async with anyio.create_task_group() as tg:
+
+            async def stream() -> None:
+                try:
+                    await self.stream_response(send)
+                except OSError:
+                    pass
+                finally:
+                    with contextlib.suppress(BaseException):
+                        await self.body_iterator.aclose()  # type: ignore[attr-defined]
+                    tg.cancel_scope.cancel()
+
+            tg.start_soon(stream)
+            await self.listen_for_disconnect(receive)
+            tg.cancel_scope.cancel()
+
+
+def _now() -> str:
+    from datetime import UTC, datetime
+
+    return datetime.now(UTC).isoformat().replace("+00:00", "Z")
+
+
+# --------------------------------------------------------------------------- request helpers
+
+
+async def _json_body(request: Request, limit: int) -> dict[str, Any]:
+    cl = request.headers.get("content-length")
+    if cl is not None and cl.isdigit() and int(cl) > limit:
+        raise HTTPError(413, "too_large", f"request body is {cl} bytes; at most {limit} are accepted")
+    from starlette.requests import ClientDisconnect
+
+    raw = b""
+    try:
+        async for chunk in request.stream():
+            raw += chunk
+            if len(raw) > limit:
+                raise HTTPError(413, "too_large", f"request body is over {limit} bytes")
+    except ClientDisconnect:
+        raise HTTPError(400, "client_disconnected", "the client went away while sending the body") from None
+    if not raw.strip():
+        raise HTTPError(400, "empty_body", "the request needs a JSON body")
+    try:
+        data = json.loads(raw)
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise HTTPError(400, "malformed_json", f"the body is not valid JSON: {exc}") from exc
+    if not isinstance(data, dict):
+        raise HTTPError(422, "invalid_body", f"the body must be a JSON object, not {type(data).__name__}")
+    return data
+
+
+def _if_match(request: Request) -> int | None:
+    v = request.headers.get("if-match")
+    if v is None:
+        return None
+    v = v.strip().strip('"')
+    if not v.isdigit():
+        raise HTTPError(400, "bad_if_match", f"If-Match must be a thread version (an integer ≥ 0), not {v!r}")
+    return int(v)
+
+
+def _int_param(request: Request, name: str, default: int | None, *, lo: int = 0, hi: int | None = None) -> int | None:
+    v = request.query_params.get(name)
+    if v is None or v == "":
+        return default
+    try:
+        n = int(v)
+    except ValueError:
+        raise HTTPError(422, "invalid_parameter", f"query parameter {name!r} must be an integer, not {v!r}") from None
+    if n < lo or (hi is not None and n > hi):
+        rng = f"{lo}..{hi}" if hi is not None else f"≥ {lo}"
+        raise HTTPError(422, "invalid_parameter", f"query parameter {name!r} must be in {rng}, not {n}")
+    return n
+
+
+def _flag(request: Request, name: str) -> bool:
+    v = request.query_params.get(name, "")
+    if v.lower() in ("", "0", "false", "no"):
+        return False
+    if v.lower() in ("1", "true", "yes"):
+        return True
+    raise HTTPError(422, "invalid_parameter", f"query parameter {name!r} must be 1/0/true/false, not {v!r}")
+
+
+def _plain(obj: Any) -> Any:
+    """Result structs as JSON objects (heads are msgpack arrays on disk, objects here)."""
+    if isinstance(obj, m._Base):
+        return to_builtins(obj)
+    if isinstance(obj, msgspec.Struct):
+        return {f: _plain(getattr(obj, f)) for f in obj.__struct_fields__}
+    if isinstance(obj, (list, tuple)):
+        return [_plain(o) for o in obj]
+    if isinstance(obj, dict):
+        return {k: _plain(v) for k, v in obj.items()}
+    return msgspec.to_builtins(obj)
+
+
+def _json(obj: Any, status: int = 200) -> Response:
+    return Response(msgspec.json.encode(obj), status_code=status, media_type="application/json")
+
+
+def _ui_errors(exc: Any) -> list[dict[str, Any]]:
+    return [
+        {"loc": ".".join(str(p) for p in e.get("loc", ())), "msg": e.get("msg"), "type": e.get("type")}
+        for e in exc.errors(include_url=False, include_context=False, include_input=False)[:20]
+    ]
+
+
+def _event_row(e: RecordedEvent) -> dict[str, Any]:
+    return {
+        "seq": e.seq,
+        "position": e.position,
+        "event_id": e.event_id,
+        "recorded_at": e.recorded_at,
+        "type": e.event.__struct_config__.tag,
+        "event": to_builtins(e.event),
+    }
+
+
+# --------------------------------------------------------------------------- the app
+
+
+def create_app(
+    store: str | os.PathLike[str] | Store | AsyncStore,
+    agents: Mapping[str, Any],
+    *,
+    on_disconnect: OnDisconnect = "finish",
+    disconnect_reason: str = "network_failure",
+    shutdown_grace: float = 30.0,
+    store_options: Mapping[str, Any] | None = None,
+    sdk_version: int = 6,
+    tail_poll: float = 0.05,
+    heartbeat: float = 15.0,
+    max_body: int = 16 << 20,
+    metrics: AppendTimings | None = None,
+    metrics_path: str | None = None,
+) -> Starlette:
+    """The ASGI app serving ``store`` (a directory, opened per worker in the lifespan, or an
+    open ``Store``/``AsyncStore`` the caller keeps owning) with ``agents`` (name -> Pydantic AI agent).
+
+    ``on_disconnect``: ``"finish"`` -- a run whose client went away is run and recorded to its
+    end; ``"interrupt"`` -- it is cancelled and recorded as interrupted with ``disconnect_reason``.
+    ``store_options`` go to :class:`Store` (e.g. ``durability``). ``tail_poll``: how often event
+    tails look for appends by other processes; ``heartbeat``: SSE keep-alive comment interval.
+    ``metrics``: an :class:`AppendTimings` (or anything with its ``append``/``request`` methods)
+    timing every append; dumped to ``metrics_path.PID.json`` at shutdown when given.
+    """
+    srv = _Server(
+        store,
+        agents,
+        on_disconnect=on_disconnect,
+        disconnect_reason=disconnect_reason,
+        shutdown_grace=shutdown_grace,
+        store_options=store_options or {},
+        sdk_version=sdk_version,
+        tail_poll=tail_poll,
+        heartbeat=heartbeat,
+        max_body=max_body,
+        metrics=metrics,
+        metrics_path=metrics_path,
+    )
+
+    async def chat(request: Request) -> Response:
+        import pydantic
+        from pydantic_ai.ui.vercel_ai import VercelAIAdapter
+        from pydantic_ai.ui.vercel_ai.request_types import RequestData
+
+        body = await _json_body(request, srv.max_body)
+        body.setdefault("trigger", "submit-message")
+        try:
+            run_input = pydantic.TypeAdapter(RequestData).validate_python(body)
+        except pydantic.ValidationError as exc:
+            errs = _ui_errors(exc)
+            first = errs[0] if errs else {"loc": "", "msg": "invalid"}
+            raise HTTPError(
+                422,
+                "invalid_body",
+                f"not a Vercel AI UI request: {first['loc'] or 'body'}: {first['msg']}",
+                errors=errs,
+            ) from None
+        if body.get("trigger") == "regenerate-message":
+            raise HTTPError(
+                422,
+                "unsupported_trigger",
+                "regenerate-message is not supported: the thread's log is append-only; submit a new message instead",
+            )
+        thread_id = run_input.id
+        if not thread_id or len(thread_id.encode()) > 512:
+            raise HTTPError(422, "invalid_body", "id (the chat/thread id) must be a non-empty string ≤ 512 bytes")
+        agent_name, agent = srv.agent(body.get("agent", request.query_params.get("agent")))
+        if_match = _if_match(request)
+        msgs = run_input.messages
+        last = msgs[-1] if msgs else None
+        deferred: tuple[dict[str, Any], dict[str, Any]] | None = None
+        user_text: str | None = None
+        if last is not None and last.role == "user":
+            user_text = " ".join(getattr(p, "text", "") for p in last.parts if getattr(p, "type", "") == "text")
+        elif last is not None and last.role == "assistant":
+            adapter = VercelAIAdapter(agent=agent, run_input=run_input, sdk_version=6)
+            dtr = adapter.deferred_tool_results
+            if dtr is not None and dtr.approvals:
+                appr: dict[str, Any] = {}
+                for cid, dec in dtr.approvals.items():
+                    appr[cid] = (
+                        dec if isinstance(dec, bool) else {"approved": False, "reason": getattr(dec, "message", None)}
+                    )
+                deferred = (appr, {})
+        if user_text is None and deferred is None:
+            raise HTTPError(
+                422,
+                "nothing_to_run",
+                "the request's last message must be the user's new message or "
+                "an assistant message with tool approval responses",
+            )
+        # The run sees only the last message; the history is the thread's recorded one.
+        run_body = {
+            "trigger": "submit-message",
+            "id": thread_id,
+            "messages": [body["messages"][-1]] if user_text is not None else [],
+        }
+        run = await srv.start_run(
+            thread_id, agent_name, agent, run_body, if_match=if_match, user_text=user_text, deferred=deferred
+        )
+        return srv.stream(run)
+
+    async def approvals(request: Request) -> Response:
+        thread_id = request.path_params["thread_id"]
+        body = await _json_body(request, srv.max_body)
+        appr = body.get("approvals", {})
+        results = body.get("results", {})
+        if not isinstance(appr, dict) or not isinstance(results, dict):
+            raise HTTPError(422, "invalid_body", "'approvals' and 'results' must be objects keyed by tool_call_id")
+        if not appr and not results:
+            raise HTTPError(422, "invalid_body", "give 'approvals' and/or 'results' for the pending tool calls")
+        for cid, dec in appr.items():
+            ok = isinstance(dec, bool) or (
+                isinstance(dec, dict)
+                and isinstance(dec.get("approved"), bool)
+                and isinstance(dec.get("reason", ""), str | None)
+            )
+            if not ok:
+                raise HTTPError(
+                    422,
+                    "invalid_body",
+                    f'approvals[{cid!r}] must be true, false or {{"approved": bool, "reason": str}}',
+                    path=f"$.approvals[{json.dumps(cid)}]",
+                )
+        unknown_keys = sorted(set(body) - {"approvals", "results", "agent"})
+        if unknown_keys:
+            raise HTTPError(422, "invalid_body", f"unknown fields {unknown_keys}; expected approvals, results, agent")
+        store = srv.store
+        try:
+            res = await asyncio.to_thread(store.load, thread_id)
+        except TplogError as exc:
+            raise http_error(exc) from exc
+        if res.deleted:
+            raise HTTPError(410, "thread_deleted", f"thread {thread_id} was deleted")
+        name = body.get("agent")
+        if name is None and res.thread is not None:
+            agent_turns = [t for t in res.thread.turns if isinstance(t, m.AgentTurn)]
+            name = agent_turns[-1].agent_id if agent_turns else None
+            if name not in srv.agents:
+                name = None
+        agent_name, agent = srv.agent(name)
+        run_body = {"trigger": "submit-message", "id": thread_id, "messages": []}
+        run = await srv.start_run(
+            thread_id,
+            agent_name,
+            agent,
+            run_body,
+            if_match=_if_match(request),
+            user_text=None,
+            deferred=(appr, results),
+        )
+        return srv.stream(run)
+
+    async def health(request: Request) -> Response:
+        return _json({"ok": True, "pid": os.getpid(), "last_position": srv.watcher.pos})
+
+    async def threads(request: Request) -> Response:
+        limit = _int_param(request, "limit", 50, lo=1, hi=1000)
+        assert limit is not None
+        page = await srv.astore.threads(
+            limit=limit,
+            cursor=request.query_params.get("cursor") or None,
+            include_deleted=_flag(request, "include_deleted"),
+        )
+        return _json({"threads": _plain(page.threads), "next_cursor": page.cursor})
+
+    async def thread(request: Request) -> Response:
+        th = await asyncio.to_thread(srv.store.thread, request.path_params["thread_id"])
+        return Response(to_json(th), media_type="application/json")
+
+    async def turns(request: Request) -> Response:
+        tid = request.path_params["thread_id"]
+        res = await asyncio.to_thread(srv.store.load, tid)
+        if res.deleted or res.thread is None:
+            raise HTTPError(410, "thread_deleted", f"thread {tid} was deleted")
+        return _json(
+            {
+                "thread_id": res.thread.thread_id,
+                "version": res.seq,
+                "turns": to_builtins(res.thread.turns),
+                "in_progress": to_builtins(res.in_progress) if res.in_progress is not None else None,
+            }
+        )
+
+    async def pending(request: Request) -> Response:
+        return _json(_plain(await asyncio.to_thread(srv.store.pending, request.path_params["thread_id"])))
+
+    async def interrupts(request: Request) -> Response:
+        return _json(_plain(await asyncio.to_thread(srv.store.interrupts, request.path_params["thread_id"])))
+
+    async def children(request: Request) -> Response:
+        tid = request.path_params["thread_id"]
+        store = srv.store
+        await asyncio.to_thread(store.head, tid)  # 404 for an unknown thread
+        max_depth = _int_param(request, "max_depth", None, lo=1)
+        if _flag(request, "recursive") or max_depth is not None:
+            rows = await asyncio.to_thread(store.descendants, tid, max_depth=max_depth)
+            return _json({"thread_id": tid, "descendants": [{"thread_id": t, "depth": d} for t, d in rows]})
+        limit = _int_param(request, "limit", None, lo=1)
+        kids = await asyncio.to_thread(store.children, tid, limit=limit, after=request.query_params.get("after"))
+        return _json({"thread_id": tid, "children": kids})
+
+    async def links(request: Request) -> Response:
+        tid = request.path_params["thread_id"]
+        store = srv.store
+        relation = request.query_params.get("relation") or None
+        if _flag(request, "incoming"):
+            await asyncio.to_thread(store.head, tid)
+            rows = await asyncio.to_thread(store.incoming, tid, relation=relation)
+            return _json({"thread_id": tid, "incoming": [{"thread_id": t, "relation": r} for t, r in rows]})
+        lks = await asyncio.to_thread(store.links, tid)
+        return _json(
+            {"thread_id": tid, "links": [to_builtins(lk) for lk in lks if relation is None or lk.relation == relation]}
+        )
+
+    async def events(request: Request) -> Response:
+        tid = request.path_params["thread_id"]
+        last_id = request.headers.get("last-event-id")
+        if last_id is not None and last_id.strip():
+            if not last_id.strip().isdigit():
+                raise HTTPError(400, "bad_last_event_id", f"Last-Event-ID must be an event seq, not {last_id!r}")
+            after = int(last_id.strip())
+        else:
+            after = _int_param(request, "after", 0) or 0
+        follow = request.query_params.get("follow") is None or _flag(request, "follow")
+        store = srv.store
+        await asyncio.to_thread(store.head, tid)  # 404 before the stream starts
+        watcher = srv.watcher
+        heartbeat = srv.heartbeat
+
+        async def gen() -> AsyncIterator[str]:
+            last = after
+            yield "retry: 1000\n\n"
+            while True:
+                mark = watcher.pos
+                evs = await asyncio.to_thread(store.read, tid, start=last + 1, limit=_TAIL_PAGE)
+                for e in evs:
+                    if e.seq <= last:  # pragma: no cover - reads are by seq
+                        continue
+                    last = e.seq
+                    data = msgspec.json.encode(_event_row(e)).decode()
+                    yield f"id: {e.seq}\nevent: {e.event.__struct_config__.tag}\ndata: {data}\n\n"
+                    if isinstance(e.event, ThreadDeleted):
+                        return
+                if len(evs) >= _TAIL_PAGE:
+                    continue  # more of the backlog: no waiting
+                if not follow or srv.closing:
+                    return
+                got = await watcher.wait(mark, heartbeat)
+                if got == mark:
+                    yield ": keep-alive\n\n"
+
+        return _SSEResponse(
+            gen(), media_type="text/event-stream", headers={**SSE_HEADERS, "x-tplog-worker": str(os.getpid())}
+        )
+
+    def guarded(fn: Callable[[Request], Any]) -> Callable[[Request], Any]:
+        async def wrapper(request: Request) -> Response:
+            try:
+                resp: Response = await fn(request)
+                return resp
+            except HTTPError as exc:
+                return _error_response(exc)
+            except TplogError as exc:
+                return _error_response(http_error(exc))
+
+        wrapper.__name__ = fn.__name__
+        return wrapper
+
+    routes = [
+        Route("/api/chat", guarded(chat), methods=["POST"]),
+        Route("/health", guarded(health), methods=["GET"]),
+        Route("/threads", guarded(threads), methods=["GET"]),
+        Route("/threads/{thread_id}", guarded(thread), methods=["GET"]),
+        Route("/threads/{thread_id}/turns", guarded(turns), methods=["GET"]),
+        Route("/threads/{thread_id}/pending", guarded(pending), methods=["GET"]),
+        Route("/threads/{thread_id}/interrupts", guarded(interrupts), methods=["GET"]),
+        Route("/threads/{thread_id}/children", guarded(children), methods=["GET"]),
+        Route("/threads/{thread_id}/links", guarded(links), methods=["GET"]),
+        Route("/threads/{thread_id}/events", guarded(events), methods=["GET"]),
+        Route("/threads/{thread_id}/approvals", guarded(approvals), methods=["POST"]),
+    ]
+
+    async def not_found(request: Request, exc: Exception) -> Response:
+        code = getattr(exc, "status_code", 404)
+        if code == 405:
+            return _error_response(
+                HTTPError(405, "method_not_allowed", f"{request.method} is not allowed on {request.url.path}")
+            )
+        return _error_response(
+            HTTPError(
+                code, "not_found" if code == 404 else "http_error", f"no route {request.method} {request.url.path}"
+            )
+        )
+
+    async def internal(request: Request, exc: Exception) -> Response:
+        log.exception("unhandled error on %s %s", request.method, request.url.path, exc_info=exc)
+        return _error_response(http_error(exc))
+
+    from starlette.exceptions import HTTPException
+
+    app = Starlette(
+        routes=routes, lifespan=srv.lifespan, exception_handlers={HTTPException: not_found, Exception: internal}
+    )
+    app.state.tplog = srv
+    return app
+
+
+# --------------------------------------------------------------------------- demo agent
+
+
+def demo_agents() -> dict[str, Any]:
+    """A scripted Pydantic AI agent (``FunctionModel``, no API key), for ``tplog serve`` and the tests.
+
+    What it does, by the user's message:
+
+    - ``weather in CITY`` -> calls the ``get_weather`` tool, then answers with its result;
+    - ``delete PATH`` -> calls ``delete_file``, which **requires approval**: the turn ends
+      deferred; approve/deny it (``POST /threads/{id}/approvals``) and it goes on;
+    - ``slow N [MS]`` -> streams N words, one per MS milliseconds (default 20 x 50 ms);
+    - ``fail`` -> streams a little, then the model raises (recorded as an ``error`` interruption);
+    - anything else -> ``You said: ...``.
+    """
+    from pydantic_ai import Agent, DeferredToolRequests
+    from pydantic_ai import messages as pm
+    from pydantic_ai.models.function import AgentInfo, DeltaToolCall, FunctionModel
+
+    async def stream(messages: list[pm.ModelMessage], info: AgentInfo) -> AsyncIterator[Any]:
+        last = messages[-1]
+        returns = (
+            [p for p in last.parts if isinstance(p, pm.ToolReturnPart)] if isinstance(last, pm.ModelRequest) else []
+        )
+        if returns:
+            yield " ".join(f"{p.tool_name}: {p.content}." for p in returns)
+            return
+        prompt = ""
+        for p in last.parts:
+            if isinstance(p, pm.UserPromptPart):
+                prompt = (
+                    p.content if isinstance(p.content, str) else " ".join(c for c in p.content if isinstance(c, str))
+                )
+        low = prompt.lower().strip()
+        if mt := re.search(r"weather in ([\w \-]+)", low):
+            city = mt.group(1).strip().title()
+            yield {
+                0: DeltaToolCall(
+                    name="get_weather",
+                    json_args=json.dumps({"city": city}),
+                    tool_call_id=f"call_{uuid.uuid4().hex[:12]}",
+                )
+            }
+        elif mt := re.search(r"delete (\S+)", low):
+            yield {
+                0: DeltaToolCall(
+                    name="delete_file",
+                    json_args=json.dumps({"path": mt.group(1)}),
+                    tool_call_id=f"call_{uuid.uuid4().hex[:12]}",
+                )
+            }
+        elif mt := re.match(r"slow(?: (\d+))?(?: (\d+))?", low):
+            n, ms = int(mt.group(1) or 20), int(mt.group(2) or 50)
+            for i in range(n):
+                yield f"word{i} "
+                await asyncio.sleep(ms / 1000)
+        elif low.startswith("fail"):
+            yield "Something is "
+            raise RuntimeError("the demo model failed on purpose")
+        else:
+            yield f"You said: {prompt}"
+
+    agent: Any = Agent(
+        FunctionModel(stream_function=stream, model_name="tplog-demo"),
+        output_type=[str, DeferredToolRequests],
+        name="demo",
+    )
+
+    @agent.tool_plain  # type: ignore[untyped-decorator,misc]
+    def get_weather(city: str) -> str:
+        """The weather in a city."""
+        return f"sunny and {len(city) + 15} °C in {city}"
+
+    @agent.tool_plain(requires_approval=True)  # type: ignore[untyped-decorator,misc]
+    def delete_file(path: str) -> str:
+        """Delete a file (needs the user's approval)."""
+        return f"deleted {path}"
+
+    return {"demo": agent}
+
+
+# --------------------------------------------------------------------------- factory + serve
+
+
+def _load_agents(spec: str | None) -> dict[str, Any]:
+    if not spec:
+        return demo_agents()
+    mod, _, attr = spec.partition(":")
+    if not attr:
+        raise ValueError(f"{ENV_AGENTS} must be 'module:attribute', not {spec!r}")
+    obj = getattr(importlib.import_module(mod), attr)
+    agents = obj() if callable(obj) and not isinstance(obj, Mapping) else obj
+    if not isinstance(agents, Mapping) or not agents:
+        raise ValueError(f"{spec} is not a non-empty dict of agents")
+    return dict(agents)
+
+
+def app_from_env() -> Starlette:
+    """The app factory for ``uvicorn --factory tplog.integrations.server:app_from_env`` (one per worker).
+
+    ``TPLOG_SERVER_STORE`` (required): the store directory. ``TPLOG_SERVER_AGENTS``:
+    ``module:attr`` of a dict of agents or a callable returning one (default: the demo agent).
+    ``TPLOG_SERVER_ON_DISCONNECT``: ``finish``/``interrupt``. ``TPLOG_SERVER_DURABILITY``:
+    ``durable``/``relaxed``. ``TPLOG_SERVER_METRICS``: path prefix for per-worker append timings.
+    """
+    path = os.environ.get(ENV_STORE)
+    if not path:
+        raise RuntimeError(f"set {ENV_STORE} to the store directory")
+    metrics_path = os.environ.get(ENV_METRICS) or None
+    on_disc = os.environ.get(ENV_ON_DISCONNECT, "finish")
+    if on_disc not in ("finish", "interrupt"):
+        raise RuntimeError(f"{ENV_ON_DISCONNECT} must be finish or interrupt, not {on_disc!r}")
+    return create_app(
+        path,
+        _load_agents(os.environ.get(ENV_AGENTS)),
+        on_disconnect=on_disc,  # type: ignore[arg-type]
+        store_options={"durability": os.environ.get(ENV_DURABILITY, "durable")},
+        metrics=AppendTimings() if metrics_path else None,
+        metrics_path=metrics_path,
+    )
+
+
+def serve(
+    store_path: str | os.PathLike[str],
+    host: str = "127.0.0.1",
+    port: int = 8000,
+    workers: int = 1,
+    *,
+    agents: str | None = None,
+    on_disconnect: OnDisconnect = "finish",
+    durability: str = "durable",
+    log_level: str = "info",
+) -> None:
+    """Serve ``store_path`` with uvicorn (``tplog serve``); blocks until stopped.
+
+    ``agents``: ``module:attr`` naming the agents (default: :func:`demo_agents`). Every worker
+    builds the app with :func:`app_from_env` and opens the store after it started.
+    """
+    import uvicorn
+
+    path = os.path.abspath(os.fspath(store_path))
+    Store(path, durability=durability).close()  # create it once, before the workers race to
+    os.environ[ENV_STORE] = path
+    os.environ[ENV_ON_DISCONNECT] = on_disconnect
+    os.environ[ENV_DURABILITY] = durability
+    if agents:
+        os.environ[ENV_AGENTS] = agents
+    uvicorn.run(
+        "tplog.integrations.server:app_from_env",
+        factory=True,
+        host=host,
+        port=port,
+        workers=workers,
+        log_level=log_level,
+        timeout_graceful_shutdown=30,
+    )
