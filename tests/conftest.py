@@ -142,7 +142,7 @@ class CountingStore(Store):
             deadline = time.monotonic() + 10
             while time.monotonic() < deadline:
                 with self._cond:
-                    if len(batch) + len(self._queue) >= self.gate:
+                    if len(batch) + len(self._gc.queue) >= self.gate:
                         break
                 time.sleep(0.001)
         super()._commit(batch)

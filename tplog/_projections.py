@@ -295,33 +295,39 @@ def _describe(name: str, table: str, key: bytes, live: bytes | None, fresh: byte
 def rebuild(
     engine: Any,
     codec: Codec,
-    name: str,
+    names: str | list[str],
     *,
     verify: bool = False,
     chunk: int = 5000,
     progress: Callable[[int, int], None] | None = None,
-) -> RebuildReport:
-    """Rebuild projection ``name`` from the log (see module doc); safe while others append.
-
-    ``progress(done_position, last_position)`` is called after each chunk.
+) -> list[RebuildReport]:
+    """Rebuild projections ``names`` from the log in one pass (see module doc); safe
+    while others append. ``progress(done_position, last_position)`` is called after each chunk.
     """
-    if name not in VERSIONS:
-        raise InvalidInputError(f"unknown projection {name!r}; expected one of {list(PROJECTIONS)}")
+    names = [names] if isinstance(names, str) else list(names)
+    for name in names:
+        if name not in VERSIONS:
+            raise InvalidInputError(f"unknown projection {name!r}; expected one of {list(PROJECTIONS)}")
     t0 = time.perf_counter()
-    engine.run_write(lambda txn: _clear_shadow(txn, name))
+
+    def clear(txn: WriteTxn) -> None:
+        for name in names:
+            _clear_shadow(txn, name)
+
+    engine.run_write(clear)
+    do_links, do_state = LINKS in names, STATE in names
     cursor = 0
     events = 0
-    report: RebuildReport | None = None
+    reports: list[RebuildReport] | None = None
 
-    def step(txn: WriteTxn) -> tuple[int, int, RebuildReport | None]:
+    def step(txn: WriteTxn) -> tuple[int, int, list[RebuildReport] | None]:
         batch = _items_in(txn, codec, cursor + 1, chunk)
         tables = _Tables(txn, shadow=True)
         states: dict[bytes, ThreadState] = {}
         for _pos, thread_id, tk, it, scope in batch:
-            if name == LINKS:
-                if it.kind == _K_LINK or (it.facts is not None and it.facts.spawned):
-                    apply_links(tables, thread_id, tk, it.seq, it.event, it.facts.spawned if it.facts else (), scope)
-            else:
+            if do_links and (it.kind == _K_LINK or (it.facts is not None and it.facts.spawned)):
+                apply_links(tables, thread_id, tk, it.seq, it.event, it.facts.spawned if it.facts else (), scope)
+            if do_state:
                 if it.kind == _K_DELETED:
                     states.pop(tk, None)
                     tables.delete("proj", STATE_PREFIX + tk)
@@ -336,33 +342,37 @@ def rebuild(
         if len(batch) >= chunk:
             return last, len(batch), None
         # The end of the log, inside the writer's transaction: finish here.
-        fresh = _shadow_rows(txn, name)
-        diffs: list[str] = []
-        if verify:
+        out: list[RebuildReport] = []
+        for name in names:
+            fresh = _shadow_rows(txn, name)
             live = _live_rows(txn, name)
-            for key in sorted(set(live) | set(fresh)):
-                if live.get(key) != fresh.get(key):
-                    diffs.append(_describe(name, key[0], key[1], live.get(key), fresh.get(key)))
-        else:
-            live = _live_rows(txn, name)
-            for table, key in live.keys() - fresh.keys():
-                txn.delete(table, key)
-            for (table, key), value in fresh.items():
-                if live.get((table, key)) != value:
-                    txn.put(table, key, value)
-            end = txn.last("global")
-            write_info(txn, name, ProjectionInfo(VERSIONS[name], from_u64(end[0]) if end else 0, "live"))
-        _clear_shadow(txn, name)
-        return last, len(batch), RebuildReport(projection=name, verify=verify, events=0, seconds=0.0,
-                                               position=last, differences=diffs)
+            diffs: list[str] = []
+            if verify:
+                for key in sorted(set(live) | set(fresh)):
+                    if live.get(key) != fresh.get(key):
+                        diffs.append(_describe(name, key[0], key[1], live.get(key), fresh.get(key)))
+            else:
+                for table, key in live.keys() - fresh.keys():
+                    txn.delete(table, key)
+                for (table, key), value in fresh.items():
+                    if live.get((table, key)) != value:
+                        txn.put(table, key, value)
+                end = txn.last("global")
+                write_info(txn, name, ProjectionInfo(VERSIONS[name], from_u64(end[0]) if end else 0, "live"))
+            _clear_shadow(txn, name)
+            out.append(RebuildReport(projection=name, verify=verify, events=0, seconds=0.0, position=last,
+                                     differences=diffs))
+        return last, len(batch), out
 
-    while report is None:
-        cursor, n, report = engine.run_write(step)
+    while reports is None:
+        cursor, n, reports = engine.run_write(step)
         events += n
         if progress is not None:
             with engine.read() as txn:
                 end = txn.last("global")
             progress(cursor, max(cursor, from_u64(end[0]) if end else 0))
-    report.events = events
-    report.seconds = time.perf_counter() - t0
-    return report
+    seconds = time.perf_counter() - t0
+    for r in reports:
+        r.events = events
+        r.seconds = seconds
+    return reports

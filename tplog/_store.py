@@ -160,6 +160,17 @@ class _Request:
         self.error: BaseException | None = None
 
 
+class _GroupCommit:
+    """State shared by a store and all its scoped views (never rebound per view)."""
+
+    __slots__ = ("last_position", "leading", "queue")
+
+    def __init__(self) -> None:
+        self.queue: list[_Request] = []
+        self.leading = False
+        self.last_position = 0
+
+
 def _now_ns() -> int:
     return time.time_ns()
 
@@ -200,18 +211,16 @@ class Store:
         self._view = False
         self._closed = False
         self._cond = threading.Condition(threading.Lock())
-        self._queue: list[_Request] = []
-        self._leading = False
+        self._gc = _GroupCommit()
         self._bg: threading.Thread | None = None
         self._bg_wanted = False
         self._position_cond = threading.Condition(threading.Lock())
-        self._last_position = 0
         self._load_dictionaries()
         with self.engine.read() as txn:
             last = txn.last("global")
-            self._last_position = from_u64(last[0]) if last else 0
+            self._gc.last_position = from_u64(last[0]) if last else 0
         if not readonly:
-            empty = self._last_position == 0
+            empty = self._gc.last_position == 0
             self.engine.run_write(lambda txn: proj.init_infos(txn, empty))
 
     # ------------------------------------------------------------------ lifecycle
@@ -254,7 +263,7 @@ class Store:
             if self._closed:
                 return
             self._closed = True
-            while self._queue or self._leading:
+            while self._gc.queue or self._gc.leading:
                 self._cond.notify_all()
                 self._cond.wait(0.05)
             self._cond.notify_all()
@@ -338,10 +347,10 @@ class Store:
         req = _Request(thread_id, encoded, expected_version, scope=self._scope)
         with self._cond:
             self._check_open()
-            self._queue.append(req)
+            self._gc.queue.append(req)
             while not req.done:
-                if not self._leading:
-                    self._leading = True
+                if not self._gc.leading:
+                    self._gc.leading = True
                     break
                 self._cond.wait()
         if not req.done:
@@ -363,14 +372,14 @@ class Store:
     def _lead(self) -> None:
         """Commit one group: everything queued now. Called with leadership held."""
         with self._cond:
-            batch = self._queue
-            self._queue = []
+            batch = self._gc.queue
+            self._gc.queue = []
         try:
             if batch:
                 self._commit(batch)
         finally:
             with self._cond:
-                self._leading = False
+                self._gc.leading = False
                 self._cond.notify_all()
             for req in batch:
                 if req.future is not None:
@@ -399,14 +408,14 @@ class Store:
                 req.error = exc
                 req.done = True
             return
-        top = self._last_position
+        top = self._gc.last_position
         for req, (res, err) in zip(batch, results):
             req.result, req.error, req.done = res, err, True
             if res is not None and res.last_position > top:
                 top = res.last_position
-        if top > self._last_position:
+        if top > self._gc.last_position:
             with self._position_cond:
-                self._last_position = top
+                self._gc.last_position = top
                 self._position_cond.notify_all()
 
     def _apply(self, txn: WriteTxn, req: _Request, pos: int, live: tuple[bool, bool]) -> tuple[AppendResult, int]:
@@ -617,7 +626,7 @@ class Store:
 
         res = self.engine.run_write(work)
         with self._position_cond:
-            self._last_position = max(self._last_position, res.last_position)
+            self._gc.last_position = max(self._gc.last_position, res.last_position)
             self._position_cond.notify_all()
         return res
 
@@ -735,7 +744,7 @@ class Store:
             last = txn.last("global")
         pos = from_u64(last[0]) if last else 0
         with self._position_cond:
-            self._last_position = max(self._last_position, pos)
+            self._gc.last_position = max(self._gc.last_position, pos)
         return pos
 
     def wait_for_position(self, position: int, timeout: float | None = None, *, poll: float = 0.05) -> int:
@@ -747,8 +756,8 @@ class Store:
         deadline = None if timeout is None else time.monotonic() + timeout
         while True:
             with self._position_cond:
-                if self._last_position >= position:
-                    return self._last_position
+                if self._gc.last_position >= position:
+                    return self._gc.last_position
                 wait = poll if deadline is None else min(poll, max(0.0, deadline - time.monotonic()))
                 self._position_cond.wait(wait)
             last = self.last_position
@@ -884,11 +893,9 @@ class Store:
         difference from a fresh rebuild is reported instead."""
         self._check_open()
         names = [projection] if projection is not None else list(proj.PROJECTIONS)
-        out = []
-        for name in names:
-            cb = None if progress is None else (lambda done, total, _n=name: progress(_n, done, total))
-            out.append(proj.rebuild(self.engine, self.codec, name, verify=verify, progress=cb))
-        return out
+        label = "+".join(names)
+        cb = None if progress is None else (lambda done, total: progress(label, done, total))
+        return proj.rebuild(self.engine, self.codec, names, verify=verify, progress=cb)
 
     def projections(self) -> dict[str, dict[str, Any]]:
         """Each projection's fold version, status and the log position it covers."""
@@ -1031,13 +1038,13 @@ class AsyncStore:
             self._wake.clear()
             while True:
                 with s._cond:
-                    if not s._queue:
+                    if not s._gc.queue:
                         break
-                    while s._leading:
+                    while s._gc.leading:
                         s._cond.wait()
-                    if not s._queue:
+                    if not s._gc.queue:
                         break
-                    s._leading = True
+                    s._gc.leading = True
                 s._lead()
             if self._stop:
                 return
@@ -1064,7 +1071,7 @@ class AsyncStore:
         req = _Request(thread_id, encoded, expected_version, (loop, fut), scope=s._scope)
         with s._cond:
             s._check_open()
-            s._queue.append(req)
+            s._gc.queue.append(req)
         self._wake.set()
         return await fut
 
