@@ -162,3 +162,30 @@ def test_processes_and_threads_with_expected_versions(tmp_path: Path) -> None:
             for key, items in order.items():  # each writer thread's appends keep their order
                 assert items == sorted(items), (tid, key)
         assert conflicts > 0 or PROCS * THREADS < 4  # the shared threads were contended
+
+
+def _append_one(path: str, tid: str) -> None:
+    with Store(path) as s:
+        s.append(tid, [started(tid)], expected_version=NO_STREAM)
+
+
+def test_writer_cache_not_fooled_by_a_commit_that_wrote_nothing(tmp_path: Path) -> None:
+    """The writer reuses the rows of its last commit while the LMDB transaction id shows no
+    other commit since. A transaction that wrote nothing (every append in it failed) does not
+    use up its id: trusting it would let another process's commit go unnoticed and reuse a
+    position (its global entry overwritten, an acknowledged event unreachable from the log)."""
+    path = str(tmp_path / "store")
+    with Store(path) as s:
+        s.append("a", [started("a")])
+        with pytest.raises(WrongExpectedVersionError):
+            s.append("a", [user("x")], expected_version=7)  # a group that writes nothing
+        other = SPAWN.Process(target=_append_one, args=(path, "b"))
+        other.start()
+        other.join(TIMEOUT)
+        assert other.exitcode == 0
+        r = s.append("a", [user("y")])
+        assert r.last_position == 3
+        log = s.read_all()
+        assert [e.position for e in log] == [1, 2, 3]
+        assert sorted(e.thread_id for e in log) == ["a", "a", "b"]
+        assert s.head("a").version == 2 and s.head("b").version == 1

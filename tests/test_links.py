@@ -4,15 +4,19 @@ generated graph of 10,000+ threads checked against a brute-force answer."""
 
 from __future__ import annotations
 
+import os
 import random
 import time
 import uuid
 from collections import defaultdict, deque
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from tplog import _model as m
 from tplog._events import (
@@ -380,3 +384,243 @@ def test_generated_graph_matches_brute_force(tmp_path: Path) -> None:
         assert set(ids[8:]) <= reached
     elapsed = time.monotonic() - began
     assert elapsed < 60, f"graph test took {elapsed:.1f}s (built in {built:.1f}s)"
+
+
+# --------------------------------------------------------------------------- thread keys and the scan path
+
+
+def _tkey_reference(thread_id: str) -> bytes:
+    """tkey's original (unscoped) parse, by uuid.UUID: the fast path must agree with it exactly."""
+    import hashlib
+
+    if len(thread_id) == 36:
+        try:
+            u = uuid.UUID(thread_id)
+        except ValueError:
+            pass
+        else:
+            if str(u) == thread_id.lower():
+                return u.bytes
+    return hashlib.blake2b(b"tplog:" + thread_id.encode(), digest_size=16).digest()
+
+
+def _outcome(f: Callable[[Any], bytes], x: Any) -> tuple[str, Any]:
+    try:
+        return "ok", f(x)
+    except Exception as exc:  # noqa: BLE001 - comparing which error, if any
+        return "error", (type(exc), str(exc))
+
+
+_CANON = "0123abcd-4567-89ef-ABCD-0123456789aF"
+
+_TKEY_CASES = [
+    _CANON,
+    _CANON.lower(),
+    _CANON.upper(),
+    str(uuid.UUID(int=0)),
+    str(uuid.UUID(int=(1 << 128) - 1)).upper(),
+    "urn:0123abcd456789efabcd0123456789af",  # 36 characters uuid.UUID accepts, not canonical
+    "{0123abcd456789efabcd0123456789af}",
+    "0123abcd456789efabcd0123456789af",
+    "0123abcd-4567-89ef-abcd-0123456789af ",
+    " 123abcd-4567-89ef-abcd-0123456789af",
+    "0123abcd-4567-89ef-abcd-01234567 9af",
+    "0123abcd-4567-89ef-abcd-01234567\t9af",
+    "0123abcd-4567-89ef-abcd-0123456789a\n",
+    "0123abc-d4567-89ef-abcd-0123456789af",  # hyphens moved
+    "0123abcd-4567-89ef-abcd-0123-456789a",
+    "0123abcd_4567_89ef_abcd_0123456789af",
+    "0123abcd-4567-89ef-abcd-0123456_89af",
+    "0123abcd-4567-89ef-abcd-+123456789af",
+    "+123abcd-4567-89ef-abcd-0123456789af",
+    "0123abcd-4567-89ef-abcd-0123456789ag",
+    "0123abcd-4567-89ef-abcd-0123456789a\u0660",  # ARABIC-INDIC DIGIT ZERO (int() takes it)
+    "0123abcd-4567-89ef-abcd-0123456789a\uff10",  # FULLWIDTH DIGIT ZERO
+    "0123abcd-4567-89ef-abcd-0123456789a\uff21",  # FULLWIDTH A
+    "0123abcd-4567-89ef-abcd-0123456789a\u212a",  # KELVIN SIGN (lowercases to ASCII k)
+    "0123abcd-4567-89ef-abcd-0123456789a\u0130",  # I WITH DOT (lowercases to two characters)
+    "0123abcd\u20104567-89ef-abcd-0123456789af",  # Unicode hyphen
+    "0123abcd-4567-89ef-abcd-0123456789af0",
+    "0123abcd-4567-89ef-abcd-0123456789a",
+    "------------------------------------",
+    "0123abcd-4567-89ef-abcd-0123456789a\ud800",  # lone surrogate: both raise on encode
+    "",
+    "thread-1",
+    "x" * 36,
+]
+
+
+@pytest.mark.parametrize("tid", _TKEY_CASES)
+def test_tkey_fast_parse_matches_the_uuid_parse(tid: str) -> None:
+    assert _outcome(tkey, tid) == _outcome(_tkey_reference, tid)
+
+
+@pytest.mark.parametrize("bad", [None, 42, b"0123abcd-4567-89ef-abcd-0123456789af", bytearray(36), ["x"] * 36])
+def test_tkey_rejects_non_strings_as_before(bad: Any) -> None:
+    assert _outcome(tkey, bad)[0] == "error"
+    assert _outcome(tkey, bad) == _outcome(_tkey_reference, bad)
+
+
+class _Str(str):
+    pass
+
+
+def test_tkey_of_a_str_subclass_is_the_same_key() -> None:
+    assert tkey(_Str(_CANON)) == tkey(_CANON) == uuid.UUID(_CANON).bytes
+    assert tkey(_Str("thread-1")) == tkey("thread-1")
+
+
+def test_tkey_code_points_in_every_position_class() -> None:
+    """Code points at the start, a hyphen, a segment start and the end of a canonical id: every
+    one below U+3000 and in the halfwidth/fullwidth forms, a sample of the rest (all of them
+    with TPLOG_TEST_EXHAUSTIVE=1)."""
+    import sys
+
+    every = os.environ.get("TPLOG_TEST_EXHAUSTIVE") == "1"
+    points = [cp for cp in range(sys.maxunicode + 1) if every or cp < 0x3000 or 0xFF00 <= cp <= 0xFFFF or cp % 97 == 0]
+    for cp in points:
+        c = chr(cp)
+        for pos in (0, 8, 9, 35):
+            tid = _CANON[:pos] + c + _CANON[pos + 1 :]
+            assert _outcome(tkey, tid) == _outcome(_tkey_reference, tid), (cp, pos)
+
+
+@settings(max_examples=400, deadline=None)
+@given(
+    st.one_of(
+        st.uuids().map(str),
+        st.uuids().map(lambda u: str(u).upper()),
+        st.text(min_size=36, max_size=36),
+        st.text(alphabet="0123456789abcdefABCDEF-_ {}+:urnid\u0660\uff10\u212a", min_size=30, max_size=40),
+        st.tuples(st.uuids().map(str), st.integers(0, 35), st.characters()).map(
+            lambda t: t[0][: t[1]] + t[2] + t[0][t[1] + 1 :]
+        ),
+    )
+)
+def test_tkey_fast_parse_matches_the_uuid_parse_generated(tid: str) -> None:
+    assert _outcome(tkey, tid) == _outcome(_tkey_reference, tid)
+
+
+def test_engine_scan_is_range_in_one_read(store: Store) -> None:
+    rng = random.Random(7)
+    parents = [make(store, new_id(rng)) for _ in range(5)]
+    for _ in range(60):
+        make(store, new_id(rng), link(rng.choice(parents), "spawned_from"), link(rng.choice(parents), "referenced"))
+    eng = store.engine
+    with eng.read() as txn:
+        for table in ("children", "links_in", "heads"):
+            keys = [k for k, _ in txn.range(table)]
+            bounds = [b"", b"\xff" * 40, *rng.sample(keys, 10), *(k[:16] for k in rng.sample(keys, 10))]
+            for _ in range(60):
+                a, b = rng.choice(bounds), rng.choice(bounds)
+                for limit in (None, 0, 1, 3):
+                    want = list(txn.range(table, a, b))
+                    want = want if limit is None else want[:limit]
+                    assert eng.scan(table, a, b, limit=limit) == want
+                    assert eng.scan(table, a, b, limit=limit, txn=txn) == want
+    assert eng._rw._readers == 0
+
+
+def test_engine_scan_check_runs_in_the_scan_and_errors_release_the_reader(store: Store) -> None:
+    parent = make(store, new_id())
+    child = make(store, new_id(), link(parent, "spawned_from"))
+    eng = store.engine
+    seen: list[Any] = []
+    rows = eng.scan("children", tkey(parent), tkey(parent) + b"\xff" * 17, check=lambda txn: seen.append(
+        txn.get("heads", tkey(child)) is not None))
+    assert seen == [True] and len(rows) == 1
+
+    def boom(txn: Any) -> None:
+        raise RuntimeError("check failed")
+
+    with pytest.raises(RuntimeError, match="check failed"):
+        eng.scan("children", b"", b"\xff", check=boom)
+    assert eng._rw._readers == 0
+    eng._grow()  # a resize is not held off by a reader left behind
+    store.append(child, [link(parent, "referenced")])
+    assert store.incoming(parent) == [(child, "referenced"), (child, "spawned_from")]
+
+
+def test_links_queries_raise_when_the_projection_is_stale(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from tplog import _projections as proj
+    from tplog._errors import RebuildRequiredError
+
+    path = tmp_path / "s"
+    with Store(path) as s:
+        parent = make(s, new_id())
+        make(s, new_id(), link(parent, "spawned_from"))
+    monkeypatch.setitem(proj.VERSIONS, "links", 99)
+    with Store(path) as s:
+        for query in (s.children, s.incoming, s.descendants):
+            with pytest.raises(RebuildRequiredError, match="--projection links"):
+                query(parent)
+        assert s.descendants(parent, max_depth=0) == []  # no walk, no query (as before)
+        assert s.engine._rw._readers == 0
+
+
+def test_scan_adopts_a_map_grown_by_another_process(store: Store) -> None:
+    import lmdb
+
+    parent = make(store, new_id())
+    child = make(store, new_id(), link(parent, "spawned_from"))
+    eng = store.engine
+    real = eng._env
+    calls = {"begin": 0, "adopted": 0}
+
+    class Env:
+        def __getattr__(self, name: str) -> Any:
+            return getattr(real, name)
+
+        def begin(self, **kw: Any) -> Any:
+            calls["begin"] += 1
+            if calls["begin"] == 1:
+                raise lmdb.MapResizedError("grown elsewhere")
+            return real.begin(**kw)
+
+        def set_mapsize(self, n: int) -> None:
+            calls["adopted"] += 1
+            real.set_mapsize(n)
+
+    eng._env = Env()
+    try:
+        assert store.children(parent) == [child]
+    finally:
+        eng._env = real
+    assert calls == {"begin": 2, "adopted": 1}
+    assert eng._rw._readers == 0
+
+
+def test_links_queries_while_the_map_grows(tmp_path: Path) -> None:
+    """Queries in threads (the scan path) while appends grow a tiny map many times."""
+    s = Store(tmp_path / "s", durability="relaxed", map_size=64 * 1024)
+    try:
+        root = make(s, new_id())
+        done = False
+        errors: list[BaseException] = []
+
+        def query() -> int:
+            n = 0
+            while not done:
+                try:
+                    kids = s.children(root)
+                    assert len(kids) >= n
+                    assert all(r == "spawned_from" for _, r in s.incoming(root))
+                    n = len(kids)
+                except BaseException as exc:  # noqa: BLE001
+                    errors.append(exc)
+                    raise
+            return n
+
+        with ThreadPoolExecutor(3) as ex:
+            futs = [ex.submit(query) for _ in range(3)]
+            map0 = s.stats()["map_size"]
+            kids = [make(s, new_id(), link(root, "spawned_from")) for _ in range(400)]
+            done = True
+            for f in futs:
+                f.result()
+        assert not errors
+        assert s.stats()["map_size"] > map0
+        assert sorted(s.children(root)) == sorted(kids)
+        assert [t for t, _ in s.descendants(root)] == s.children(root)
+    finally:
+        s.close()

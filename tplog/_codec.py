@@ -125,18 +125,35 @@ def facts_of(event: Event) -> Facts | None:
     return Facts(message_type=mt, calls=calls, returns=returns, finish_reason=fr)
 
 
+_LEAVES: Final = frozenset({str, int, float, bool, type(None), bytes})
+
+
 def _depth_ok(obj: Any, limit: int) -> bool:
+    """Whether ``obj`` nests at most ``limit`` deep. Runs on every append: only
+    containers are pushed, leaves are skipped by their exact type."""
     stack = [(obj, 1)]
+    pop, push = stack.pop, stack.append
+    leaves = _LEAVES
+    struct = msgspec.Struct
     while stack:
-        o, d = stack.pop()
+        o, d = pop()
         if d > limit:
             return False
-        if isinstance(o, dict):
-            stack.extend((v, d + 1) for v in o.values())
-        elif isinstance(o, (list, tuple)):
-            stack.extend((v, d + 1) for v in o)
-        elif isinstance(o, msgspec.Struct):
-            stack.extend((getattr(o, f), d + 1) for f in o.__struct_fields__)
+        t = type(o)
+        if t is dict:
+            vals: Any = o.values()
+        elif t is list or t is tuple:
+            vals = o
+        elif isinstance(o, struct):
+            vals = [getattr(o, f) for f in o.__struct_fields__]
+        elif isinstance(o, (dict, list, tuple)):  # subclasses
+            vals = o.values() if isinstance(o, dict) else o
+        else:
+            continue
+        d += 1
+        for v in vals:
+            if type(v) not in leaves:
+                push((v, d))
     return True
 
 

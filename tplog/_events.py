@@ -58,16 +58,14 @@ __all__ = [
 #: Version of the event schema. Bumped only when a new event type or field is added.
 EVENT_SCHEMA_VERSION: Final = 1
 
-_S = {"kw_only": True, "omit_defaults": True, "frozen": True}
 
-
-class _Event(msgspec.Struct, tag_field="type", **_S):  # type: ignore[misc,call-arg]
+class _Event(msgspec.Struct, tag_field="type", kw_only=True, omit_defaults=True, frozen=True):
     def time(self) -> str | None:
         """The protocol time this event states (drives the thread's ``updated_at``)."""
         return None
 
 
-class ThreadStarted(_Event, tag="thread_started", **_S):  # type: ignore[misc,call-arg]
+class ThreadStarted(_Event, tag="thread_started", kw_only=True, omit_defaults=True, frozen=True):
     """The thread exists. First event of every thread.
 
     ``version`` is the protocol version the thread came from (export always
@@ -90,7 +88,7 @@ class ThreadStarted(_Event, tag="thread_started", **_S):  # type: ignore[misc,ca
         return self.updated_at if isinstance(self.updated_at, str) else self.created_at
 
 
-class AgentRegistered(_Event, tag="agent_registered", **_S):  # type: ignore[misc,call-arg]
+class AgentRegistered(_Event, tag="agent_registered", kw_only=True, omit_defaults=True, frozen=True):
     """An agent joins the thread's registry under ``key`` (default: its ``agent_id``).
 
     Registering the same key again replaces its config.
@@ -104,7 +102,7 @@ class AgentRegistered(_Event, tag="agent_registered", **_S):  # type: ignore[mis
         return self.key if isinstance(self.key, str) else self.agent.agent_id
 
 
-class UserTurnSubmitted(_Event, tag="user_turn", **_S):  # type: ignore[misc,call-arg]
+class UserTurnSubmitted(_Event, tag="user_turn", kw_only=True, omit_defaults=True, frozen=True):
     """A whole user turn."""
 
     turn: UserTurn
@@ -113,7 +111,7 @@ class UserTurnSubmitted(_Event, tag="user_turn", **_S):  # type: ignore[misc,cal
         return self.turn.submitted_at
 
 
-class AgentTurnStarted(_Event, tag="agent_turn_started", **_S):  # type: ignore[misc,call-arg]
+class AgentTurnStarted(_Event, tag="agent_turn_started", kw_only=True, omit_defaults=True, frozen=True):
     """``agent.run()`` began. ``extra`` keeps unknown fields of the turn object."""
 
     agent_id: str
@@ -124,7 +122,7 @@ class AgentTurnStarted(_Event, tag="agent_turn_started", **_S):  # type: ignore[
         return self.started_at
 
 
-class MessageRecorded(_Event, tag="message", **_S):  # type: ignore[misc,call-arg]
+class MessageRecorded(_Event, tag="message", kw_only=True, omit_defaults=True, frozen=True):
     """A complete request, response or system message of the open agent turn.
 
     Never a streaming delta: the message as it stands once complete.
@@ -136,7 +134,7 @@ class MessageRecorded(_Event, tag="message", **_S):  # type: ignore[misc,call-ar
         return self.message.timestamp
 
 
-class AgentTurnCompleted(_Event, tag="agent_turn_completed", **_S):  # type: ignore[misc,call-arg]
+class AgentTurnCompleted(_Event, tag="agent_turn_completed", kw_only=True, omit_defaults=True, frozen=True):
     """The open agent turn finished normally.
 
     ``deferred`` maps tool_call_id → ``"approval"`` or ``"external"`` for tool
@@ -152,7 +150,7 @@ class AgentTurnCompleted(_Event, tag="agent_turn_completed", **_S):  # type: ign
         return self.completed_at if isinstance(self.completed_at, str) else None
 
 
-class AgentTurnInterrupted(_Event, tag="agent_turn_interrupted", **_S):  # type: ignore[misc,call-arg]
+class AgentTurnInterrupted(_Event, tag="agent_turn_interrupted", kw_only=True, omit_defaults=True, frozen=True):
     """The open agent turn was cut off (v0.0.4). Its complete cycles are kept."""
 
     interruption: Interruption
@@ -162,7 +160,7 @@ class AgentTurnInterrupted(_Event, tag="agent_turn_interrupted", **_S):  # type:
         return self.interruption.interrupted_at
 
 
-class LinkAdded(_Event, tag="link_added", **_S):  # type: ignore[misc,call-arg]
+class LinkAdded(_Event, tag="link_added", kw_only=True, omit_defaults=True, frozen=True):
     """An outgoing link to another thread (``spawned_from``, ``merged_from``, ...)."""
 
     link: ThreadLink
@@ -172,7 +170,7 @@ class LinkAdded(_Event, tag="link_added", **_S):  # type: ignore[misc,call-arg]
         return self.at if isinstance(self.at, str) else None
 
 
-class ThreadInfoChanged(_Event, tag="thread_info_changed", **_S):  # type: ignore[misc,call-arg]
+class ThreadInfoChanged(_Event, tag="thread_info_changed", kw_only=True, omit_defaults=True, frozen=True):
     """Title and/or metadata replaced (fields left ``UNSET`` are unchanged)."""
 
     title: Opt[str] = UNSET
@@ -183,7 +181,7 @@ class ThreadInfoChanged(_Event, tag="thread_info_changed", **_S):  # type: ignor
         return self.updated_at if isinstance(self.updated_at, str) else None
 
 
-class ThreadDeleted(_Event, tag="thread_deleted", **_S):  # type: ignore[misc,call-arg]
+class ThreadDeleted(_Event, tag="thread_deleted", kw_only=True, omit_defaults=True, frozen=True):
     """The thread was hard-deleted; only this tombstone event remains in its log."""
 
     reason: Opt[str] = UNSET

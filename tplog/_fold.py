@@ -314,7 +314,8 @@ class PendingState(msgspec.Struct, frozen=True, kw_only=True):
 class ThreadState(msgspec.Struct, kw_only=True):
     """The id-only fold's running state for one thread; persisted by the
     ``state`` projection so answers never rescan the thread. Feed it
-    :class:`Item`s in seq order with :func:`feed`."""
+    :class:`Item`s in seq order with :func:`feed`. ``seq`` is the last seq that
+    changed the state."""
 
     seq: int = 0
     turn: int = -1
@@ -327,13 +328,15 @@ class ThreadState(msgspec.Struct, kw_only=True):
 
 
 def feed(st: ThreadState, it: Item) -> None:
-    """Advance ``st`` by one event (mutates it)."""
-    st.seq = it.seq
+    """Advance ``st`` by one event (mutates it). ``st.seq`` becomes the event's
+    seq only when the event changes the state (so an unchanged state encodes to
+    the same bytes, and the ``state`` projection skips the write)."""
     kind = it.kind
     if kind == _K_MSG:
         f = it.facts
-        if f is None:
+        if f is None or not (f.calls or f.returns or (f.message_type == "response" and f.finish_reason == ABORTED)):
             return
+        st.seq = it.seq
         for call_id, name in f.calls:
             st.open_calls[call_id] = PendingCall(tool_call_id=call_id, tool_name=name, state="executing",
                                                  turn=st.turn, seq=it.seq)
@@ -349,17 +352,20 @@ def feed(st: ThreadState, it: Item) -> None:
                                           interrupted_at=None, seq=it.seq))
             st.interrupted = True
     elif kind == _K_USER:
+        st.seq = it.seq
         st.turn += 1
         if it.facts is not None:  # a user turn may carry tool results (approvals, external results)
             for call_id, _status in it.facts.returns:
                 st.open_calls.pop(call_id, None)
     elif kind == _K_START:
+        st.seq = it.seq
         assert isinstance(it.event, AgentTurnStarted)
         st.turn += 1
         st.agent = it.event.agent_id
         st.turn_calls = []
         st.interrupted = False
     elif kind == _K_DONE:
+        st.seq = it.seq
         assert isinstance(it.event, AgentTurnCompleted)
         deferred = it.event.deferred
         for cid in st.turn_calls:
@@ -368,6 +374,7 @@ def feed(st: ThreadState, it: Item) -> None:
                 st.open_calls[cid] = msgspec.structs.replace(c, state="deferred", kind=deferred.get(cid))
         st.turn_calls = []
     elif kind == _K_INT:
+        st.seq = it.seq
         assert isinstance(it.event, AgentTurnInterrupted)
         for cid in st.turn_calls:
             c = st.open_calls.pop(cid, None)

@@ -19,7 +19,8 @@ from __future__ import annotations
 
 import types
 import typing
-from typing import Any, Callable, TypeVar, Union
+from collections.abc import Callable, Mapping
+from typing import Any, TypeVar, Union
 
 import msgspec
 from msgspec import UNSET, UnsetType
@@ -36,7 +37,7 @@ _json_decoder = msgspec.json.Decoder()
 _json_encoder = msgspec.json.Encoder()
 
 # Open unions: a discriminator field, the known kinds, and the extension class.
-_OPEN_UNIONS: dict[Any, tuple[str, dict[str, type], type | None]] = {
+_OPEN_UNIONS: dict[Any, tuple[str, Mapping[str, type[msgspec.Struct]], type[msgspec.Struct] | None]] = {
     m.MessagePart: ("part_kind", m.PART_KINDS, m.ExtensionPart),
     m.Message: ("message_type", m.MESSAGE_TYPES, None),
     m.Turn: ("turn_type", m.TURN_TYPES, None),
@@ -77,7 +78,7 @@ def _leaf(tp: Any) -> _Conv:
     return conv
 
 
-def _tagged(field: str, kinds: dict[str, type], ext: type | None) -> _Conv:
+def _tagged(field: str, kinds: Mapping[str, type[msgspec.Struct]], ext: type[msgspec.Struct] | None) -> _Conv:
     def conv(value: Any, path: str) -> Any:
         if not isinstance(value, dict):
             raise InvalidInputError(f"Expected `object`, got `{_type_name(value)}`", path=path)
@@ -181,7 +182,7 @@ def _matches(tp: Any, value: Any) -> bool:
     return isinstance(value, origin) if isinstance(origin, type) else False
 
 
-def _struct_converter(cls: type) -> _Conv:
+def _struct_converter(cls: type[msgspec.Struct]) -> _Conv:
     conv = _compiled.get(cls)
     if conv is not None:
         return conv
@@ -203,7 +204,8 @@ def _struct_converter(cls: type) -> _Conv:
             raise InvalidInputError(f"Expected `object`, got `{_type_name(value)}`", path=path)
         if tag_field and tag_field in value and value[tag_field] != cls.__struct_config__.tag:
             raise InvalidInputError(
-                f"Expected {tag_field} {cls.__struct_config__.tag!r}, got {value[tag_field]!r}", path=f"{path}.{tag_field}"
+                f"Expected {tag_field} {cls.__struct_config__.tag!r}, got {value[tag_field]!r}",
+                path=f"{path}.{tag_field}",
             )
         kwargs: dict[str, Any] = {}
         for i, (name, key, fconv, required) in enumerate(fields):
@@ -270,7 +272,7 @@ def to_builtins(obj: Any) -> Any:
         cfg = obj.__struct_config__
         if cfg.tag_field is not None:
             out[cfg.tag_field] = cfg.tag
-        for name, key in zip(obj.__struct_fields__, obj.__struct_encode_fields__):
+        for name, key in zip(obj.__struct_fields__, obj.__struct_encode_fields__, strict=False):
             if name == "extra":
                 continue
             value = getattr(obj, name)

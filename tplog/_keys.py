@@ -8,6 +8,7 @@ import uuid
 from typing import Final
 
 _U64 = struct.Struct(">Q")
+_fromhex = bytes.fromhex
 TKEY_SIZE: Final = 16
 
 
@@ -22,7 +23,22 @@ def tkey(thread_id: str, scope: str | None = None) -> bytes:
     if scope is not None:
         return hashlib.blake2b(b"tplog-scope:" + scope.encode() + b"\x00" + thread_id.encode(),
                                digest_size=16).digest()
-    if len(thread_id) == 36:
+    if len(thread_id) == 36 and type(thread_id) is str:
+        # Fast path, same answer as the uuid.UUID check below (about 8x cheaper: this is
+        # on every append and every query). Canonical = 32 ASCII hex digits, any case,
+        # as 8-4-4-4-12 around hyphens. ``bytes.fromhex`` rejects anything else that
+        # uuid.UUID would parse (signs, underscores, non-ASCII digits, "urn:"/braces,
+        # hyphens elsewhere all leave no canonical form): a non-hex character raises,
+        # and whitespace (skipped between byte pairs) leaves fewer than 16 bytes.
+        if thread_id[8] == thread_id[13] == thread_id[18] == thread_id[23] == "-":
+            try:
+                b = _fromhex(thread_id.replace("-", ""))
+            except ValueError:
+                pass
+            else:
+                if len(b) == 16:
+                    return b
+    elif len(thread_id) == 36:  # not exactly str: the reference check (its errors included)
         try:
             u = uuid.UUID(thread_id)
         except ValueError:

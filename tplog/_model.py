@@ -71,10 +71,8 @@ Opt = Union[T, None, UnsetType]
 #: in JSON: there an extension object carries its own ``part_kind``/``kind``.
 EXTENSION_TAG: Final = "\x00ext"
 
-_S = {"kw_only": True, "omit_defaults": True, "frozen": True}
 
-
-class _Base(msgspec.Struct, **_S):  # type: ignore[misc,call-arg]
+class _Base(msgspec.Struct, kw_only=True, omit_defaults=True, frozen=True):
     """Common base: ``extra`` keeps the fields the protocol does not define."""
 
     extra: dict[str, Any] = {}
@@ -83,7 +81,7 @@ class _Base(msgspec.Struct, **_S):  # type: ignore[misc,call-arg]
 # --------------------------------------------------------------------------- small types
 
 
-class Usage(_Base, **_S):  # type: ignore[misc,call-arg]
+class Usage(_Base, kw_only=True, omit_defaults=True, frozen=True):
     """Token usage. Other counters (cache reads, ...) survive in ``extra``."""
 
     input_tokens: Opt[int] = UNSET
@@ -92,7 +90,7 @@ class Usage(_Base, **_S):  # type: ignore[misc,call-arg]
     total_tokens: Opt[int] = UNSET
 
 
-class ContentRef(_Base, **_S):  # type: ignore[misc,call-arg]
+class ContentRef(_Base, kw_only=True, omit_defaults=True, frozen=True):
     """A reference to large or external content instead of inlining it."""
 
     uri: str
@@ -101,7 +99,7 @@ class ContentRef(_Base, **_S):  # type: ignore[misc,call-arg]
     media_type: Opt[str] = UNSET
 
 
-class AgentConfig(_Base, **_S):  # type: ignore[misc,call-arg]
+class AgentConfig(_Base, kw_only=True, omit_defaults=True, frozen=True):
     agent_id: str
     agent_name: str
     model_name: Opt[str] = UNSET
@@ -110,7 +108,7 @@ class AgentConfig(_Base, **_S):  # type: ignore[misc,call-arg]
     config_ref: Opt[str] = UNSET
 
 
-class ThreadLink(_Base, **_S):  # type: ignore[misc,call-arg]
+class ThreadLink(_Base, kw_only=True, omit_defaults=True, frozen=True):
     """An outgoing link: ``spawned_from``, ``merged_from``, ``referenced`` or custom."""
 
     thread_id: str
@@ -118,11 +116,11 @@ class ThreadLink(_Base, **_S):  # type: ignore[misc,call-arg]
     metadata: Opt[Any] = UNSET
 
 
-class ThreadRelationships(_Base, **_S):  # type: ignore[misc,call-arg]
+class ThreadRelationships(_Base, kw_only=True, omit_defaults=True, frozen=True):
     links: Opt[list[ThreadLink]] = UNSET
 
 
-class Interruption(_Base, **_S):  # type: ignore[misc,call-arg]
+class Interruption(_Base, kw_only=True, omit_defaults=True, frozen=True):
     """v0.0.4: why and when an agent turn was interrupted."""
 
     reason: str
@@ -132,11 +130,11 @@ class Interruption(_Base, **_S):  # type: ignore[misc,call-arg]
 # --------------------------------------------------------------------------- user content
 
 
-class _Content(_Base, tag_field="kind", **_S):  # type: ignore[misc,call-arg]
+class _Content(_Base, tag_field="kind", kw_only=True, omit_defaults=True, frozen=True):
     pass
 
 
-class _FileUrl(_Content, **_S):  # type: ignore[misc,call-arg]
+class _FileUrl(_Content, kw_only=True, omit_defaults=True, frozen=True):
     url: str
     identifier: Opt[str] = UNSET
     force_download: Opt[bool] = UNSET
@@ -144,23 +142,23 @@ class _FileUrl(_Content, **_S):  # type: ignore[misc,call-arg]
     media_type: Opt[str] = UNSET
 
 
-class ImageUrl(_FileUrl, tag="image-url", **_S):  # type: ignore[misc,call-arg]
+class ImageUrl(_FileUrl, tag="image-url", kw_only=True, omit_defaults=True, frozen=True):
     pass
 
 
-class AudioUrl(_FileUrl, tag="audio-url", **_S):  # type: ignore[misc,call-arg]
+class AudioUrl(_FileUrl, tag="audio-url", kw_only=True, omit_defaults=True, frozen=True):
     pass
 
 
-class VideoUrl(_FileUrl, tag="video-url", **_S):  # type: ignore[misc,call-arg]
+class VideoUrl(_FileUrl, tag="video-url", kw_only=True, omit_defaults=True, frozen=True):
     pass
 
 
-class DocumentUrl(_FileUrl, tag="document-url", **_S):  # type: ignore[misc,call-arg]
+class DocumentUrl(_FileUrl, tag="document-url", kw_only=True, omit_defaults=True, frozen=True):
     pass
 
 
-class BinaryContent(_Content, tag="binary", **_S):  # type: ignore[misc,call-arg]
+class BinaryContent(_Content, tag="binary", kw_only=True, omit_defaults=True, frozen=True):
     """Inline binary data; ``data`` is base64 text exactly as in the document."""
 
     data: str
@@ -169,7 +167,7 @@ class BinaryContent(_Content, tag="binary", **_S):  # type: ignore[misc,call-arg
     vendor_metadata: Opt[Any] = UNSET
 
 
-class ExtensionContent(_Content, tag=EXTENSION_TAG, **_S):  # type: ignore[misc,call-arg]
+class ExtensionContent(_Content, tag=EXTENSION_TAG, kw_only=True, omit_defaults=True, frozen=True):
     """A user-content object whose ``kind`` the protocol does not define, kept whole."""
 
     kind_: str
@@ -177,7 +175,7 @@ class ExtensionContent(_Content, tag=EXTENSION_TAG, **_S):  # type: ignore[misc,
 
 
 UserContent = Union[str, ImageUrl, AudioUrl, VideoUrl, DocumentUrl, BinaryContent, ExtensionContent]
-CONTENT_KINDS: Final = {
+CONTENT_KINDS: Final[dict[str, type[_Content]]] = {
     "image-url": ImageUrl,
     "audio-url": AudioUrl,
     "video-url": VideoUrl,
@@ -188,33 +186,33 @@ CONTENT_KINDS: Final = {
 # --------------------------------------------------------------------------- parts
 
 
-class _Part(_Base, tag_field="part_kind", **_S):  # type: ignore[misc,call-arg]
+class _Part(_Base, tag_field="part_kind", kw_only=True, omit_defaults=True, frozen=True):
     pass
 
 
-class UserPromptPart(_Part, tag="user-prompt", **_S):  # type: ignore[misc,call-arg]
+class UserPromptPart(_Part, tag="user-prompt", kw_only=True, omit_defaults=True, frozen=True):
     content: Union[str, list[UserContent]]
 
 
-class TextPart(_Part, tag="text", **_S):  # type: ignore[misc,call-arg]
+class TextPart(_Part, tag="text", kw_only=True, omit_defaults=True, frozen=True):
     content: str
     id: Opt[str] = UNSET
 
 
-class ThinkingPart(_Part, tag="thinking", **_S):  # type: ignore[misc,call-arg]
+class ThinkingPart(_Part, tag="thinking", kw_only=True, omit_defaults=True, frozen=True):
     content: Opt[str] = UNSET
     signature: Opt[str] = UNSET
     provider_name: str
     thinking_id: Opt[str] = UNSET
 
 
-class ToolCallPart(_Part, tag="tool-call", **_S):  # type: ignore[misc,call-arg]
+class ToolCallPart(_Part, tag="tool-call", kw_only=True, omit_defaults=True, frozen=True):
     tool_name: str
     tool_call_id: str
     args: Any = UNSET
 
 
-class ToolReturnPart(_Part, tag="tool-return", **_S):  # type: ignore[misc,call-arg]
+class ToolReturnPart(_Part, tag="tool-return", kw_only=True, omit_defaults=True, frozen=True):
     tool_name: str
     tool_call_id: str
     status: str
@@ -223,18 +221,18 @@ class ToolReturnPart(_Part, tag="tool-return", **_S):  # type: ignore[misc,call-
     metadata: Any = UNSET
 
 
-class RetryPromptPart(_Part, tag="retry-prompt", **_S):  # type: ignore[misc,call-arg]
+class RetryPromptPart(_Part, tag="retry-prompt", kw_only=True, omit_defaults=True, frozen=True):
     content: Union[str, list[Any]]
     tool_name: Opt[str] = UNSET
     tool_call_id: Opt[str] = UNSET
 
 
-class FilePart(_Part, tag="file", **_S):  # type: ignore[misc,call-arg]
+class FilePart(_Part, tag="file", kw_only=True, omit_defaults=True, frozen=True):
     content: BinaryContent
     id: Opt[str] = UNSET
 
 
-class ExtensionPart(_Part, tag=EXTENSION_TAG, **_S):  # type: ignore[misc,call-arg]
+class ExtensionPart(_Part, tag=EXTENSION_TAG, kw_only=True, omit_defaults=True, frozen=True):
     """A part whose ``part_kind`` is not normative (``custom:*``, ``meta:*``, other), kept whole.
 
     ``part_kind_`` is its kind; ``data`` holds every other field as decoded.
@@ -247,7 +245,7 @@ class ExtensionPart(_Part, tag=EXTENSION_TAG, **_S):  # type: ignore[misc,call-a
 MessagePart = Union[
     UserPromptPart, TextPart, ThinkingPart, ToolCallPart, ToolReturnPart, RetryPromptPart, FilePart, ExtensionPart
 ]
-PART_KINDS: Final = {
+PART_KINDS: Final[dict[str, type[_Part]]] = {
     "user-prompt": UserPromptPart,
     "text": TextPart,
     "thinking": ThinkingPart,
@@ -261,11 +259,11 @@ NORMATIVE_PART_KINDS: Final = frozenset(PART_KINDS)
 # --------------------------------------------------------------------------- messages
 
 
-class _Msg(_Base, tag_field="message_type", **_S):  # type: ignore[misc,call-arg]
+class _Msg(_Base, tag_field="message_type", kw_only=True, omit_defaults=True, frozen=True):
     timestamp: str
 
 
-class ThreadMessage(_Msg, **_S):  # type: ignore[misc,call-arg]
+class ThreadMessage(_Msg, kw_only=True, omit_defaults=True, frozen=True):
     """A Pydantic AI ModelRequest/ModelResponse with agent attribution."""
 
     parts: list[MessagePart]
@@ -277,15 +275,15 @@ class ThreadMessage(_Msg, **_S):  # type: ignore[misc,call-arg]
     finish_reason: Opt[str] = UNSET
 
 
-class RequestMessage(ThreadMessage, tag="request", **_S):  # type: ignore[misc,call-arg]
+class RequestMessage(ThreadMessage, tag="request", kw_only=True, omit_defaults=True, frozen=True):
     """``message_type: "request"``."""
 
 
-class ResponseMessage(ThreadMessage, tag="response", **_S):  # type: ignore[misc,call-arg]
+class ResponseMessage(ThreadMessage, tag="response", kw_only=True, omit_defaults=True, frozen=True):
     """``message_type: "response"``."""
 
 
-class SystemMessage(_Msg, tag="system", **_S):  # type: ignore[misc,call-arg]
+class SystemMessage(_Msg, tag="system", kw_only=True, omit_defaults=True, frozen=True):
     """An event outside Pydantic AI's scope (handoffs, spawns, ``data-*``, ``meta:*``)."""
 
     event_type: str
@@ -295,7 +293,11 @@ class SystemMessage(_Msg, tag="system", **_S):  # type: ignore[misc,call-arg]
 
 
 Message = Union[RequestMessage, ResponseMessage, SystemMessage]
-MESSAGE_TYPES: Final = {"request": RequestMessage, "response": ResponseMessage, "system": SystemMessage}
+MESSAGE_TYPES: Final[dict[str, type[_Msg]]] = {
+    "request": RequestMessage,
+    "response": ResponseMessage,
+    "system": SystemMessage,
+}
 
 # v0.0.4 normative system events (v0.0.3 names in tplog._versions).
 AGENT_HANDOFF: Final = "data-tp-agent_handoff"
@@ -308,17 +310,17 @@ NORMATIVE_EVENT_TYPES: Final = frozenset({AGENT_HANDOFF, THREAD_SPAWN, THREAD_ME
 # --------------------------------------------------------------------------- turns
 
 
-class _Turn(_Base, tag_field="turn_type", **_S):  # type: ignore[misc,call-arg]
+class _Turn(_Base, tag_field="turn_type", kw_only=True, omit_defaults=True, frozen=True):
     pass
 
 
-class UserTurn(_Turn, tag="user", **_S):  # type: ignore[misc,call-arg]
+class UserTurn(_Turn, tag="user", kw_only=True, omit_defaults=True, frozen=True):
     submitted_at: str
     parts: list[MessagePart]
     client_metadata: Opt[dict[str, Any]] = UNSET
 
 
-class AgentTurn(_Turn, tag="agent", **_S):  # type: ignore[misc,call-arg]
+class AgentTurn(_Turn, tag="agent", kw_only=True, omit_defaults=True, frozen=True):
     """One ``agent.run()``. v0.0.4: ``completion_status`` and ``interruption``."""
 
     agent_id: str
@@ -331,12 +333,12 @@ class AgentTurn(_Turn, tag="agent", **_S):  # type: ignore[misc,call-arg]
 
 
 Turn = Union[UserTurn, AgentTurn]
-TURN_TYPES: Final = {"user": UserTurn, "agent": AgentTurn}
+TURN_TYPES: Final[dict[str, type[_Turn]]] = {"user": UserTurn, "agent": AgentTurn}
 
 # --------------------------------------------------------------------------- thread
 
 
-class Thread(_Base, **_S):  # type: ignore[misc,call-arg]
+class Thread(_Base, kw_only=True, omit_defaults=True, frozen=True):
     """A whole ThreadProtocol document."""
 
     version: str

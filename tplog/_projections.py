@@ -49,7 +49,7 @@ LINKS: Final = "links"
 STATE: Final = "state"
 #: Fold code versions. Bump one when its fold changes meaning: stores built
 #: with the old version then report it stale until ``tplog rebuild``.
-VERSIONS: Final = {LINKS: 1, STATE: 1}
+VERSIONS: Final = {LINKS: 1, STATE: 2}
 PROJECTIONS: Final = tuple(VERSIONS)
 
 SPAWNED_FROM: Final = "spawned_from"
@@ -185,14 +185,20 @@ def _drop_child(tables: _Tables, key: bytes, flag: int) -> None:
         tables.delete("children", key)
 
 
-def load_state(tables: _Tables | ReadTxn, tk: bytes) -> ThreadState:
-    raw = tables.get("proj", STATE_PREFIX + tk) if isinstance(tables, _Tables) else tables.get(
-        "proj", STATE_PREFIX + tk)
+def decode_state(raw: bytes | None) -> ThreadState:
     return _state_dec.decode(raw) if raw is not None else ThreadState()
 
 
+def encode_state(st: ThreadState) -> bytes:
+    return _enc.encode(st)
+
+
+def load_state(tables: _Tables | ReadTxn, tk: bytes) -> ThreadState:
+    return decode_state(tables.get("proj", STATE_PREFIX + tk))
+
+
 def save_state(tables: _Tables, tk: bytes, st: ThreadState) -> None:
-    tables.put("proj", STATE_PREFIX + tk, _enc.encode(st))
+    tables.put("proj", STATE_PREFIX + tk, encode_state(st))
 
 
 # --------------------------------------------------------------------------- rebuild

@@ -75,6 +75,11 @@ class ReadTxn(Protocol):
 class WriteTxn(ReadTxn, Protocol):
     def put(self, table: str, key: bytes, value: bytes) -> None: ...
 
+    def id(self) -> int:
+        """This transaction's id: one more than the last committed write
+        transaction's (of any process); a retried transaction gets the same id."""
+        ...
+
     def delete(self, table: str, key: bytes) -> bool: ...
 
 
@@ -182,6 +187,9 @@ class _LmdbWrite(_LmdbRead):
 
     def put(self, table: str, key: bytes, value: bytes) -> None:
         self._txn.put(key, value, db=self._dbs[table])
+
+    def id(self) -> int:
+        return self._txn.id()  # type: ignore[no-any-return]
 
     def delete(self, table: str, key: bytes) -> bool:
         return self._txn.delete(key, db=self._dbs[table])  # type: ignore[no-any-return]
@@ -430,3 +438,72 @@ class LmdbEngine:
             "num_readers": info["num_readers"],
             "tables": tables,
         }
+
+    # ------------------------------------------------------------------ short scans (links queries)
+
+    def scan(
+        self,
+        table: str,
+        start: bytes,
+        end: bytes,
+        *,
+        limit: int | None = None,
+        check: Callable[[_LmdbRead], object] | None = None,
+        txn: _LmdbRead | None = None,
+    ) -> list[tuple[bytes, bytes]]:
+        """The rows of ``table`` with ``start <= key < end``, in key order, at most ``limit``.
+
+        ``check(txn)``, if given, runs first in the same transaction (e.g. "is this
+        projection live?"). In ``txn`` (from :meth:`read`) if given, else in a read
+        transaction of its own: the same snapshot, the same hold-off of map resizes
+        (the read side of ``_RWLock``) and the same retry after another process grew
+        the map as :meth:`read`, but without a generator-based context manager or a
+        row generator. For short scans done once per query (children, incoming
+        links) that machinery cost several times the LMDB work itself.
+        """
+        self._check()
+        rw = self._rw
+        cond = rw._cond
+        own = txn is None
+        while True:
+            if own:  # _RWLock.shared(), inline: wait out a resize, then count as a reader
+                cond.acquire()
+                try:
+                    while rw._resizing:
+                        cond.wait()
+                    rw._readers += 1
+                finally:
+                    cond.release()
+            try:
+                if own:
+                    try:
+                        raw = self._env.begin(buffers=False)
+                    except lmdb.MapResizedError:
+                        raw = None
+                else:
+                    raw = txn._txn  # type: ignore[union-attr]
+                if raw is not None:
+                    try:
+                        if check is not None:
+                            check(_LmdbRead(raw, self._dbs) if own else txn)  # type: ignore[arg-type]
+                        cur = raw.cursor(db=self._dbs[table])
+                        out: list[tuple[bytes, bytes]] = []
+                        if cur.set_range(start):
+                            for k, v in cur:
+                                if k >= end or (limit is not None and len(out) >= limit):
+                                    break
+                                out.append((k, v))
+                        return out
+                    finally:
+                        if own:
+                            raw.abort()
+            finally:
+                if own:  # the release half of _RWLock.shared(): the last reader out wakes a resizer
+                    cond.acquire()
+                    try:
+                        rw._readers -= 1
+                        if rw._readers == 0 and cond._waiters:  # type: ignore[attr-defined]
+                            cond.notify_all()
+                    finally:
+                        cond.release()
+            self._adopt_size()  # another process grew the map; adopt it, then retry

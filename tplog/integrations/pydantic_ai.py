@@ -118,7 +118,7 @@ from pydantic_ai.run import AgentRunResultEvent
 try:  # DeferredToolRequests lives in pydantic_ai.tools / pydantic_ai._deferred
     from pydantic_ai import DeferredToolRequests
 except ImportError:  # pragma: no cover
-    from pydantic_ai.tools import DeferredToolRequests  # type: ignore[no-redef]
+    from pydantic_ai.tools import DeferredToolRequests
 
 from tplog import _model as m
 from tplog._errors import InvalidInputError

@@ -1151,12 +1151,12 @@ def demo_agents() -> dict[str, Any]:
         name="demo",
     )
 
-    @agent.tool_plain  # type: ignore[untyped-decorator,misc]
+    @agent.tool_plain  # type: ignore[untyped-decorator]
     def get_weather(city: str) -> str:
         """The weather in a city."""
         return f"sunny and {len(city) + 15} °C in {city}"
 
-    @agent.tool_plain(requires_approval=True)  # type: ignore[untyped-decorator,misc]
+    @agent.tool_plain(requires_approval=True)  # type: ignore[untyped-decorator]
     def delete_file(path: str) -> str:
         """Delete a file (needs the user's approval)."""
         return f"deleted {path}"
