@@ -55,7 +55,7 @@ MSG_KIND: Final = KIND_CODE[MessageRecorded]
 V3_SPAWN: Final = "thread.spawn"
 
 
-class Facts(msgspec.Struct, array_like=True, frozen=True, omit_defaults=True):
+class Facts(msgspec.Struct, array_like=True, frozen=True, omit_defaults=True, gc=False):
     """What the id-only projections need from a message, readable without the body."""
 
     message_type: str
@@ -66,7 +66,7 @@ class Facts(msgspec.Struct, array_like=True, frozen=True, omit_defaults=True):
     spawned: list[str] = []
 
 
-class Header(msgspec.Struct, array_like=True, frozen=True):
+class Header(msgspec.Struct, array_like=True, frozen=True, gc=False):
     kind: int
     event_id: str
     recorded_at: int
@@ -300,7 +300,7 @@ class Codec:
         if len(value) < PREFIX_SIZE or value[0] != FORMAT or value[1] & ~(F_COMPRESSED | F_BLOB):
             raise CorruptionError("stored value is truncated or of an unknown format", thread_id=where[0], seq=where[1])
         crc = int.from_bytes(value[6:10], "big")
-        if zlib.crc32(key, zlib.crc32(value[10:])) != crc:
+        if zlib.crc32(key, zlib.crc32(memoryview(value)[10:])) != crc:
             raise CorruptionError("stored value failed its CRC-32 check", thread_id=where[0], seq=where[1])
 
     def header(self, value: bytes, *, where: tuple[str | None, int | None] = (None, None)) -> Header:
@@ -312,11 +312,12 @@ class Codec:
 
     def body_bytes(
         self, value: bytes, get_blob: Any = None, *, where: tuple[str | None, int | None] = (None, None)
-    ) -> bytes:
+    ) -> bytes | memoryview:
+        """The event's msgpack body: decompressed, or (uncompressed) a zero-copy view of ``value``."""
         flags = value[1]
         dict_id = int.from_bytes(value[2:6], "big")
         hlen = int.from_bytes(value[10:12], "big")
-        stored = value[PREFIX_SIZE + hlen :]
+        stored: Any = memoryview(value)[PREFIX_SIZE + hlen :]
         if flags & F_BLOB:
             if get_blob is None:
                 raise CorruptionError("blob reference without a blob reader", thread_id=where[0], seq=where[1])
@@ -326,8 +327,8 @@ class Codec:
             if len(blob) < _BLOB_PREFIX.size:
                 raise CorruptionError("the event's shared blob is truncated", thread_id=where[0], seq=where[1])
             _, flags, dict_id, crc = _BLOB_PREFIX.unpack_from(blob)
-            stored = blob[_BLOB_PREFIX.size :]
-            if zlib.crc32(bytes(value[PREFIX_SIZE + hlen :]), zlib.crc32(stored)) != crc:
+            stored = memoryview(blob)[_BLOB_PREFIX.size :]
+            if zlib.crc32(value[PREFIX_SIZE + hlen :], zlib.crc32(stored)) != crc:
                 raise CorruptionError("shared blob failed its CRC-32 check", thread_id=where[0], seq=where[1])
         if flags & F_COMPRESSED:
             if not self.has_dictionary(dict_id):
@@ -351,9 +352,9 @@ class Codec:
                     f"stored body does not decompress within max_decompressed_bytes="
                     f"{self.limits.max_decompressed_bytes}: {exc}", thread_id=where[0], seq=where[1]
                 ) from exc
-        return bytes(stored)
+        return stored  # type: ignore[no-any-return]
 
-    def decode_event(self, body: bytes, *, where: tuple[str | None, int | None] = (None, None)) -> Event:
+    def decode_event(self, body: bytes | memoryview, *, where: tuple[str | None, int | None] = (None, None)) -> Event:
         try:
             return self._event_dec.decode(body)
         except (msgspec.DecodeError, UnicodeDecodeError) as exc:

@@ -59,13 +59,13 @@ __all__ = [
 EVENT_SCHEMA_VERSION: Final = 1
 
 
-class _Event(msgspec.Struct, tag_field="type", kw_only=True, omit_defaults=True, frozen=True):
+class _Event(msgspec.Struct, tag_field="type", kw_only=True, omit_defaults=True, frozen=True, gc=False):
     def time(self) -> str | None:
         """The protocol time this event states (drives the thread's ``updated_at``)."""
         return None
 
 
-class ThreadStarted(_Event, tag="thread_started", kw_only=True, omit_defaults=True, frozen=True):
+class ThreadStarted(_Event, tag="thread_started", kw_only=True, omit_defaults=True, frozen=True, gc=False):
     """The thread exists. First event of every thread.
 
     ``version`` is the protocol version the thread came from (export always
@@ -88,7 +88,7 @@ class ThreadStarted(_Event, tag="thread_started", kw_only=True, omit_defaults=Tr
         return self.updated_at if isinstance(self.updated_at, str) else self.created_at
 
 
-class AgentRegistered(_Event, tag="agent_registered", kw_only=True, omit_defaults=True, frozen=True):
+class AgentRegistered(_Event, tag="agent_registered", kw_only=True, omit_defaults=True, frozen=True, gc=False):
     """An agent joins the thread's registry under ``key`` (default: its ``agent_id``).
 
     Registering the same key again replaces its config.
@@ -102,7 +102,7 @@ class AgentRegistered(_Event, tag="agent_registered", kw_only=True, omit_default
         return self.key if isinstance(self.key, str) else self.agent.agent_id
 
 
-class UserTurnSubmitted(_Event, tag="user_turn", kw_only=True, omit_defaults=True, frozen=True):
+class UserTurnSubmitted(_Event, tag="user_turn", kw_only=True, omit_defaults=True, frozen=True, gc=False):
     """A whole user turn."""
 
     turn: UserTurn
@@ -111,7 +111,7 @@ class UserTurnSubmitted(_Event, tag="user_turn", kw_only=True, omit_defaults=Tru
         return self.turn.submitted_at
 
 
-class AgentTurnStarted(_Event, tag="agent_turn_started", kw_only=True, omit_defaults=True, frozen=True):
+class AgentTurnStarted(_Event, tag="agent_turn_started", kw_only=True, omit_defaults=True, frozen=True, gc=False):
     """``agent.run()`` began. ``extra`` keeps unknown fields of the turn object."""
 
     agent_id: str
@@ -122,7 +122,7 @@ class AgentTurnStarted(_Event, tag="agent_turn_started", kw_only=True, omit_defa
         return self.started_at
 
 
-class MessageRecorded(_Event, tag="message", kw_only=True, omit_defaults=True, frozen=True):
+class MessageRecorded(_Event, tag="message", kw_only=True, omit_defaults=True, frozen=True, gc=False):
     """A complete request, response or system message of the open agent turn.
 
     Never a streaming delta: the message as it stands once complete.
@@ -134,7 +134,7 @@ class MessageRecorded(_Event, tag="message", kw_only=True, omit_defaults=True, f
         return self.message.timestamp
 
 
-class AgentTurnCompleted(_Event, tag="agent_turn_completed", kw_only=True, omit_defaults=True, frozen=True):
+class AgentTurnCompleted(_Event, tag="agent_turn_completed", kw_only=True, omit_defaults=True, frozen=True, gc=False):
     """The open agent turn finished normally.
 
     ``deferred`` maps tool_call_id → ``"approval"`` or ``"external"`` for tool
@@ -150,7 +150,9 @@ class AgentTurnCompleted(_Event, tag="agent_turn_completed", kw_only=True, omit_
         return self.completed_at if isinstance(self.completed_at, str) else None
 
 
-class AgentTurnInterrupted(_Event, tag="agent_turn_interrupted", kw_only=True, omit_defaults=True, frozen=True):
+class AgentTurnInterrupted(
+    _Event, tag="agent_turn_interrupted", kw_only=True, omit_defaults=True, frozen=True, gc=False
+):
     """The open agent turn was cut off (v0.0.4). Its complete cycles are kept."""
 
     interruption: Interruption
@@ -160,7 +162,7 @@ class AgentTurnInterrupted(_Event, tag="agent_turn_interrupted", kw_only=True, o
         return self.interruption.interrupted_at
 
 
-class LinkAdded(_Event, tag="link_added", kw_only=True, omit_defaults=True, frozen=True):
+class LinkAdded(_Event, tag="link_added", kw_only=True, omit_defaults=True, frozen=True, gc=False):
     """An outgoing link to another thread (``spawned_from``, ``merged_from``, ...)."""
 
     link: ThreadLink
@@ -170,7 +172,7 @@ class LinkAdded(_Event, tag="link_added", kw_only=True, omit_defaults=True, froz
         return self.at if isinstance(self.at, str) else None
 
 
-class ThreadInfoChanged(_Event, tag="thread_info_changed", kw_only=True, omit_defaults=True, frozen=True):
+class ThreadInfoChanged(_Event, tag="thread_info_changed", kw_only=True, omit_defaults=True, frozen=True, gc=False):
     """Title and/or metadata replaced (fields left ``UNSET`` are unchanged)."""
 
     title: Opt[str] = UNSET
@@ -181,7 +183,7 @@ class ThreadInfoChanged(_Event, tag="thread_info_changed", kw_only=True, omit_de
         return self.updated_at if isinstance(self.updated_at, str) else None
 
 
-class ThreadDeleted(_Event, tag="thread_deleted", kw_only=True, omit_defaults=True, frozen=True):
+class ThreadDeleted(_Event, tag="thread_deleted", kw_only=True, omit_defaults=True, frozen=True, gc=False):
     """The thread was hard-deleted; only this tombstone event remains in its log."""
 
     reason: Opt[str] = UNSET
@@ -218,7 +220,7 @@ EVENT_TYPES: Final[tuple[type, ...]] = (
 KIND_CODE: Final = {cls: i for i, cls in enumerate(EVENT_TYPES)}
 
 
-class RecordedEvent(msgspec.Struct, frozen=True, kw_only=True):
+class RecordedEvent(msgspec.Struct, frozen=True, kw_only=True, gc=False):
     """An event as stored: where it is, its id, and when the store recorded it.
 
     ``seq`` counts from 1 within the thread; ``position`` is its place in the

@@ -57,6 +57,7 @@ __all__ = [
     "PendingState",
     "TurnInterrupt",
     "complete_cycles",
+    "Folder",
     "events_from_thread",
     "fold",
     "interrupts",
@@ -148,31 +149,40 @@ class _Open:
         self.messages: list[m.Message] = []
 
 
-def fold(events: Iterable[Event]) -> FoldResult:
-    """Fold a thread's events (in seq order) into its ThreadProtocol v0.0.4 document."""
-    started: ThreadStarted | None = None
-    title: Any = UNSET
-    metadata: Any = UNSET
-    agents: dict[str, m.AgentConfig] = {}
-    turns: list[m.Turn] = []
-    links: list[m.ThreadLink] = []
-    updated: str | None = None
-    current: _Open | None = None
-    deleted = False
-    seq = 0
-    for ev in events:
-        seq += 1
+class Folder:
+    """The turns fold, incrementally: :meth:`feed` events in seq order, ask for
+    :meth:`result` at any point and keep feeding. ``Store.load`` keeps one per
+    recently loaded thread, so a load reads and folds only the events appended
+    since. A result never shares a mutable container with the folder."""
+
+    __slots__ = ("agents", "current", "deleted", "links", "metadata", "seq", "started", "title", "turns", "updated")
+
+    def __init__(self) -> None:
+        self.started: ThreadStarted | None = None
+        self.title: Any = UNSET
+        self.metadata: Any = UNSET
+        self.agents: dict[str, m.AgentConfig] = {}
+        self.turns: list[m.Turn] = []
+        self.links: list[m.ThreadLink] = []
+        self.updated: str | None = None
+        self.current: _Open | None = None
+        self.deleted = False
+        self.seq = 0
+
+    def feed(self, ev: Event) -> None:
+        self.seq += 1
         t = ev.time()
         if t is not None:
-            updated = t
+            self.updated = t
+        current = self.current
         if isinstance(ev, MessageRecorded):
             if current is not None:
                 current.messages.append(ev.message)
         elif isinstance(ev, AgentTurnStarted):
-            current = _Open(ev)
+            self.current = _Open(ev)
         elif isinstance(ev, AgentTurnCompleted):
             if current is not None:
-                turns.append(
+                self.turns.append(
                     m.AgentTurn(
                         agent_id=current.agent_id,
                         started_at=current.started_at,
@@ -183,10 +193,10 @@ def fold(events: Iterable[Event]) -> FoldResult:
                         extra=current.extra,
                     )
                 )
-            current = None
+            self.current = None
         elif isinstance(ev, AgentTurnInterrupted):
             if current is not None:
-                turns.append(
+                self.turns.append(
                     m.AgentTurn(
                         agent_id=current.agent_id,
                         started_at=current.started_at,
@@ -197,51 +207,64 @@ def fold(events: Iterable[Event]) -> FoldResult:
                         extra=current.extra,
                     )
                 )
-            current = None
+            self.current = None
         elif isinstance(ev, UserTurnSubmitted):
-            turns.append(ev.turn)
+            self.turns.append(ev.turn)
         elif isinstance(ev, AgentRegistered):
-            agents[ev.registry_key] = ev.agent
+            self.agents[ev.registry_key] = ev.agent
         elif isinstance(ev, LinkAdded):
-            links.append(ev.link)
+            self.links.append(ev.link)
         elif isinstance(ev, ThreadInfoChanged):
             if ev.title is not UNSET:
-                title = ev.title
+                self.title = ev.title
             if ev.metadata is not UNSET:
-                metadata = ev.metadata
+                self.metadata = ev.metadata
         elif isinstance(ev, ThreadStarted):
-            started = ev
-            title, metadata = ev.title, ev.metadata
+            self.started = ev
+            self.title, self.metadata = ev.title, ev.metadata
         elif isinstance(ev, ThreadDeleted):
-            deleted = True
-    if started is None:
-        return FoldResult(thread=None, deleted=deleted, seq=seq)
-    rel: Any = started.relationships
-    if links:
-        shell = rel if isinstance(rel, m.ThreadRelationships) else m.ThreadRelationships()
-        prior = shell.links if isinstance(shell.links, list) else []
-        rel = msgspec.structs.replace(shell, links=[*prior, *links])
-    thread = m.Thread(
-        version="0.0.4",
-        thread_id=started.thread_id,
-        created_at=started.created_at,
-        updated_at=updated or started.created_at,
-        title=title,
-        metadata=metadata,
-        agents=agents,
-        turns=turns,
-        relationships=rel,
-        extra=started.extra,
-    )
-    in_progress = None
-    if current is not None:
-        in_progress = m.AgentTurn(
-            agent_id=current.agent_id,
-            started_at=current.started_at,
-            messages=current.messages,
-            extra=current.extra,
+            self.deleted = True
+
+    def result(self) -> FoldResult:
+        started = self.started
+        if started is None:
+            return FoldResult(thread=None, deleted=self.deleted, seq=self.seq)
+        rel: Any = started.relationships
+        if self.links:
+            shell = rel if isinstance(rel, m.ThreadRelationships) else m.ThreadRelationships()
+            prior = shell.links if isinstance(shell.links, list) else []
+            rel = msgspec.structs.replace(shell, links=[*prior, *self.links])
+        thread = m.Thread(
+            version="0.0.4",
+            thread_id=started.thread_id,
+            created_at=started.created_at,
+            updated_at=self.updated or started.created_at,
+            title=self.title,
+            metadata=self.metadata,
+            agents=dict(self.agents),
+            turns=list(self.turns),
+            relationships=rel,
+            extra=started.extra,
         )
-    return FoldResult(thread=thread, in_progress=in_progress, deleted=deleted, seq=seq)
+        in_progress = None
+        current = self.current
+        if current is not None:
+            in_progress = m.AgentTurn(
+                agent_id=current.agent_id,
+                started_at=current.started_at,
+                messages=list(current.messages),
+                extra=current.extra,
+            )
+        return FoldResult(thread=thread, in_progress=in_progress, deleted=self.deleted, seq=self.seq)
+
+
+def fold(events: Iterable[Event]) -> FoldResult:
+    """Fold a thread's events (in seq order) into its ThreadProtocol v0.0.4 document."""
+    f = Folder()
+    feed_one = f.feed
+    for ev in events:
+        feed_one(ev)
+    return f.result()
 
 
 # --------------------------------------------------------------------------- id-only folds

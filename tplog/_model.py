@@ -72,8 +72,14 @@ Opt = Union[T, None, UnsetType]
 EXTENSION_TAG: Final = "\x00ext"
 
 
-class _Base(msgspec.Struct, kw_only=True, omit_defaults=True, frozen=True):
-    """Common base: ``extra`` keeps the fields the protocol does not define."""
+class _Base(msgspec.Struct, kw_only=True, omit_defaults=True, frozen=True, gc=False):
+    """Common base: ``extra`` keeps the fields the protocol does not define.
+
+    ``gc=False`` (every model and event Struct): instances are not tracked by
+    the cyclic garbage collector. Loading a long thread allocates hundreds of
+    thousands of them, and GC passes over them were half the decode time. They
+    hold JSON data only, so they never form reference cycles.
+    """
 
     extra: dict[str, Any] = {}
 
@@ -81,7 +87,7 @@ class _Base(msgspec.Struct, kw_only=True, omit_defaults=True, frozen=True):
 # --------------------------------------------------------------------------- small types
 
 
-class Usage(_Base, kw_only=True, omit_defaults=True, frozen=True):
+class Usage(_Base, kw_only=True, omit_defaults=True, frozen=True, gc=False):
     """Token usage. Other counters (cache reads, ...) survive in ``extra``."""
 
     input_tokens: Opt[int] = UNSET
@@ -90,7 +96,7 @@ class Usage(_Base, kw_only=True, omit_defaults=True, frozen=True):
     total_tokens: Opt[int] = UNSET
 
 
-class ContentRef(_Base, kw_only=True, omit_defaults=True, frozen=True):
+class ContentRef(_Base, kw_only=True, omit_defaults=True, frozen=True, gc=False):
     """A reference to large or external content instead of inlining it."""
 
     uri: str
@@ -99,7 +105,7 @@ class ContentRef(_Base, kw_only=True, omit_defaults=True, frozen=True):
     media_type: Opt[str] = UNSET
 
 
-class AgentConfig(_Base, kw_only=True, omit_defaults=True, frozen=True):
+class AgentConfig(_Base, kw_only=True, omit_defaults=True, frozen=True, gc=False):
     agent_id: str
     agent_name: str
     model_name: Opt[str] = UNSET
@@ -108,7 +114,7 @@ class AgentConfig(_Base, kw_only=True, omit_defaults=True, frozen=True):
     config_ref: Opt[str] = UNSET
 
 
-class ThreadLink(_Base, kw_only=True, omit_defaults=True, frozen=True):
+class ThreadLink(_Base, kw_only=True, omit_defaults=True, frozen=True, gc=False):
     """An outgoing link: ``spawned_from``, ``merged_from``, ``referenced`` or custom."""
 
     thread_id: str
@@ -116,11 +122,11 @@ class ThreadLink(_Base, kw_only=True, omit_defaults=True, frozen=True):
     metadata: Opt[Any] = UNSET
 
 
-class ThreadRelationships(_Base, kw_only=True, omit_defaults=True, frozen=True):
+class ThreadRelationships(_Base, kw_only=True, omit_defaults=True, frozen=True, gc=False):
     links: Opt[list[ThreadLink]] = UNSET
 
 
-class Interruption(_Base, kw_only=True, omit_defaults=True, frozen=True):
+class Interruption(_Base, kw_only=True, omit_defaults=True, frozen=True, gc=False):
     """v0.0.4: why and when an agent turn was interrupted."""
 
     reason: str
@@ -130,11 +136,11 @@ class Interruption(_Base, kw_only=True, omit_defaults=True, frozen=True):
 # --------------------------------------------------------------------------- user content
 
 
-class _Content(_Base, tag_field="kind", kw_only=True, omit_defaults=True, frozen=True):
+class _Content(_Base, tag_field="kind", kw_only=True, omit_defaults=True, frozen=True, gc=False):
     pass
 
 
-class _FileUrl(_Content, kw_only=True, omit_defaults=True, frozen=True):
+class _FileUrl(_Content, kw_only=True, omit_defaults=True, frozen=True, gc=False):
     url: str
     identifier: Opt[str] = UNSET
     force_download: Opt[bool] = UNSET
@@ -142,23 +148,23 @@ class _FileUrl(_Content, kw_only=True, omit_defaults=True, frozen=True):
     media_type: Opt[str] = UNSET
 
 
-class ImageUrl(_FileUrl, tag="image-url", kw_only=True, omit_defaults=True, frozen=True):
+class ImageUrl(_FileUrl, tag="image-url", kw_only=True, omit_defaults=True, frozen=True, gc=False):
     pass
 
 
-class AudioUrl(_FileUrl, tag="audio-url", kw_only=True, omit_defaults=True, frozen=True):
+class AudioUrl(_FileUrl, tag="audio-url", kw_only=True, omit_defaults=True, frozen=True, gc=False):
     pass
 
 
-class VideoUrl(_FileUrl, tag="video-url", kw_only=True, omit_defaults=True, frozen=True):
+class VideoUrl(_FileUrl, tag="video-url", kw_only=True, omit_defaults=True, frozen=True, gc=False):
     pass
 
 
-class DocumentUrl(_FileUrl, tag="document-url", kw_only=True, omit_defaults=True, frozen=True):
+class DocumentUrl(_FileUrl, tag="document-url", kw_only=True, omit_defaults=True, frozen=True, gc=False):
     pass
 
 
-class BinaryContent(_Content, tag="binary", kw_only=True, omit_defaults=True, frozen=True):
+class BinaryContent(_Content, tag="binary", kw_only=True, omit_defaults=True, frozen=True, gc=False):
     """Inline binary data; ``data`` is base64 text exactly as in the document."""
 
     data: str
@@ -167,7 +173,7 @@ class BinaryContent(_Content, tag="binary", kw_only=True, omit_defaults=True, fr
     vendor_metadata: Opt[Any] = UNSET
 
 
-class ExtensionContent(_Content, tag=EXTENSION_TAG, kw_only=True, omit_defaults=True, frozen=True):
+class ExtensionContent(_Content, tag=EXTENSION_TAG, kw_only=True, omit_defaults=True, frozen=True, gc=False):
     """A user-content object whose ``kind`` the protocol does not define, kept whole."""
 
     kind_: str
@@ -186,33 +192,33 @@ CONTENT_KINDS: Final[dict[str, type[_Content]]] = {
 # --------------------------------------------------------------------------- parts
 
 
-class _Part(_Base, tag_field="part_kind", kw_only=True, omit_defaults=True, frozen=True):
+class _Part(_Base, tag_field="part_kind", kw_only=True, omit_defaults=True, frozen=True, gc=False):
     pass
 
 
-class UserPromptPart(_Part, tag="user-prompt", kw_only=True, omit_defaults=True, frozen=True):
+class UserPromptPart(_Part, tag="user-prompt", kw_only=True, omit_defaults=True, frozen=True, gc=False):
     content: Union[str, list[UserContent]]
 
 
-class TextPart(_Part, tag="text", kw_only=True, omit_defaults=True, frozen=True):
+class TextPart(_Part, tag="text", kw_only=True, omit_defaults=True, frozen=True, gc=False):
     content: str
     id: Opt[str] = UNSET
 
 
-class ThinkingPart(_Part, tag="thinking", kw_only=True, omit_defaults=True, frozen=True):
+class ThinkingPart(_Part, tag="thinking", kw_only=True, omit_defaults=True, frozen=True, gc=False):
     content: Opt[str] = UNSET
     signature: Opt[str] = UNSET
     provider_name: str
     thinking_id: Opt[str] = UNSET
 
 
-class ToolCallPart(_Part, tag="tool-call", kw_only=True, omit_defaults=True, frozen=True):
+class ToolCallPart(_Part, tag="tool-call", kw_only=True, omit_defaults=True, frozen=True, gc=False):
     tool_name: str
     tool_call_id: str
     args: Any = UNSET
 
 
-class ToolReturnPart(_Part, tag="tool-return", kw_only=True, omit_defaults=True, frozen=True):
+class ToolReturnPart(_Part, tag="tool-return", kw_only=True, omit_defaults=True, frozen=True, gc=False):
     tool_name: str
     tool_call_id: str
     status: str
@@ -221,18 +227,18 @@ class ToolReturnPart(_Part, tag="tool-return", kw_only=True, omit_defaults=True,
     metadata: Any = UNSET
 
 
-class RetryPromptPart(_Part, tag="retry-prompt", kw_only=True, omit_defaults=True, frozen=True):
+class RetryPromptPart(_Part, tag="retry-prompt", kw_only=True, omit_defaults=True, frozen=True, gc=False):
     content: Union[str, list[Any]]
     tool_name: Opt[str] = UNSET
     tool_call_id: Opt[str] = UNSET
 
 
-class FilePart(_Part, tag="file", kw_only=True, omit_defaults=True, frozen=True):
+class FilePart(_Part, tag="file", kw_only=True, omit_defaults=True, frozen=True, gc=False):
     content: BinaryContent
     id: Opt[str] = UNSET
 
 
-class ExtensionPart(_Part, tag=EXTENSION_TAG, kw_only=True, omit_defaults=True, frozen=True):
+class ExtensionPart(_Part, tag=EXTENSION_TAG, kw_only=True, omit_defaults=True, frozen=True, gc=False):
     """A part whose ``part_kind`` is not normative (``custom:*``, ``meta:*``, other), kept whole.
 
     ``part_kind_`` is its kind; ``data`` holds every other field as decoded.
@@ -259,11 +265,11 @@ NORMATIVE_PART_KINDS: Final = frozenset(PART_KINDS)
 # --------------------------------------------------------------------------- messages
 
 
-class _Msg(_Base, tag_field="message_type", kw_only=True, omit_defaults=True, frozen=True):
+class _Msg(_Base, tag_field="message_type", kw_only=True, omit_defaults=True, frozen=True, gc=False):
     timestamp: str
 
 
-class ThreadMessage(_Msg, kw_only=True, omit_defaults=True, frozen=True):
+class ThreadMessage(_Msg, kw_only=True, omit_defaults=True, frozen=True, gc=False):
     """A Pydantic AI ModelRequest/ModelResponse with agent attribution."""
 
     parts: list[MessagePart]
@@ -275,15 +281,15 @@ class ThreadMessage(_Msg, kw_only=True, omit_defaults=True, frozen=True):
     finish_reason: Opt[str] = UNSET
 
 
-class RequestMessage(ThreadMessage, tag="request", kw_only=True, omit_defaults=True, frozen=True):
+class RequestMessage(ThreadMessage, tag="request", kw_only=True, omit_defaults=True, frozen=True, gc=False):
     """``message_type: "request"``."""
 
 
-class ResponseMessage(ThreadMessage, tag="response", kw_only=True, omit_defaults=True, frozen=True):
+class ResponseMessage(ThreadMessage, tag="response", kw_only=True, omit_defaults=True, frozen=True, gc=False):
     """``message_type: "response"``."""
 
 
-class SystemMessage(_Msg, tag="system", kw_only=True, omit_defaults=True, frozen=True):
+class SystemMessage(_Msg, tag="system", kw_only=True, omit_defaults=True, frozen=True, gc=False):
     """An event outside Pydantic AI's scope (handoffs, spawns, ``data-*``, ``meta:*``)."""
 
     event_type: str
@@ -310,17 +316,17 @@ NORMATIVE_EVENT_TYPES: Final = frozenset({AGENT_HANDOFF, THREAD_SPAWN, THREAD_ME
 # --------------------------------------------------------------------------- turns
 
 
-class _Turn(_Base, tag_field="turn_type", kw_only=True, omit_defaults=True, frozen=True):
+class _Turn(_Base, tag_field="turn_type", kw_only=True, omit_defaults=True, frozen=True, gc=False):
     pass
 
 
-class UserTurn(_Turn, tag="user", kw_only=True, omit_defaults=True, frozen=True):
+class UserTurn(_Turn, tag="user", kw_only=True, omit_defaults=True, frozen=True, gc=False):
     submitted_at: str
     parts: list[MessagePart]
     client_metadata: Opt[dict[str, Any]] = UNSET
 
 
-class AgentTurn(_Turn, tag="agent", kw_only=True, omit_defaults=True, frozen=True):
+class AgentTurn(_Turn, tag="agent", kw_only=True, omit_defaults=True, frozen=True, gc=False):
     """One ``agent.run()``. v0.0.4: ``completion_status`` and ``interruption``."""
 
     agent_id: str
@@ -338,7 +344,7 @@ TURN_TYPES: Final[dict[str, type[_Turn]]] = {"user": UserTurn, "agent": AgentTur
 # --------------------------------------------------------------------------- thread
 
 
-class Thread(_Base, kw_only=True, omit_defaults=True, frozen=True):
+class Thread(_Base, kw_only=True, omit_defaults=True, frozen=True, gc=False):
     """A whole ThreadProtocol document."""
 
     version: str

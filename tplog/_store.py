@@ -31,7 +31,7 @@ import copy
 import os
 import threading
 import time
-import uuid
+from collections import OrderedDict
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any, Final, Literal, Union
 
@@ -76,6 +76,7 @@ from tplog._events import (
     UserTurnSubmitted,
 )
 from tplog._fold import (
+    Folder,
     FoldResult,
     InterruptState,
     Item,
@@ -83,7 +84,6 @@ from tplog._fold import (
     ThreadState,
     events_from_thread,
     feed,
-    fold,
     interrupts_of,
     pending_of,
     state_of,
@@ -219,6 +219,46 @@ class _GroupCommit:
         self.cache = _WriterCache()
 
 
+class _FoldCache:
+    """Folders of recently loaded threads (LRU), bounded by the events they cover.
+
+    Shared by a store and its scoped views (keys are scoped thread keys). An
+    entry is taken out while a load extends it, so two loads of one thread never
+    feed the same folder."""
+
+    def __init__(self, budget: int) -> None:
+        self.budget = budget
+        self.events = 0
+        self.entries: OrderedDict[bytes, Folder] = OrderedDict()
+        self.lock = threading.Lock()
+
+    def take(self, tk: bytes) -> Folder | None:
+        with self.lock:
+            f = self.entries.pop(tk, None)
+            if f is not None:
+                self.events -= f.seq
+            return f
+
+    def give(self, tk: bytes, f: Folder) -> None:
+        if f.seq > self.budget:
+            return
+        with self.lock:
+            old = self.entries.pop(tk, None)
+            if old is not None:
+                self.events -= old.seq
+            self.entries[tk] = f
+            self.events += f.seq
+            while self.events > self.budget:
+                _, out = self.entries.popitem(last=False)
+                self.events -= out.seq
+
+    def drop(self, tk: bytes) -> None:
+        with self.lock:
+            f = self.entries.pop(tk, None)
+            if f is not None:
+                self.events -= f.seq
+
+
 def _now_ns() -> int:
     return time.time_ns()
 
@@ -248,6 +288,9 @@ class Store:
       ``max_map_size``.
     - ``limits``: :class:`~tplog._codec.Limits` on event size, parts, depth,
       decompressed size and the blob threshold.
+    - ``fold_cache``: how many folded events :meth:`load` keeps in memory (the
+      turns of recently loaded threads, each with the seq it covers), so a
+      later load folds only what was appended since; 0 turns it off.
     """
 
     def __init__(
@@ -259,12 +302,16 @@ class Store:
         map_size: int = 64 << 20,
         max_map_size: int = 1 << 40,
         limits: Limits | None = None,
+        fold_cache: int = 20_000,
     ) -> None:
         self.path = os.fspath(path)
         self.engine = LmdbEngine(
             self.path, readonly=readonly, durability=durability, map_size=map_size, max_map_size=max_map_size
         )
         self.codec = Codec(limits)
+        if isinstance(fold_cache, bool) or not isinstance(fold_cache, int) or fold_cache < 0:
+            raise InvalidInputError(f"fold_cache must be an int ≥ 0 (events), not {fold_cache!r}")
+        self._folds = _FoldCache(fold_cache)
         self.readonly = readonly
         self._scope: str | None = None
         self._view = False
@@ -946,8 +993,39 @@ class Store:
     # ------------------------------------------------------------------ projections (folds)
 
     def load(self, thread_id: str) -> FoldResult:
-        """Fold the thread's log: its v0.0.4 document and the agent turn in progress."""
-        return fold(e.event for e in self.read(thread_id))
+        """Fold the thread's log: its v0.0.4 document and the agent turn in progress.
+
+        The fold of a recently loaded thread is kept in memory with the seq it
+        covers (see ``fold_cache``): a later load reads and folds only the events
+        appended since (by any process: the head says how far the log goes). A
+        deleted thread is folded from its log (the tombstone alone). Treat the
+        result as read-only: its turns are shared with the cache."""
+        self._check_open()
+        tk = self._tk(thread_id)
+        cache = self._folds
+        folder = cache.take(tk) if cache.budget else None
+        codec = self.codec
+        with self.engine.read() as txn:
+            raw = txn.get("heads", tk)
+            if raw is None:
+                raise NotFoundError(f"thread {thread_id} does not exist")
+            head = _head_dec.decode(raw)
+            if folder is None or head.status != "active" or folder.seq > head.version:
+                folder = Folder()
+            name = head.thread_id
+
+            def get_blob(sha: bytes) -> bytes | None:
+                return txn.get("blobs", sha)
+
+            feed_one = folder.feed
+            for k, v in txn.range("events", event_key(tk, folder.seq + 1), tk + b"\xff" * 8):
+                where = (name, from_u64(k, TKEY_SIZE))
+                codec.check(k, v, where=where)
+                feed_one(codec.decode_event(codec.body_bytes(v, get_blob, where=where), where=where))
+        res = folder.result()
+        if cache.budget and head.status == "active":
+            cache.give(tk, folder)
+        return res
 
     def thread(self, thread_id: str) -> m.Thread:
         """The thread as a ThreadProtocol v0.0.4 document (canonical turns only)."""
@@ -1104,7 +1182,7 @@ class Store:
                     continue
                 b = self.codec.body_bytes(v, lambda sha: txn.get("blobs", sha))
                 if len(b) <= 64 << 10:
-                    bodies.append(b)
+                    bodies.append(bytes(b))
                 if len(bodies) >= samples:
                     break
         if len(bodies) < 64:
