@@ -465,6 +465,7 @@ class LmdbEngine:
         rw = self._rw
         cond = rw._cond
         own = txn is None
+        raw: Any
         while True:
             if own:  # _RWLock.shared(), inline: wait out a resize, then count as a reader
                 cond.acquire()
