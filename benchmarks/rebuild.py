@@ -84,13 +84,9 @@ def full_decode_scan(store: Any) -> int:
     check, body_bytes, decode_event = codec.check, codec.body_bytes, codec.decode_event
     n = 0
     with store.engine.read() as txn:
-
-        def get_blob(sha: bytes) -> Any:
-            return txn.get("blobs", sha)
-
         for k, v in txn.range("events"):
             check(k, v)
-            decode_event(body_bytes(v, get_blob))
+            decode_event(body_bytes(v, txn))
             n += 1
     return n
 
@@ -108,10 +104,6 @@ def header_scan(store: Any, sink: Callable[[Any], None] | None = None) -> int:
             sink(out)
 
     with store.engine.read() as txn:
-
-        def get_blob(sha: bytes) -> Any:
-            return txn.get("blobs", sha)
-
         current = b""
         items: list[Any] = []
         for k, v in txn.range("events"):
@@ -123,7 +115,7 @@ def header_scan(store: Any, sink: Callable[[Any], None] | None = None) -> int:
                 current = tk
             check(k, v)
             h = header(v)
-            ev = None if h.kind == MSG_KIND else decode_event(body_bytes(v, get_blob))
+            ev = None if h.kind == MSG_KIND else decode_event(body_bytes(v, txn))
             items.append(Item(from_u64(k, TKEY_SIZE), h.kind, h.facts, ev))
             n += 1
         if items:

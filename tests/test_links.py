@@ -407,7 +407,7 @@ def _tkey_reference(thread_id: str) -> bytes:
 def _outcome(f: Callable[[Any], bytes], x: Any) -> tuple[str, Any]:
     try:
         return "ok", f(x)
-    except Exception as exc:  # noqa: BLE001 - comparing which error, if any
+    except Exception as exc:
         return "error", (type(exc), str(exc))
 
 
@@ -607,7 +607,7 @@ def test_links_queries_while_the_map_grows(tmp_path: Path) -> None:
                     assert all(r == "spawned_from" for _, r in s.incoming(root))
                     time.sleep(0.001)  # leave the appender the GIL
                     n = len(kids)
-                except BaseException as exc:  # noqa: BLE001
+                except BaseException as exc:
                     errors.append(exc)
                     raise
             return n

@@ -191,12 +191,16 @@ class Codec:
 
     # ------------------------------------------------------------------ dictionaries
 
-    def add_dictionary(self, dict_id: int, data: bytes) -> None:
+    def add_dictionary(self, dict_id: int, data: bytes, *, use: bool = True) -> None:
+        """Know dictionary ``dict_id``; with ``use``, new values are compressed with
+        it when it is the newest known."""
         if dict_id in self._dict_bytes:
+            if use and dict_id > self.current_dict:
+                self.current_dict = dict_id
             return
-        self._dict_bytes[dict_id] = data
         self._dicts[dict_id] = zstandard.ZstdCompressionDict(data)
-        if dict_id > self.current_dict:
+        self._dict_bytes[dict_id] = data
+        if use and dict_id > self.current_dict:
             self.current_dict = dict_id
 
     def has_dictionary(self, dict_id: int) -> bool:
@@ -311,17 +315,21 @@ class Codec:
             raise CorruptionError(f"event header does not decode: {exc}", thread_id=where[0], seq=where[1]) from exc
 
     def body_bytes(
-        self, value: bytes, get_blob: Any = None, *, where: tuple[str | None, int | None] = (None, None)
+        self, value: bytes, txn: Any = None, *, where: tuple[str | None, int | None] = (None, None)
     ) -> bytes | memoryview:
-        """The event's msgpack body: decompressed, or (uncompressed) a zero-copy view of ``value``."""
+        """The event's msgpack body: decompressed, or (uncompressed) a zero-copy view of ``value``.
+
+        ``txn`` (a read transaction: ``get(table, key)``) resolves blob references
+        and loads a dictionary this codec has not seen yet (another process may
+        have trained it since this one opened the store)."""
         flags = value[1]
         dict_id = int.from_bytes(value[2:6], "big")
         hlen = int.from_bytes(value[10:12], "big")
         stored: Any = memoryview(value)[PREFIX_SIZE + hlen :]
         if flags & F_BLOB:
-            if get_blob is None:
+            if txn is None:
                 raise CorruptionError("blob reference without a blob reader", thread_id=where[0], seq=where[1])
-            blob = get_blob(bytes(stored))
+            blob = txn.get("blobs", bytes(stored))
             if blob is None:
                 raise CorruptionError("the event's shared blob is missing", thread_id=where[0], seq=where[1])
             if len(blob) < _BLOB_PREFIX.size:
@@ -331,6 +339,10 @@ class Codec:
             if zlib.crc32(value[PREFIX_SIZE + hlen :], zlib.crc32(stored)) != crc:
                 raise CorruptionError("shared blob failed its CRC-32 check", thread_id=where[0], seq=where[1])
         if flags & F_COMPRESSED:
+            if not self.has_dictionary(dict_id) and txn is not None:
+                data = txn.get("dicts", dict_id.to_bytes(8, "big"))
+                if data is not None:
+                    self.add_dictionary(dict_id, bytes(data), use=False)
             if not self.has_dictionary(dict_id):
                 raise CorruptionError(f"value needs zstd dictionary {dict_id}, which the store does not have",
                                       thread_id=where[0], seq=where[1])
@@ -364,7 +376,10 @@ class Codec:
 
     @staticmethod
     def train(samples: list[bytes], size: int = 64 << 10) -> bytes:
-        d = zstandard.train_dictionary(size, samples, level=3)
+        try:
+            d = zstandard.train_dictionary(size, samples, level=3)
+        except zstandard.ZstdError as exc:
+            raise InvalidInputError(f"cannot train a zstd dictionary from these {len(samples)} samples: {exc}") from exc
         return d.as_bytes()  # type: ignore[no-any-return]
 
 

@@ -245,7 +245,7 @@ def _items_in(txn: WriteTxn, codec: Codec, start: int, limit: int) -> list[tuple
         hdr: Header = codec.header(value, where=where)
         ev = None
         if hdr.kind != MSG_KIND:
-            ev = codec.decode_event(codec.body_bytes(value, lambda sha: txn.get("blobs", sha), where=where),
+            ev = codec.decode_event(codec.body_bytes(value, txn, where=where),
                                     where=where)
         out.append((from_u64(pk), name, tk, Item(seq, hdr.kind, hdr.facts, ev), scope))
     return out

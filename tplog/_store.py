@@ -298,6 +298,10 @@ class Store:
       ``max_map_size``.
     - ``limits``: :class:`~tplog._codec.Limits` on event size, parts, depth,
       decompressed size and the blob threshold.
+    - ``auto_dictionary``: once the log holds this many events and the store
+      has no zstd dictionary, one is trained from its latest events in a
+      background thread (:meth:`train_dictionary`); new values use it, old ones
+      keep theirs. 0 turns it off.
     - ``fold_cache``: how many folded events :meth:`load` keeps in memory (the
       turns of recently loaded threads, each with the seq it covers), so a
       later load folds only what was appended since; 0 turns it off.
@@ -313,6 +317,7 @@ class Store:
         max_map_size: int = 1 << 40,
         limits: Limits | None = None,
         fold_cache: int = 20_000,
+        auto_dictionary: int = 1000,
     ) -> None:
         self.path = os.fspath(path)
         self.engine = LmdbEngine(
@@ -322,6 +327,10 @@ class Store:
         if isinstance(fold_cache, bool) or not isinstance(fold_cache, int) or fold_cache < 0:
             raise InvalidInputError(f"fold_cache must be an int ≥ 0 (events), not {fold_cache!r}")
         self._folds = _FoldCache(fold_cache)
+        if isinstance(auto_dictionary, bool) or not isinstance(auto_dictionary, int) or auto_dictionary < 0:
+            raise InvalidInputError(f"auto_dictionary must be an int ≥ 0 (events), not {auto_dictionary!r}")
+        self._auto_dict = auto_dictionary
+        self._trainer: threading.Thread | None = None
         self.readonly = readonly
         self._scope: str | None = None
         self._view = False
@@ -379,6 +388,8 @@ class Store:
             self._closed = True
             while self._gc.queue or self._gc.leading:
                 self._cond.wait(0.05)
+        if self._trainer is not None:
+            self._trainer.join(30)
         self.engine.close()
 
     def _check_open(self) -> None:
@@ -580,6 +591,8 @@ class Store:
             with self._position_cond:
                 gc.last_position = top
                 self._position_cond.notify_all()
+        if self._auto_dict and top >= self._auto_dict and self.codec.current_dict == 0 and self._trainer is None:
+            self._start_trainer()
 
     def _apply(self, txn: WriteTxn, req: _Request, pos: int, live: tuple[bool, bool],
                heads: dict[bytes, bytes], states: dict[bytes, bytes]) -> tuple[AppendResult, int]:
@@ -777,7 +790,7 @@ class Store:
                     ev = None
                     if hdr.kind == KIND_CODE[LinkAdded]:
                         ev = self.codec.decode_event(self.codec.body_bytes(
-                            v, lambda sha: txn.get("blobs", sha), where=(thread_id, seq)))
+                            v, txn, where=(thread_id, seq)))
                     proj.unapply_links(tables, thread_id, tk, seq, ev, hdr.facts.spawned if hdr.facts else (), scope)
                 if v[1] & F_BLOB:  # release one reference to the shared blob
                     sha = bytes(v[PREFIX_SIZE + int.from_bytes(v[10:12], "big"):])
@@ -833,7 +846,7 @@ class Store:
         where = (thread_id, seq)
         self.codec.check(key, value, where=where)
         hdr = self.codec.header(value, where=where)
-        body = self.codec.body_bytes(value, lambda sha: txn.get("blobs", sha), where=where)
+        body = self.codec.body_bytes(value, txn, where=where)
         ev = self.codec.decode_event(body, where=where)
         if position is None:
             ref = txn.get("eventids", eid_key(hdr.event_id, self._scope))
@@ -1030,14 +1043,11 @@ class Store:
                 folder = Folder()
             name = head.thread_id
 
-            def get_blob(sha: bytes) -> bytes | None:
-                return txn.get("blobs", sha)
-
             feed_one = folder.feed
             for k, v in txn.range("events", event_key(tk, folder.seq + 1), tk + b"\xff" * 8):
                 where = (name, from_u64(k, TKEY_SIZE))
                 codec.check(k, v, where=where)
-                feed_one(codec.decode_event(codec.body_bytes(v, get_blob, where=where), where=where))
+                feed_one(codec.decode_event(codec.body_bytes(v, txn, where=where), where=where))
         res = folder.result()
         if cache.budget and head.status == "active":
             cache.give(tk, folder)
@@ -1067,7 +1077,7 @@ class Store:
                 hdr = self.codec.header(v, where=where)
                 ev = None
                 if hdr.kind != MSG_KIND:
-                    ev = self.codec.decode_event(self.codec.body_bytes(v, lambda sha: txn.get("blobs", sha),
+                    ev = self.codec.decode_event(self.codec.body_bytes(v, txn,
                                                                        where=where), where=where)
                 out.append(Item(seq, hdr.kind, hdr.facts, ev))
         return out
@@ -1184,7 +1194,23 @@ class Store:
         """Force everything committed so far to disk (useful in ``relaxed`` mode)."""
         self.engine.sync()
 
-    def train_dictionary(self, *, samples: int = 2000, size: int = 64 << 10) -> int:
+    def _start_trainer(self) -> None:
+        """Train the store's first dictionary in the background (``auto_dictionary``)."""
+        if self._view or self.readonly:
+            return
+        with self._cond:
+            if self._trainer is not None or self._closed:
+                return
+            self._trainer = threading.Thread(target=self._auto_train, name="tplog-dictionary", daemon=True)
+        self._trainer.start()
+
+    def _auto_train(self) -> None:
+        try:
+            self.train_dictionary(samples=500, _first=True)
+        except TplogError:  # closed meanwhile, disk full, ...: values stay as they are
+            pass
+
+    def train_dictionary(self, *, samples: int = 2000, size: int = 64 << 10, _first: bool = False) -> int:
         """Train a zstd dictionary on up to ``samples`` stored event bodies; new values use it.
 
         Returns the new dictionary id (old values keep theirs). Returns 0 and
@@ -1196,7 +1222,7 @@ class Store:
                 v = txn.get("events", key)
                 if v is None:
                     continue
-                b = self.codec.body_bytes(v, lambda sha: txn.get("blobs", sha))
+                b = self.codec.body_bytes(v, txn)
                 if len(b) <= 64 << 10:
                     bodies.append(bytes(b))
                 if len(bodies) >= samples:
@@ -1205,14 +1231,16 @@ class Store:
             return 0
         data = self.codec.train(bodies, size)
 
-        def work(txn: WriteTxn) -> int:
+        def work(txn: WriteTxn) -> tuple[int, bytes]:
             last = txn.last("dicts")
+            if _first and last is not None:  # another process trained one meanwhile: use it
+                return from_u64(last[0]), bytes(last[1])
             new_id = (from_u64(last[0]) if last else 0) + 1
             txn.put("dicts", u64(new_id), data)
-            return new_id
+            return new_id, data
 
-        new_id = self.engine.run_write(work)
-        self.codec.add_dictionary(new_id, data)
+        new_id, stored = self.engine.run_write(work)
+        self.codec.add_dictionary(new_id, stored)
         return new_id
 
     def stats(self) -> dict[str, Any]:

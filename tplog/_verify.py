@@ -61,7 +61,7 @@ def verify_store(store: object, *, projections: bool = True) -> VerifyReport:
                 try:
                     codec.check(k, v, where=where)
                     hdr = codec.header(v, where=where)
-                    codec.decode_event(codec.body_bytes(v, lambda sha: txn.get("blobs", sha), where=where),
+                    codec.decode_event(codec.body_bytes(v, txn, where=where),
                                        where=where)
                 except CorruptionError as exc:
                     rep.problems.append(str(exc))
