@@ -516,6 +516,7 @@ class Store:
                         gc.leading = False
                         gc.cond.notify_all()  # close() may be waiting for the queue to drain
                 if handoff is not None and handoff.wake is not None:
+                    gc.gate.clear()  # this group's callers wait at the gate while the next leader builds
                     handoff.wake.release()  # the next leader starts while this group's callers wake
                 for req in batch:
                     if req.wake is not None:
