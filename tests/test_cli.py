@@ -512,9 +512,10 @@ def _commands() -> dict[str, argparse.ArgumentParser]:
     return dict(sub.choices)
 
 
+# serve: tested over HTTP in tests/server; rebuild/verify: behaviour tested in tests/test_rebuild.py
 EXPECTED_COMMANDS = {"validate", "hash", "stat", "backup", "import", "export", "read", "threads", "turns",
                      "pending", "interrupts", "children", "links", "delete", "train",
-                     "rebuild", "verify", "serve"}  # serve: tested over HTTP in tests/server  # rebuild/verify: behaviour tested in tests/test_rebuild.py
+                     "rebuild", "verify", "serve"}
 
 
 def test_every_command_is_tested_here() -> None:

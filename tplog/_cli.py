@@ -222,7 +222,7 @@ def cmd_rebuild(args: argparse.Namespace) -> int:
     try:
         from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
     except ImportError:  # pragma: no cover - rich is in the cli extra
-        Progress = None  # type: ignore[assignment,misc]  # noqa: N806
+        Progress = None  # type: ignore[assignment,misc]
     with _store(args, readonly=False) as s:
         if Progress is None or not sys.stderr.isatty():
             reports = s.rebuild(args.projection, verify=args.verify)

@@ -26,6 +26,7 @@ its call.
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Iterable, Iterator
 from typing import Any, Final
 
@@ -90,10 +91,9 @@ def _returned_ids(msg: m.Message) -> set[str]:
         return set()
     out: set[str] = set()
     for p in msg.parts:
-        if isinstance(p, m.ToolReturnPart):
-            out.add(p.tool_call_id)
-        elif isinstance(p, m.RetryPromptPart) and isinstance(p.tool_call_id, str):
-            out.add(p.tool_call_id)
+        call_id = _answers(p)
+        if call_id is not None:
+            out.add(call_id)
     return out
 
 
@@ -110,7 +110,7 @@ def complete_cycles(messages: list[m.Message]) -> list[m.Message]:
     out: list[m.Message] = []
     dropped_calls: set[str] = set()
     thread_msgs = [i for i, x in enumerate(messages) if not isinstance(x, m.SystemMessage)]
-    next_of = {a: b for a, b in zip(thread_msgs, thread_msgs[1:])}
+    next_of = dict(itertools.pairwise(thread_msgs))
     for i, msg in enumerate(messages):
         if isinstance(msg, m.SystemMessage):
             out.append(msg)

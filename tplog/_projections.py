@@ -358,11 +358,11 @@ def rebuild(
                     if live.get(key) != fresh.get(key):
                         diffs.append(_describe(name, key[0], key[1], live.get(key), fresh.get(key)))
             else:
-                for table, key in live.keys() - fresh.keys():
-                    txn.delete(table, key)
-                for (table, key), value in fresh.items():
-                    if live.get((table, key)) != value:
-                        txn.put(table, key, value)
+                for table, row_key in live.keys() - fresh.keys():
+                    txn.delete(table, row_key)
+                for (table, row_key), value in fresh.items():
+                    if live.get((table, row_key)) != value:
+                        txn.put(table, row_key, value)
                 end = txn.last("global")
                 write_info(txn, name, ProjectionInfo(VERSIONS[name], from_u64(end[0]) if end else 0, "live"))
             _clear_shadow(txn, name)

@@ -6,8 +6,8 @@ import uuid
 from typing import Any
 
 import msgspec
-from server.server_harness import ServerProcess, chat_body, head, read_events, sse_chunks, sse_frames
 
+from server.server_harness import ServerProcess, chat_body, head, read_events, sse_chunks, sse_frames
 from tplog import AgentTurnCompleted, AgentTurnInterrupted, from_json, thread_hash
 from tplog import _model as m
 from tplog._fold import fold

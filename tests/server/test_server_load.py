@@ -9,8 +9,8 @@ from typing import Any
 
 import httpx
 import msgspec
-from server.server_harness import ServerProcess, chat_body
 
+from server.server_harness import ServerProcess, chat_body
 from tplog import AgentTurnCompleted, Store
 from tplog import _model as m
 from tplog._fold import fold

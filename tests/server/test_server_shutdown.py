@@ -6,7 +6,6 @@ import uuid
 from pathlib import Path
 
 from server.server_harness import ServerProcess, chat_body, head, read_events
-
 from tplog import AgentTurnCompleted
 from tplog import _model as m
 from tplog._fold import fold

@@ -9,8 +9,8 @@ import uuid
 from typing import Any
 
 import httpx
-from server.server_harness import ServerProcess, chat_body, head, read_events, sse_frames, wait_until
 
+from server.server_harness import ServerProcess, chat_body, head, read_events, sse_frames, wait_until
 from tplog import (
     AgentTurnCompleted,
     AgentTurnInterrupted,
