@@ -52,6 +52,7 @@ PREFIX_SIZE: Final = _PREFIX.size  # 12
 _BLOB_PREFIX = struct.Struct(">IBII")  # refcount, flags, dict id, crc
 
 MSG_KIND: Final = KIND_CODE[MessageRecorded]
+ABORTED: Final = "aborted"
 V3_SPAWN: Final = "thread.spawn"
 
 
@@ -103,6 +104,9 @@ def _returns(parts: list[Any]) -> list[tuple[str, str]]:
 
 
 def facts_of(event: Event) -> Facts | None:
+    """What the id-only folds need from ``event``, or ``None`` when it holds nothing
+    they use (no tool calls or returns, no spawned thread, not an aborted response):
+    a rebuild recognises such a message by its header's bytes and skips it."""
     if isinstance(event, UserTurnSubmitted):
         returns = _returns(event.turn.parts)
         return Facts(message_type="user", returns=returns) if returns else None
@@ -115,13 +119,15 @@ def facts_of(event: Event) -> Facts | None:
             sid = msg.event_data.get("spawned_thread_id", msg.event_data.get("thread_id"))
             if isinstance(sid, str):
                 spawned.append(sid)
-        return Facts(message_type="system", event_type=msg.event_type, spawned=spawned)
+        return Facts(message_type="system", event_type=msg.event_type, spawned=spawned) if spawned else None
     calls = [(p.tool_call_id, p.tool_name) for p in msg.parts if isinstance(p, m.ToolCallPart)]
     returns = _returns(msg.parts)
     fr = msg.finish_reason if isinstance(msg.finish_reason, str) else None
     if fr is None and isinstance(msg.extra.get("stop_reason"), str):
         fr = msg.extra["stop_reason"]  # the peer design's stop_reason, kept as an extension field
     mt = "request" if isinstance(msg, m.RequestMessage) else "response"
+    if not calls and not returns and not (mt == "response" and fr == ABORTED):
+        return None
     return Facts(message_type=mt, calls=calls, returns=returns, finish_reason=fr)
 
 

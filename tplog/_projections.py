@@ -38,7 +38,14 @@ import msgspec
 
 from tplog._codec import MSG_KIND, Codec, Header
 from tplog._errors import InvalidInputError, RebuildRequiredError
-from tplog._events import KIND_CODE, LinkAdded, ThreadDeleted
+from tplog._events import (
+    KIND_CODE,
+    AgentTurnCompleted,
+    AgentTurnInterrupted,
+    AgentTurnStarted,
+    LinkAdded,
+    ThreadDeleted,
+)
 from tplog._fold import Item, ThreadState, feed
 from tplog._keys import TKEY_SIZE, from_u64, tkey, u64
 from tplog._storage import ReadTxn, WriteTxn
@@ -56,6 +63,10 @@ SPAWNED_FROM: Final = "spawned_from"
 C_LINK: Final = 1  # children flag: the child has a spawned_from link to the parent
 C_SPAWN: Final = 2  # children flag: the parent recorded a thread_spawn event naming the child
 _K_LINK = KIND_CODE[LinkAdded]
+#: The kinds whose body an id-only fold reads (agent turn boundaries, links);
+#: every other event is folded from its header alone.
+BODY_KINDS: Final = frozenset(KIND_CODE[c] for c in (AgentTurnStarted, AgentTurnCompleted, AgentTurnInterrupted,
+                                                     LinkAdded))
 _K_DELETED = KIND_CODE[ThreadDeleted]
 STATE_PREFIX: Final = b"state\x00"
 
@@ -220,15 +231,27 @@ class RebuildReport(msgspec.Struct, kw_only=True):
         return self.events / self.seconds if self.seconds > 0 else 0.0
 
 
-def _items_in(txn: WriteTxn, codec: Codec, start: int, limit: int) -> list[tuple[int, str, bytes, Item, str | None]]:
-    """Up to ``limit`` log entries from position ``start``: (position, thread id, thread key, item, scope)."""
+def _items_in(
+    txn: WriteTxn, codec: Codec, start: int, limit: int
+) -> tuple[list[tuple[int, str, bytes, Item, str | None]], int, int]:
+    """Up to ``limit`` log entries from position ``start``, as (position, thread id,
+    thread key, item, scope), and how many entries were scanned and the last
+    position scanned. Every value's CRC is checked; a message whose header has no
+    facts (no tool calls or returns, no spawn, no finish reason: nothing any
+    id-only fold uses) is recognised from the header's bytes and skipped without
+    decoding."""
     from tplog._store import _head_dec
 
     out: list[tuple[int, str, bytes, Item, str | None]] = []
     names: dict[bytes, tuple[str, str | None]] = {}
+    scanned = 0
+    last = start - 1
+    check, header = codec.check, codec.header
     for pk, key in txn.range("global", u64(start)):
-        if len(out) >= limit:
+        if scanned >= limit:
             break
+        scanned += 1
+        last = from_u64(pk)
         value = txn.get("events", key)
         if value is None:  # pragma: no cover - the index and the events change together
             continue
@@ -241,14 +264,19 @@ def _items_in(txn: WriteTxn, codec: Codec, start: int, limit: int) -> list[tuple
             known = names[tk] = (head.thread_id, head.scope) if head is not None else (tk.hex(), None)
         name, scope = known
         where = (name, seq)
-        codec.check(key, value, where=where)
-        hdr: Header = codec.header(value, where=where)
+        check(key, value, where=where)
+        # Header = msgpack fixarray(4) [kind, event_id, recorded_at, facts]: a message
+        # (kind byte) whose facts are nil (the header's last byte; an encoded Facts
+        # never ends in 0xC0, which no UTF-8 string holds and omit_defaults never ends on).
+        hlen = (value[10] << 8) | value[11]
+        if value[12] == 0x94 and value[13] == MSG_KIND and value[11 + hlen] == 0xC0:
+            continue
+        hdr: Header = header(value, where=where)
         ev = None
-        if hdr.kind != MSG_KIND:
-            ev = codec.decode_event(codec.body_bytes(value, txn, where=where),
-                                    where=where)
-        out.append((from_u64(pk), name, tk, Item(seq, hdr.kind, hdr.facts, ev), scope))
-    return out
+        if hdr.kind in BODY_KINDS:
+            ev = codec.decode_event(codec.body_bytes(value, txn, where=where), where=where)
+        out.append((last, name, tk, Item(seq, hdr.kind, hdr.facts, ev), scope))
+    return out, scanned, last
 
 
 _LIVE_TABLES: Final = {LINKS: ("links_in", "children"), STATE: ("proj",)}
@@ -327,7 +355,7 @@ def rebuild(
     reports: list[RebuildReport] | None = None
 
     def step(txn: WriteTxn) -> tuple[int, int, list[RebuildReport] | None]:
-        batch = _items_in(txn, codec, cursor + 1, chunk)
+        batch, scanned, last = _items_in(txn, codec, cursor + 1, chunk)
         tables = _Tables(txn, shadow=True)
         states: dict[bytes, ThreadState] = {}
         for _pos, thread_id, tk, it, scope in batch:
@@ -344,9 +372,8 @@ def rebuild(
                 feed(st, it)
         for tk, st in states.items():
             save_state(tables, tk, st)
-        last = batch[-1][0] if batch else cursor
-        if len(batch) >= chunk:
-            return last, len(batch), None
+        if scanned >= chunk:
+            return last, scanned, None
         # The end of the log, inside the writer's transaction: finish here.
         out: list[RebuildReport] = []
         for name in names:
@@ -368,7 +395,7 @@ def rebuild(
             _clear_shadow(txn, name)
             out.append(RebuildReport(projection=name, verify=verify, events=0, seconds=0.0, position=last,
                                      differences=diffs))
-        return last, len(batch), out
+        return last, scanned, out
 
     while reports is None:
         cursor, n, reports = engine.run_write(step)

@@ -1064,7 +1064,7 @@ class Store:
         return res.thread
 
     def _items(self, thread_id: str) -> list[Item]:
-        """Headers only for messages; small non-message bodies decoded."""
+        """Headers; bodies only of the kinds an id-only fold reads (proj.BODY_KINDS)."""
         self._check_open()
         tk = self._tk(thread_id)
         out: list[Item] = []
@@ -1077,7 +1077,7 @@ class Store:
                 self.codec.check(k, v, where=where)
                 hdr = self.codec.header(v, where=where)
                 ev = None
-                if hdr.kind != MSG_KIND:
+                if hdr.kind in proj.BODY_KINDS:
                     ev = self.codec.decode_event(self.codec.body_bytes(v, txn,
                                                                        where=where), where=where)
                 out.append(Item(seq, hdr.kind, hdr.facts, ev))
