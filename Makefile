@@ -1,11 +1,11 @@
 # Two commands set everything up on a fresh machine with Python 3.11+:
 #   make demo   records agent runs into ./demo-store and prints what tplog derives from them
-#   make test   runs the whole test suite
+#   make test   lints (ruff, mypy --strict) and runs the whole test suite
 PYTHON ?= python3
 VENV   ?= .venv
 BIN    := $(VENV)/bin
 
-.PHONY: demo test bench check clean
+.PHONY: demo test lint bench clean
 
 $(BIN)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -16,14 +16,15 @@ $(BIN)/.installed: pyproject.toml
 demo: $(BIN)/.installed
 	$(BIN)/python tools/demo.py ./demo-store
 
-test: $(BIN)/.installed
+test: lint
 	$(BIN)/python -m pytest
+
+lint: $(BIN)/.installed
+	$(BIN)/ruff check tplog tests benchmarks tools
+	$(BIN)/mypy --strict tplog
 
 bench: $(BIN)/.installed
 	$(BIN)/python -m benchmarks.suite
-
-check: $(BIN)/.installed
-	$(BIN)/python tools/check.py
 
 clean:
 	rm -rf $(VENV) demo-store .pytest_cache .coverage

@@ -24,6 +24,7 @@ LMDB hazards handled here (see README "Operating tplog"):
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import os
 import shutil
@@ -143,12 +144,12 @@ class _RWLock:
 class _LmdbRead:
     __slots__ = ("_dbs", "_txn")
 
-    def __init__(self, txn: lmdb.Transaction, dbs: dict[str, Any]) -> None:
+    def __init__(self, txn: lmdb.Transaction[bytes], dbs: dict[str, Any]) -> None:
         self._txn = txn
         self._dbs = dbs
 
     def get(self, table: str, key: bytes) -> bytes | None:
-        return self._txn.get(key, db=self._dbs[table])  # type: ignore[no-any-return]
+        return self._txn.get(key, db=self._dbs[table])
 
     def range(
         self, table: str, start: bytes = b"", end: bytes | None = None, *, reverse: bool = False
@@ -189,10 +190,10 @@ class _LmdbWrite(_LmdbRead):
         self._txn.put(key, value, db=self._dbs[table])
 
     def id(self) -> int:
-        return self._txn.id()  # type: ignore[no-any-return]
+        return self._txn.id()
 
     def delete(self, table: str, key: bytes) -> bool:
-        return self._txn.delete(key, db=self._dbs[table])  # type: ignore[no-any-return]
+        return self._txn.delete(key, db=self._dbs[table])
 
 
 def _disk_nearly_full(path: str) -> bool:
@@ -265,12 +266,12 @@ class LmdbEngine:
             raise _translate(exc, self.path) from exc
         except OSError as exc:
             if exc.errno in (errno.EROFS, errno.EACCES):
-                raise ReadOnlyError(f"{self.path}: cannot create the store ({exc}); open it with readonly=True") from exc
+                raise ReadOnlyError(
+                    f"{self.path}: cannot create the store ({exc}); open it with readonly=True"
+                ) from exc
             raise
-        try:
+        with contextlib.suppress(lmdb.Error):  # best effort
             self._env.reader_check()
-        except lmdb.Error:  # pragma: no cover - best effort
-            pass
         self._dbs: dict[str, Any] = {}
         for _attempt in range(5):
             try:
@@ -414,8 +415,8 @@ class LmdbEngine:
 
     def info(self) -> dict[str, Any]:
         self._check()
-        info = dict(self._env.info())
-        stat = dict(self._env.stat())
+        info: dict[str, Any] = dict(self._env.info())
+        stat: dict[str, Any] = dict(self._env.stat())
         tables: dict[str, dict[str, int]] = {}
         with self._rw.shared(), self._env.begin() as txn:
             for name in TABLES:

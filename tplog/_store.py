@@ -29,6 +29,7 @@ lookup; a projection row that did not change is not rewritten.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import copy
 import os
 import threading
@@ -584,7 +585,7 @@ class Store:
             cache.live = writes["live"]
             cache.position = writes["position"]
         top = gc.last_position
-        for req, (res, err) in zip(batch, results):
+        for req, (res, err) in zip(batch, results, strict=True):
             req.result, req.error, req.done = res, err, True
             if res is not None and res.last_position > top:
                 top = res.last_position
@@ -619,7 +620,7 @@ class Store:
         if head.status == "deleted":
             raise ThreadDeletedError(f"thread {thread_id} was deleted; its id cannot be reused")
         exp = req.expected
-        if exp == NO_STREAM and head.version != 0 or exp == EXISTS and head.version == 0 or (
+        if (exp == NO_STREAM and head.version != 0) or (exp == EXISTS and head.version == 0) or (
             isinstance(exp, int) and exp != head.version
         ):
             raise WrongExpectedVersionError(thread_id, exp, head.version)
@@ -685,14 +686,14 @@ class Store:
 
     def _duplicate(self, thread_id: str, tk: bytes, encoded: list[Encoded], found: list[bytes | None]) -> AppendResult:
         if any(f is None for f in found):
-            stored = [e.event_id for e, f in zip(encoded, found) if f is not None]
+            stored = [e.event_id for e, f in zip(encoded, found, strict=True) if f is not None]
             raise IdempotencyError(
                 f"thread {thread_id}: event ids {stored} are already stored but the others of this append are "
                 "not; an idempotent retry must resend exactly the original events"
             )
         seqs: list[int] = []
         positions: list[int] = []
-        for e, f in zip(encoded, found):
+        for e, f in zip(encoded, found, strict=True):
             assert f is not None
             if f[:TKEY_SIZE] != tk:
                 raise IdempotencyError(f"event id {e.event_id!r} is already stored in another thread")
@@ -873,7 +874,7 @@ class Store:
         self._check_open()
         if direction not in ("forward", "backward"):
             raise InvalidInputError(f"direction must be 'forward' or 'backward', not {direction!r}")
-        if limit is not None and limit < 0 or start is not None and start < 0:
+        if (limit is not None and limit < 0) or (start is not None and start < 0):
             raise InvalidInputError("start and limit must be ≥ 0")
         tk = self._tk(thread_id)
         out: list[RecordedEvent] = []
@@ -923,10 +924,8 @@ class Store:
                 if name is None:
                     raw = txn.get("heads", tk)
                     head = _head_dec.decode(raw) if raw is not None else None
-                    if head is None or head.scope != self._scope:
-                        name = ""  # another scope's thread: not visible here
-                    else:
-                        name = head.thread_id
+                    # another scope's thread: not visible here
+                    name = "" if head is None or head.scope != self._scope else head.thread_id
                     names[tk] = name
                 if not name:
                     continue
@@ -1206,10 +1205,8 @@ class Store:
         self._trainer.start()
 
     def _auto_train(self) -> None:
-        try:
+        with contextlib.suppress(TplogError):  # closed meanwhile, disk full, ...: values stay as they are
             self.train_dictionary(samples=500, _first=True)
-        except TplogError:  # closed meanwhile, disk full, ...: values stay as they are
-            pass
 
     def train_dictionary(self, *, samples: int = 2000, size: int = 64 << 10, _first: bool = False) -> int:
         """Train a zstd dictionary on up to ``samples`` stored event bodies; new values use it.
@@ -1219,7 +1216,7 @@ class Store:
         """
         bodies: list[bytes] = []
         with self.engine.read() as txn:
-            for pk, key in txn.range("global", b"", None, reverse=True):
+            for _pk, key in txn.range("global", b"", None, reverse=True):
                 v = txn.get("events", key)
                 if v is None:
                     continue
