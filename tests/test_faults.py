@@ -85,7 +85,7 @@ def test_disk_full_on_a_small_tmpfs(tmp_path: Path) -> None:
         filler = mnt / "filler"
         filler.write_bytes(b"\0" * (256 << 10))  # freed later, to show the store recovers
         acked: list[tuple[str, list[str]]] = []
-        with Store(mnt / "s", map_size=1 << 20) as s:
+        with Store(mnt / "s", map_size=1 << 20, auto_dictionary=0) as s:
             s.append("t", [started("t")], event_ids=["t-start"])
             acked.append(("t", ["t-start"]))
             err = _fill(s, "t", acked)
@@ -113,12 +113,12 @@ _FSIZE = """
     from tplog._store import Store
     signal.signal(signal.SIGXFSZ, signal.SIG_IGN)   # over the limit: write() fails with EFBIG
     path = sys.argv[1]
-    with Store(path, map_size=1 << 20) as s:
+    with Store(path, map_size=1 << 20, auto_dictionary=0) as s:
         s.append("t", [started("t")], event_ids=["t-start"])
     limit = os.path.getsize(os.path.join(path, "data.mdb")) + (200 << 10)
     resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
     acked = ["t-start"]
-    with Store(path, map_size=1 << 20) as s:
+    with Store(path, map_size=1 << 20, auto_dictionary=0) as s:
         for i in range(5000):
             try:
                 s.append("t", [user(os.urandom(900).hex())], event_ids=[f"e{i}"])
