@@ -211,8 +211,13 @@ def main(argv: list[str] | None = None) -> int:
             report.goal("load turns, 10,000-event thread: tplog ÷ SQLite + orjson", 1.5, (W2, tp), (W2, sq)),
         ]
         if w3:
-            goals.append(report.goal("load turns after an append, 10,000-event thread (fold cache): tplog ÷ SQLite "
-                                     "+ orjson", 1.5, (W3, w3[0][0]), (W3, sq)))
+            a, b = report.find(W3, w3[0][0]), report.find(W3, sq)
+            if a is not None and b is not None:
+                report.notes.append(
+                    f"After an append to the 10,000-event thread, a load takes {a.seconds / w3_loads * 1e3:.2f} ms "
+                    f"in tplog (the fold cache folds the one new event) against {b.seconds / w3_loads * 1e3:.1f} "
+                    "ms for SQLite + orjson reading the whole thread (not a goal row: the goals load from the log)."
+                )
         if Store is not None and not args.no_profile:
             if goals[0].status == "NOT met":
                 profile_load(report, Store, root / "tplog", f"{W1}, tplog Store.load", tids)
