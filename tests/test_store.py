@@ -919,3 +919,46 @@ def test_dictionary_training(open_store: Callable[..., Store], tmp_path: Path, r
     s2.append("t", [_chatty(5000, rng)])
     assert int.from_bytes(list(s2.iter_thread_values("t"))[-1][2][2:6], "big") == dict_id
     assert s2.train_dictionary(size=16 << 10) == 2
+
+
+def test_a_group_that_fails_outside_the_engine_fails_its_appends(tmp_path: Path) -> None:
+    """An unexpected error in the leader's commit (not an engine error) must fail every
+    append of that group: none may be left waiting, or take the lead alongside another."""
+
+    class Boom(Store):
+        stage = 0
+
+        def _commit(self, batch: list[Any]) -> None:
+            if self.stage == 1:  # hold this group until 8 appends queue behind it
+                deadline = time.monotonic() + 10
+                while len(self._gc.queue) < 8 and time.monotonic() < deadline:
+                    time.sleep(0.001)
+                self.stage = 2
+            elif self.stage == 2:  # the group of those 8
+                self.stage = 3
+                raise RuntimeError("boom")
+            super()._commit(batch)
+
+    with Boom(tmp_path / "s", auto_dictionary=0) as s:
+        s.append("t", [started("t")])
+        s.stage = 1
+        outcome: dict[int, BaseException | None] = {}
+
+        def one(i: int) -> None:
+            try:
+                s.append(f"u{i}", [started(f"u{i}")])
+                outcome[i] = None
+            except BaseException as exc:
+                outcome[i] = exc
+
+        ts = [threading.Thread(target=one, args=(i,)) for i in range(9)]
+        for t in ts:
+            t.start()
+            time.sleep(0.01 if t is ts[0] else 0)
+        for t in ts:
+            t.join(30)
+        assert not any(t.is_alive() for t in ts)
+        failed = [i for i, e in outcome.items() if e is not None]
+        assert all(isinstance(outcome[i], RuntimeError) for i in failed) and len(failed) == 8
+        assert s.stage == 3 and s.last_position == 2  # "t" and the held group's one append
+        assert s.append("after", [started("after")]).last_position == 3

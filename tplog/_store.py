@@ -212,7 +212,7 @@ class _GroupCommit:
     ``cond`` guards ``queue`` and ``leading``; at most one thread leads (runs
     the write transaction) at a time."""
 
-    __slots__ = ("appends", "cache", "commits", "cond", "gate", "last_position", "leading", "queue")
+    __slots__ = ("appends", "cache", "commits", "cond", "gate", "last_position", "leading", "queue", "trainer")
 
     def __init__(self) -> None:
         self.commits = 0  # groups committed by this process
@@ -228,6 +228,7 @@ class _GroupCommit:
         # encode during the fsync instead, forming the next group.
         self.gate = threading.Event()
         self.gate.set()
+        self.trainer: threading.Thread | None = None  # the auto_dictionary trainer, once started
 
 
 class _FoldCache:
@@ -262,12 +263,6 @@ class _FoldCache:
             while self.events > self.budget:
                 _, out = self.entries.popitem(last=False)
                 self.events -= out.seq
-
-    def drop(self, tk: bytes) -> None:
-        with self.lock:
-            f = self.entries.pop(tk, None)
-            if f is not None:
-                self.events -= f.seq
 
 
 def _now_ns() -> int:
@@ -331,7 +326,6 @@ class Store:
         if isinstance(auto_dictionary, bool) or not isinstance(auto_dictionary, int) or auto_dictionary < 0:
             raise InvalidInputError(f"auto_dictionary must be an int ≥ 0 (events), not {auto_dictionary!r}")
         self._auto_dict = auto_dictionary
-        self._trainer: threading.Thread | None = None
         self.readonly = readonly
         self._scope: str | None = None
         self._view = False
@@ -389,8 +383,8 @@ class Store:
             self._closed = True
             while self._gc.queue or self._gc.leading:
                 self._cond.wait(0.05)
-        if self._trainer is not None:
-            self._trainer.join(30)
+        if self._gc.trainer is not None:
+            self._gc.trainer.join(30)
         self.engine.close()
 
     def _check_open(self) -> None:
@@ -503,9 +497,15 @@ class Store:
                 batch = gc.queue
                 gc.queue = []
             handoff: _Request | None = None
+            failure: BaseException | None = None
             try:
                 if batch:
                     self._commit(batch)
+            except BaseException as exc:  # not from the engine (that is per request): fail the group
+                failure = exc
+                for req in batch:
+                    if not req.done:
+                        req.error, req.done = exc, True
             finally:
                 with gc.cond:
                     for r in gc.queue:
@@ -519,13 +519,18 @@ class Store:
                 if handoff is not None and handoff.wake is not None:
                     gc.gate.clear()  # this group's callers wait at the gate while the next leader builds
                     handoff.wake.release()  # the next leader starts while this group's callers wake
+                else:
+                    gc.gate.set()  # no next leader to open it (or this group never reached the engine)
                 for req in batch:
                     if req.wake is not None:
                         if req.wake.locked():
                             req.wake.release()
                     else:
                         loop, fut = req.future
-                        loop.call_soon_threadsafe(_resolve, fut, req)
+                        with contextlib.suppress(RuntimeError):  # its event loop is closed: nobody to tell
+                            loop.call_soon_threadsafe(_resolve, fut, req)
+            if failure is not None:
+                raise failure
             if not more:
                 return
 
@@ -593,7 +598,7 @@ class Store:
             with self._position_cond:
                 gc.last_position = top
                 self._position_cond.notify_all()
-        if self._auto_dict and top >= self._auto_dict and self.codec.current_dict == 0 and self._trainer is None:
+        if self._auto_dict and top >= self._auto_dict and self.codec.current_dict == 0 and gc.trainer is None:
             self._start_trainer()
 
     def _apply(self, txn: WriteTxn, req: _Request, pos: int, live: tuple[bool, bool],
@@ -1195,14 +1200,14 @@ class Store:
         self.engine.sync()
 
     def _start_trainer(self) -> None:
-        """Train the store's first dictionary in the background (``auto_dictionary``)."""
-        if self._view or self.readonly:
-            return
-        with self._cond:
-            if self._trainer is not None or self._closed:
+        """Train the store's first dictionary in the background (``auto_dictionary``);
+        started once per store, whichever view's commit crosses the threshold."""
+        gc = self._gc
+        with gc.cond:
+            if gc.trainer is not None or self._closed or self.readonly:
                 return
-            self._trainer = threading.Thread(target=self._auto_train, name="tplog-dictionary", daemon=True)
-        self._trainer.start()
+            gc.trainer = threading.Thread(target=self._auto_train, name="tplog-dictionary", daemon=True)
+        gc.trainer.start()
 
     def _auto_train(self) -> None:
         with contextlib.suppress(TplogError):  # closed meanwhile, disk full, ...: values stay as they are
