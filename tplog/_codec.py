@@ -347,8 +347,8 @@ class Codec:
         if flags & F_COMPRESSED:
             if not self.has_dictionary(dict_id) and txn is not None:
                 data = txn.get("dicts", dict_id.to_bytes(8, "big"))
-                if data is not None:
-                    self.add_dictionary(dict_id, bytes(data), use=False)
+                if data is not None:  # and compress with it from now on, if it is the newest
+                    self.add_dictionary(dict_id, bytes(data))
             if not self.has_dictionary(dict_id):
                 raise CorruptionError(f"value needs zstd dictionary {dict_id}, which the store does not have",
                                       thread_id=where[0], seq=where[1])
