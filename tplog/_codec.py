@@ -372,6 +372,31 @@ class Codec:
                 ) from exc
         return stored  # type: ignore[no-any-return]
 
+    def decode_value(self, key: bytes, value: bytes, txn: Any = None, *,
+                     where: tuple[str | None, int | None] = (None, None)) -> Event:
+        """``check`` + ``body_bytes`` + ``decode_event`` in one call, with a fast path for
+        the common value (inline, compressed with a known dictionary): reading a thread
+        does this for every event."""
+        if len(value) < PREFIX_SIZE or value[0] != FORMAT or value[1] & ~(F_COMPRESSED | F_BLOB):
+            raise CorruptionError("stored value is truncated or of an unknown format", thread_id=where[0], seq=where[1])
+        mv = memoryview(value)
+        if zlib.crc32(key, zlib.crc32(mv[10:])) != int.from_bytes(value[6:10], "big"):
+            raise CorruptionError("stored value failed its CRC-32 check", thread_id=where[0], seq=where[1])
+        if value[1] == F_COMPRESSED:
+            dict_id = int.from_bytes(value[2:6], "big")
+            d = self._local.__dict__.get("d")
+            dec = d.get(dict_id) if d is not None else None
+            if dec is not None:
+                stored = mv[PREFIX_SIZE + ((value[10] << 8) | value[11]):]
+                limit = self.limits.max_decompressed_bytes
+                try:
+                    declared = zstandard.frame_content_size(stored)
+                    if declared <= limit:  # else: the slow path reports it
+                        return self.decode_event(dec.decompress(stored, max_output_size=limit), where=where)
+                except zstandard.ZstdError:
+                    pass  # the slow path reports it
+        return self.decode_event(self.body_bytes(value, txn, where=where), where=where)
+
     def decode_event(self, body: bytes | memoryview, *, where: tuple[str | None, int | None] = (None, None)) -> Event:
         try:
             return self._event_dec.decode(body)

@@ -852,10 +852,8 @@ class Store:
     def _decode_value(self, txn: ReadTxn, key: bytes, value: bytes, thread_id: str, seq: int,
                       position: int | None = None) -> RecordedEvent:
         where = (thread_id, seq)
-        self.codec.check(key, value, where=where)
+        ev = self.codec.decode_value(key, value, txn, where=where)
         hdr = self.codec.header(value, where=where)
-        body = self.codec.body_bytes(value, txn, where=where)
-        ev = self.codec.decode_event(body, where=where)
         if position is None:
             ref = txn.get("eventids", eid_key(hdr.event_id, self._scope))
             position = from_u64(ref, TKEY_SIZE + 8) if ref is not None else 0
@@ -1049,11 +1047,9 @@ class Store:
                 folder = Folder()
             name = head.thread_id
 
-            feed_one = folder.feed
+            feed_one, decode = folder.feed, codec.decode_value
             for k, v in txn.range("events", event_key(tk, folder.seq + 1), tk + b"\xff" * 8):
-                where = (name, from_u64(k, TKEY_SIZE))
-                codec.check(k, v, where=where)
-                feed_one(codec.decode_event(codec.body_bytes(v, txn, where=where), where=where))
+                feed_one(decode(k, v, txn, where=(name, from_u64(k, TKEY_SIZE))))
         res = folder.result()
         if cache.budget and head.status == "active":
             cache.give(tk, folder)
