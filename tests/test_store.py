@@ -962,3 +962,32 @@ def test_a_group_that_fails_outside_the_engine_fails_its_appends(tmp_path: Path)
         assert all(isinstance(outcome[i], RuntimeError) for i in failed) and len(failed) == 8
         assert s.stage == 3 and s.last_position == 2  # "t" and the held group's one append
         assert s.append("after", [started("after")]).last_position == 3
+
+
+_NOW = "2025-01-20T10:00:00Z"
+
+
+@pytest.mark.parametrize(
+    "bad,path",
+    [
+        (lambda: ResponseMessage(parts=[TextPart(content=123)], agent_id="a1", timestamp=_NOW),
+         "$.message.parts[0].content"),
+        (lambda: ResponseMessage(parts=[ToolCallPart(tool_name="f", args={}, tool_call_id=None)],
+                                 agent_id="a1", timestamp=_NOW), "$.message.parts[0].tool_call_id"),
+        (lambda: ResponseMessage(parts=["not a part"], agent_id="a1", timestamp=_NOW),
+         "$.message.parts[0]"),
+        (lambda: ResponseMessage(parts=[], agent_id={"x": 1}, timestamp=_NOW),
+         "$.message.agent_id"),
+    ],
+)
+def test_a_wrongly_typed_event_is_refused_not_stored(open_store: Callable[..., Store], bad: Any, path: str) -> None:
+    """msgspec does not check types when a Struct is built: a mistyped field would encode,
+    then never decode, making the whole thread unreadable. The append refuses it instead."""
+    s = open_store()
+    s.append("t", [started("t"), agent_start()])
+    before = snapshot(s)
+    with pytest.raises(InvalidInputError, match=r"thread t: events\[0\]: MessageRecorded does not match") as exc:
+        s.append("t", [MessageRecorded(message=bad())])
+    assert exc.value.path == path
+    assert snapshot(s) == before
+    assert len(s.read("t")) == 2

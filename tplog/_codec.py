@@ -251,6 +251,16 @@ class Codec:
                 f"event {event_id} is {len(body)} bytes encoded; the limit (max_event_bytes) is "
                 f"{self.limits.max_event_bytes}"
             )
+        # msgspec does not check field types when a Struct is built, so a wrongly typed
+        # field (an int where the protocol says str) encodes fine and then never decodes:
+        # decode it now, as every reader will, and refuse it before anything is written.
+        try:
+            self._event_dec.decode(body)
+        except (msgspec.DecodeError, UnicodeDecodeError) as exc:
+            msg, _, at = str(exc).partition(" - at `")
+            raise InvalidInputError(
+                f"{type(event).__name__} does not match the event schema: {msg}", path=at.rstrip("`") or "$"
+            ) from exc
         facts = facts_of(event)
         header = self._enc.encode(Header(kind, event_id, recorded_at, facts))
         if len(header) > 0xFFFF:

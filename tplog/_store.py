@@ -431,7 +431,13 @@ class Store:
             eid = new_event_id() if event_ids is None else event_ids[i]
             if not isinstance(eid, str) or not eid or len(eid.encode()) > 256:
                 raise InvalidInputError(f"thread {thread_id}: event_ids[{i}] must be a non-empty string ≤ 256 bytes")
-            out.append(self.codec.encode(ev, eid, now))
+            try:
+                out.append(self.codec.encode(ev, eid, now))
+            except InvalidInputError as exc:
+                if exc.path is None or type(exc) is not InvalidInputError:
+                    raise
+                base = str(exc.args[0]).removesuffix(f" (at {exc.path})")
+                raise InvalidInputError(f"thread {thread_id}: events[{i}]: {base}", path=exc.path) from exc
         if event_ids is not None and len(set(event_ids)) != len(event_ids):
             raise InvalidInputError(f"thread {thread_id}: the same event id appears twice in one append")
         return out
