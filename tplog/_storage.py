@@ -504,7 +504,7 @@ class LmdbEngine:
                     cond.acquire()
                     try:
                         rw._readers -= 1
-                        if rw._readers == 0 and cond._waiters:  # type: ignore[attr-defined]
+                        if rw._readers == 0:
                             cond.notify_all()
                     finally:
                         cond.release()
