@@ -237,9 +237,9 @@ def _items_in(
     """Up to ``limit`` log entries from position ``start``, as (position, thread id,
     thread key, item, scope), and how many entries were scanned and the last
     position scanned. Every value's CRC is checked; a message whose header has no
-    facts (no tool calls or returns, no spawn, no finish reason: nothing any
-    id-only fold uses) is recognised from the header's bytes and skipped without
-    decoding."""
+    facts (no tool calls or returns, no spawned thread, not an aborted response:
+    nothing any id-only fold uses) is recognised from the header's bytes and
+    skipped without decoding."""
     from tplog._store import _head_dec
 
     out: list[tuple[int, str, bytes, Item, str | None]] = []
