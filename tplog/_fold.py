@@ -153,7 +153,9 @@ class Folder:
     """The turns fold, incrementally: :meth:`feed` events in seq order, ask for
     :meth:`result` at any point and keep feeding. ``Store.load`` keeps one per
     recently loaded thread, so a load reads and folds only the events appended
-    since. A result never shares a mutable container with the folder."""
+    since. A result's lists and dicts (turns, agents, the in-progress turn's
+    messages) are its own copies; the completed turns in them are shared with
+    the folder, which never changes them afterwards."""
 
     __slots__ = ("agents", "current", "deleted", "links", "metadata", "seq", "started", "title", "turns", "updated")
 
