@@ -28,6 +28,8 @@ from __future__ import annotations
 import hashlib
 import struct
 import threading
+import types
+import typing
 import zlib
 from typing import Any, Final
 
@@ -132,6 +134,25 @@ def facts_of(event: Event) -> Facts | None:
 
 
 _LEAVES: Final = frozenset({str, int, float, bool, type(None), bytes})
+_SCALAR_TYPES: Final = frozenset({str, int, float, bool, type(None), bytes, msgspec.UnsetType})
+_NESTED_FIELDS: dict[type, tuple[str, ...]] = {}
+
+
+def _nested_fields(cls: type) -> tuple[str, ...]:
+    """The fields of Struct ``cls`` whose declared type can hold a container (a
+    Struct, list, dict or ``Any``); scalar-typed fields cannot nest. A value whose
+    type breaks its declaration is refused later by the schema check."""
+    names = _NESTED_FIELDS.get(cls)
+    if names is None:
+        out = []
+        for f in msgspec.structs.fields(cls):
+            t = f.type
+            origin = typing.get_origin(t)
+            args: tuple[Any, ...] = typing.get_args(t) if origin in (typing.Union, types.UnionType) else (t,)
+            if not all(a in _SCALAR_TYPES or typing.get_origin(a) is typing.Literal for a in args):
+                out.append(f.name)
+        names = _NESTED_FIELDS[cls] = tuple(out)
+    return names
 
 
 def _depth_ok(obj: Any, limit: int) -> bool:
@@ -151,7 +172,7 @@ def _depth_ok(obj: Any, limit: int) -> bool:
         elif t is list or t is tuple:
             vals = o
         elif isinstance(o, struct):
-            vals = [getattr(o, f) for f in o.__struct_fields__]
+            vals = [getattr(o, f) for f in _nested_fields(t)]
         elif isinstance(o, (dict, list, tuple)):  # subclasses
             vals = o.values() if isinstance(o, dict) else o
         else:
@@ -236,6 +257,8 @@ class Codec:
             return self._enc.encode(event)
         except (msgspec.EncodeError, OverflowError, TypeError) as exc:
             raise InvalidInputError(f"event cannot be encoded: {exc}") from exc
+        except RecursionError as exc:
+            raise LimitExceededError(f"event nests deeper than max_depth={self.limits.max_depth}") from exc
 
     def encode(self, event: Event, event_id: str, recorded_at: int) -> Encoded:
         kind = KIND_CODE.get(type(event))
