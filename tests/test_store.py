@@ -47,6 +47,7 @@ from tplog import (
     Interruption,
     InvalidEventError,
     InvalidInputError,
+    LimitExceededError,
     MessageRecorded,
     NotFoundError,
     ReadOnlyError,
@@ -991,3 +992,22 @@ def test_a_wrongly_typed_event_is_refused_not_stored(open_store: Callable[..., S
     assert exc.value.path == path
     assert snapshot(s) == before
     assert len(s.read("t")) == 2
+
+
+@pytest.mark.parametrize("depth,error", [(80, InvalidInputError), (5000, LimitExceededError)])
+def test_deep_nesting_in_a_scalar_field_is_refused(open_store: Callable[..., Store], depth: int,
+                                                   error: type[Exception]) -> None:
+    """The depth check walks only fields that may nest; a container put where a string
+    belongs is refused by the schema check, and one too deep to encode by the limit."""
+    nested: list[Any] = []
+    inner = nested
+    for _ in range(depth):
+        inner.append([])
+        inner = inner[0]
+    s = open_store()
+    s.append("t", [started("t"), agent_start()])
+    before = snapshot(s)
+    bad = MessageRecorded(message=ResponseMessage(parts=[TextPart(content=nested)], agent_id="a1", timestamp=_NOW))
+    with pytest.raises(error):
+        s.append("t", [bad])
+    assert snapshot(s) == before
