@@ -218,6 +218,22 @@ def tplog_store_api() -> tuple[Any, Any] | None:
         return None
 
 
+def start(
+    name: str, title: str, doc: str, sizes: dict[str, tuple[Any, Any]], argv: list[str] | None
+) -> tuple[Any, dict[str, Any], Report, Any]:
+    """A module's opening: its arguments, its sizes (quick or full), its report, and
+    ``tplog.Store`` (``None``, with a note in the report, in a checkout without it)."""
+    args = parse_args(name, doc.splitlines()[0], argv)
+    q = 0 if args.quick else 1
+    size = {k: v[q] for k, v in sizes.items()}
+    report = Report(name, title, args)
+    api = tplog_store_api()
+    store_cls = api[0] if api is not None else None
+    if store_cls is None:
+        report.notes.append("tplog.Store is not available in this checkout: the tplog rows were skipped.")
+    return args, size, report, store_cls
+
+
 def tplog_bulk_load(
     Store: Any, path: str | os.PathLike[str], threads: Any, *, batch: int = 5000, durability: str = "relaxed"
 ) -> float:

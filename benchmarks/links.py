@@ -42,14 +42,12 @@ import lmdb
 import msgspec
 
 from benchmarks._common import (
-    Report,
     Row,
     freeze_heap,
     machine_info,
-    parse_args,
     run_interleaved,
+    start,
     tplog_bulk_load,
-    tplog_store_api,
     workdir,
 )
 from benchmarks._data import SpawnGraph, spawn_graph
@@ -336,14 +334,7 @@ def check(Store: Any, d: Any, g: SpawnGraph, sample: list[str]) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = parse_args(NAME, __doc__.splitlines()[0], argv)
-    q = 0 if args.quick else 1
-    size = {k: v[q] for k, v in SIZES.items()}
-    report = Report(NAME, TITLE, args)
-    api = tplog_store_api()
-    Store = api[0] if api is not None else None
-    if Store is None:
-        report.notes.append("tplog.Store is not available in this checkout: the tplog rows were skipped.")
+    args, size, report, Store = start(NAME, TITLE, __doc__, SIZES, argv)
     R = max(3, args.repeat)  # queries are cheap (tens of ms per measurement): repeat them even in --quick
     R_CHILDREN = max(7, args.repeat)  # the goal's measurement: more repeats against a noisy neighbour
     stores: list[tuple[int, Any, list[str], list[str], list[str]]] = []  # size, dir, children/hub/desc samples

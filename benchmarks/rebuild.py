@@ -34,13 +34,11 @@ from typing import Any
 
 from benchmarks import _baselines as B
 from benchmarks._common import (
-    Report,
     freeze_heap,
     machine_info,
-    parse_args,
     run_interleaved,
+    start,
     tplog_bulk_load,
-    tplog_store_api,
     workdir,
 )
 from benchmarks._data import Corpus, make_corpus
@@ -186,14 +184,7 @@ def peak_memory(Store: Any, path: Any, work: Callable[[Any], int]) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = parse_args(NAME, __doc__.splitlines()[0], argv)
-    q = 0 if args.quick else 1
-    size = {k: v[q] for k, v in SIZES.items()}
-    report = Report(NAME, TITLE, args)
-    api = tplog_store_api()
-    Store = api[0] if api is not None else None
-    if Store is None:
-        report.notes.append("tplog.Store is not available in this checkout: the tplog rows were skipped.")
+    args, size, report, Store = start(NAME, TITLE, __doc__, SIZES, argv)
     has_rebuild = Store is not None and hasattr(Store, "rebuild")
 
     t0 = time.perf_counter()

@@ -28,7 +28,7 @@ from typing import Any
 import lmdb
 
 from benchmarks import _baselines as B
-from benchmarks._common import Report, dir_size, machine_info, parse_args, tplog_bulk_load, tplog_store_api, workdir
+from benchmarks._common import dir_size, machine_info, start, tplog_bulk_load, workdir
 from benchmarks._data import make_corpus
 
 NAME = "storage"
@@ -83,14 +83,7 @@ def install_dictionary(Store: Any, train_path: Any, path: Any, threads: list[Any
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = parse_args(NAME, __doc__.splitlines()[0], argv)
-    q = 0 if args.quick else 1
-    size = {k: v[q] for k, v in SIZES.items()}
-    report = Report(NAME, TITLE, args)
-    api = tplog_store_api()
-    Store = api[0] if api is not None else None
-    if Store is None:
-        report.notes.append("tplog.Store is not available in this checkout: the tplog rows were skipped.")
+    args, size, report, Store = start(NAME, TITLE, __doc__, SIZES, argv)
 
     t0 = time.perf_counter()
     corpus = make_corpus(size["threads"], seed=args.seed)

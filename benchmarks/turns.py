@@ -37,10 +37,9 @@ from benchmarks._common import (
     Report,
     freeze_heap,
     machine_info,
-    parse_args,
     run_interleaved,
+    start,
     tplog_bulk_load,
-    tplog_store_api,
     workdir,
 )
 from benchmarks._data import ThreadData, make_corpus, make_thread, size_stats
@@ -114,14 +113,7 @@ def profile_load(report: Report, Store: Any, path: Any, title: str, tids: list[s
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = parse_args(NAME, __doc__.splitlines()[0], argv)
-    q = 0 if args.quick else 1
-    size = {k: v[q] for k, v in SIZES.items()}
-    report = Report(NAME, TITLE, args)
-    api = tplog_store_api()
-    Store = api[0] if api is not None else None
-    if Store is None:
-        report.notes.append("tplog.Store is not available in this checkout: the tplog rows were skipped.")
+    args, size, report, Store = start(NAME, TITLE, __doc__, SIZES, argv)
 
     t0 = time.perf_counter()
     corpus = make_corpus(size["threads"], seed=args.seed)
