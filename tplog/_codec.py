@@ -210,7 +210,7 @@ class Codec:
         self.limits = limits or Limits()
         self._enc = msgspec.msgpack.Encoder()
         self._event_dec: msgspec.msgpack.Decoder[Event] = msgspec.msgpack.Decoder(Event)
-        self._header_dec = msgspec.msgpack.Decoder(Header)
+        self._header_dec = self.header_decoder = msgspec.msgpack.Decoder(Header)
         self._dicts: dict[int, zstandard.ZstdCompressionDict] = {}
         self._dict_bytes: dict[int, bytes] = {}
         self.current_dict = 0

@@ -18,25 +18,30 @@ predates the projection: appends do not maintain it and it must be rebuilt;
 answered by folding the thread's headers on demand (correct, slower); a stale
 ``links`` projection raises :class:`RebuildRequiredError` naming the command.
 
-Rebuild (:func:`rebuild`, ``tplog rebuild``) reads the global log in chunks,
-each in one write transaction, into *shadow* rows (``proj`` keys prefixed
-``~``), so live readers keep their answers meanwhile and appends keep
-maintaining the live rows. The chunk that reaches the end of the log swaps
+Rebuild (:func:`rebuild`, ``tplog rebuild``) writes *shadow* rows (``proj``
+keys prefixed ``~``), so live readers keep their answers meanwhile and appends
+keep maintaining the live rows. Pass 1 reads the ``events`` table in key order
+(thread by thread, no index lookups) in chunks, each in its own read snapshot,
+noting each chunk's last key and its snapshot's log position. Pass 2 catches up
+on the global log from the first snapshot's position, in write transactions,
+folding only the events no chunk's snapshot held (a thread deleted after pass 1
+folded it loses its link rows). The step that reaches the end of the log swaps
 shadow → live (or, with ``verify=True``, compares them and reports every
-difference) in that same transaction, while no append can interleave: no
-update is lost or applied twice. Memory is one chunk's worth, whatever the
-log's size.
+difference) in that same transaction, while no append can interleave: no update
+is lost or applied twice. Memory is one chunk's worth, whatever the log's size.
 """
 
 from __future__ import annotations
 
+import bisect
 import time
+import zlib
 from collections.abc import Callable, Iterable
 from typing import Any, Final
 
 import msgspec
 
-from tplog._codec import MSG_KIND, Codec, Header
+from tplog._codec import F_BLOB, F_COMPRESSED, FORMAT, MSG_KIND, PREFIX_SIZE, Codec, Header
 from tplog._errors import InvalidInputError, RebuildRequiredError
 from tplog._events import (
     KIND_CODE,
@@ -232,19 +237,21 @@ class RebuildReport(msgspec.Struct, kw_only=True):
 
 
 def _items_in(
-    txn: WriteTxn, codec: Codec, start: int, limit: int
-) -> tuple[list[tuple[int, str, bytes, Item, str | None]], int, int]:
+    txn: WriteTxn, codec: Codec, start: int, limit: int, covered: Callable[[bytes, int], bool] | None = None
+) -> tuple[list[tuple[int, str, bytes, Item, str | None]], int, int, int]:
     """Up to ``limit`` log entries from position ``start``, as (position, thread id,
-    thread key, item, scope), and how many entries were scanned and the last
-    position scanned. Every value's CRC is checked; a message whose header has no
-    facts (no tool calls or returns, no spawned thread, not an aborted response:
+    thread key, item, scope); how many entries were scanned, how many of them were
+    read (not covered) and the last position scanned. Entries for which ``covered(event key, position)`` is true
+    were folded already (by the key-order scan) and are passed over unread.
+    Every value read has its CRC checked; a message whose header has no facts
+    (no tool calls or returns, no spawned thread, not an aborted response:
     nothing any id-only fold uses) is recognised from the header's bytes and
     skipped without decoding."""
     from tplog._store import _head_dec
 
     out: list[tuple[int, str, bytes, Item, str | None]] = []
     names: dict[bytes, tuple[str, str | None]] = {}
-    scanned = 0
+    scanned = read = 0
     last = start - 1
     check, header = codec.check, codec.header
     for pk, key in txn.range("global", u64(start)):
@@ -252,6 +259,9 @@ def _items_in(
             break
         scanned += 1
         last = from_u64(pk)
+        if covered is not None and covered(key, last):
+            continue
+        read += 1
         value = txn.get("events", key)
         if value is None:  # pragma: no cover - the index and the events change together
             continue
@@ -276,7 +286,87 @@ def _items_in(
         if hdr.kind in BODY_KINDS:
             ev = codec.decode_event(codec.body_bytes(value, txn, where=where), where=where)
         out.append((last, name, tk, Item(seq, hdr.kind, hdr.facts, ev), scope))
-    return out, scanned, last
+    return out, scanned, read, last
+
+
+class _Chunk(msgspec.Struct, gc=False):
+    """What one key-order chunk found, to be written to the shadow rows."""
+
+    states: dict[bytes, ThreadState]  # thread key -> state after the chunk's events
+    links: list[tuple[str, bytes, int, Any, Any, str | None]]  # apply_links arguments
+    dropped: list[bytes]  # threads deleted since the chunk before folded their first events
+    last_key: bytes  # the last event key scanned (b"" if none)
+    position: int  # the snapshot's last global position
+    events: int
+    done: bool  # the scan reached the end of ``events``
+
+
+def _scan_keys(txn: ReadTxn, codec: Codec, after: bytes, limit: int, do_links: bool, do_state: bool,
+               carry: tuple[bytes, ThreadState] | None) -> _Chunk:
+    """Up to ``limit`` events of ``events`` after key ``after``, in key order (thread by
+    thread, seq by seq), folded in one snapshot. ``carry`` is the state of the thread
+    the previous chunk stopped inside. Every value read has its CRC checked; fact-less
+    messages are skipped by their header's bytes (see :func:`_items_in`)."""
+    from tplog._store import _head_dec
+
+    end = txn.last("global")
+    chunk = _Chunk(states={}, links=[], dropped=[], last_key=after, position=from_u64(end[0]) if end else 0,
+                   events=0, done=True)
+    states, links = chunk.states, chunk.links
+    check, header, body_bytes, decode_event = codec.check, codec.header, codec.body_bytes, codec.decode_event
+    header_decode = codec.header_decoder.decode
+    crc32 = zlib.crc32
+    current = b""
+    st = ThreadState()
+    name: str = ""
+    scope: str | None = None
+    n = 0
+    # The loop runs once per event of the log: the CRC check and header decode are
+    # inlined (on a mismatch, codec.check / codec.header raise the typed error).
+    for key, value in txn.range("events", after + b"\x00" if after else b""):
+        if n >= limit:
+            chunk.done = False
+            break
+        n += 1
+        chunk.last_key = key
+        tk = key[:TKEY_SIZE]
+        if tk != current:
+            current = tk
+            raw = txn.get("heads", tk)
+            head = _head_dec.decode(raw) if raw is not None else None
+            name, scope = (head.thread_id, head.scope) if head is not None else (tk.hex(), None)
+            st = carry[1] if carry is not None and carry[0] == tk else ThreadState()
+            if do_state:
+                states[tk] = st
+        if (len(value) < PREFIX_SIZE or value[0] != FORMAT or value[1] & ~(F_COMPRESSED | F_BLOB)
+                or crc32(key, crc32(memoryview(value)[10:])) != int.from_bytes(value[6:10], "big")):
+            check(key, value, where=(name, from_u64(key, TKEY_SIZE)))
+        hlen = (value[10] << 8) | value[11]
+        if value[12] == 0x94 and value[13] == MSG_KIND and value[11 + hlen] == 0xC0:
+            continue
+        seq = int.from_bytes(key[TKEY_SIZE:], "big")
+        try:
+            hdr: Header = header_decode(value[PREFIX_SIZE : PREFIX_SIZE + hlen])
+        except (msgspec.DecodeError, UnicodeDecodeError):
+            hdr = header(value, where=(name, seq))
+        kind = hdr.kind
+        if kind == _K_DELETED:  # deleted before this snapshot: nothing of it is left to fold ...
+            states.pop(tk, None)
+            if carry is not None and carry[0] == tk:  # ... but the chunk before folded its first events
+                chunk.dropped.append(tk)
+            continue
+        facts = hdr.facts
+        ev = None
+        if kind in BODY_KINDS:
+            ev = decode_event(body_bytes(value, txn, where=(name, seq)), where=(name, seq))
+            if do_links and kind == _K_LINK:
+                links.append((name, tk, seq, ev, facts.spawned if facts is not None else (), scope))
+        elif do_links and facts is not None and facts.spawned:
+            links.append((name, tk, seq, ev, facts.spawned, scope))
+        if do_state:
+            feed(st, Item(seq, kind, facts, ev))
+    chunk.events = n
+    return chunk
 
 
 _LIVE_TABLES: Final = {LINKS: ("links_in", "children"), STATE: ("proj",)}
@@ -326,17 +416,41 @@ def _describe(name: str, table: str, key: bytes, live: bytes | None, fresh: byte
     return f"{name}: {what}: live {show(live)}, rebuilt {show(fresh)}"
 
 
+def _filter_deleted(rows: dict[tuple[str, bytes], bytes], deleted: set[bytes]) -> dict[tuple[str, bytes], bytes]:
+    """``rows`` without what threads in ``deleted`` contributed: a thread deleted after the
+    key-order scan folded it has its rows in the shadow, but a deleted thread has no links."""
+    if not deleted:
+        return rows
+    out: dict[tuple[str, bytes], bytes] = {}
+    for (table, key), value in rows.items():
+        if table == "links_in":
+            if key[-8 - TKEY_SIZE : -8] in deleted:
+                continue
+        elif table == "children":
+            child, flags = _child_dec.decode(value)
+            if key[:TKEY_SIZE] in deleted:
+                flags &= ~C_SPAWN
+            if key[TKEY_SIZE:] in deleted:
+                flags &= ~C_LINK
+            if not flags:
+                continue
+            value = _enc.encode((child, flags))
+        out[(table, key)] = value
+    return out
+
+
 def rebuild(
     engine: Any,
     codec: Codec,
     names: str | list[str],
     *,
     verify: bool = False,
-    chunk: int = 5000,
+    chunk: int = 20_000,
     progress: Callable[[int, int], None] | None = None,
 ) -> list[RebuildReport]:
-    """Rebuild projections ``names`` from the log in one pass (see module doc); safe
-    while others append. ``progress(done_position, last_position)`` is called after each chunk.
+    """Rebuild projections ``names`` from the log (see module doc); safe while others
+    append and delete. ``progress(done, total)`` is called after each chunk: events
+    scanned of those in the log, then log positions during the catch-up.
     """
     names = [names] if isinstance(names, str) else list(names)
     for name in names:
@@ -350,22 +464,68 @@ def rebuild(
 
     engine.run_write(clear)
     do_links, do_state = LINKS in names, STATE in names
-    cursor = 0
     events = 0
+    deleted: set[bytes] = set()
+
+    # 1. The events table in key order, each chunk in a snapshot of its own. Chunk i
+    # folds every event with a key in (last_keys[i-1], last_keys[i]] that its snapshot
+    # (log position positions[i]) holds; the last chunk's range is open-ended.
+    last_keys: list[bytes] = []
+    positions: list[int] = []
+    total = int(engine.info()["tables"]["events"]["entries"]) if progress is not None else 0
+    after = b""
+    carry: tuple[bytes, ThreadState] | None = None
+    while True:
+        with engine.read() as rtxn:
+            found = _scan_keys(rtxn, codec, after, chunk, do_links, do_state, carry)
+
+        def write(txn: WriteTxn, found: _Chunk = found) -> None:
+            tables = _Tables(txn, shadow=True)
+            for thread_id, tk, seq, ev, spawned, scope in found.links:
+                apply_links(tables, thread_id, tk, seq, ev, spawned, scope)
+            for tk, st in found.states.items():
+                save_state(tables, tk, st)
+            for tk in found.dropped:
+                tables.delete("proj", STATE_PREFIX + tk)
+
+        engine.run_write(write)
+        events += found.events
+        deleted.update(found.dropped)
+        last_keys.append(found.last_key)
+        positions.append(found.position)
+        if progress is not None:
+            progress(events, max(total, events))
+        if found.done:
+            break
+        after = found.last_key
+        tk = after[:TKEY_SIZE]
+        carry = (tk, found.states[tk]) if tk in found.states else None
+    last_keys.pop()  # the last chunk covers every key after the one before it
+
+    def covered(key: bytes, position: int) -> bool:
+        return position <= positions[bisect.bisect_left(last_keys, key)]
+
+    # 2. Catch up: the global log from the first snapshot's position, folding what no
+    # chunk's snapshot held, chunk by chunk, each in one write transaction. The chunk
+    # that reaches the end of the log swaps shadow -> live (or, with ``verify``,
+    # compares them) in that same transaction, while no append can interleave.
+    cursor = positions[0]
     reports: list[RebuildReport] | None = None
 
     def step(txn: WriteTxn) -> tuple[int, int, list[RebuildReport] | None]:
-        batch, scanned, last = _items_in(txn, codec, cursor + 1, chunk)
+        batch, scanned, read, last = _items_in(txn, codec, cursor + 1, chunk, covered)
         tables = _Tables(txn, shadow=True)
         states: dict[bytes, ThreadState] = {}
         for _pos, thread_id, tk, it, scope in batch:
             if do_links and (it.kind == _K_LINK or (it.facts is not None and it.facts.spawned)):
                 apply_links(tables, thread_id, tk, it.seq, it.event, it.facts.spawned if it.facts else (), scope)
-            if do_state:
-                if it.kind == _K_DELETED:
+            if it.kind == _K_DELETED:
+                deleted.add(tk)
+                if do_state:
                     states.pop(tk, None)
                     tables.delete("proj", STATE_PREFIX + tk)
-                    continue
+                continue
+            if do_state:
                 st = states.get(tk)
                 if st is None:
                     st = states[tk] = load_state(tables, tk)
@@ -373,11 +533,13 @@ def rebuild(
         for tk, st in states.items():
             save_state(tables, tk, st)
         if scanned >= chunk:
-            return last, scanned, None
+            return last, read, None
         # The end of the log, inside the writer's transaction: finish here.
         out: list[RebuildReport] = []
         for name in names:
             fresh = _shadow_rows(txn, name)
+            if name == LINKS:
+                fresh = _filter_deleted(fresh, deleted)
             live = _live_rows(txn, name)
             diffs: list[str] = []
             if verify:
@@ -395,7 +557,7 @@ def rebuild(
             _clear_shadow(txn, name)
             out.append(RebuildReport(projection=name, verify=verify, events=0, seconds=0.0, position=last,
                                      differences=diffs))
-        return last, scanned, out
+        return last, read, out
 
     while reports is None:
         cursor, n, reports = engine.run_write(step)

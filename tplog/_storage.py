@@ -155,26 +155,35 @@ class _LmdbRead:
         self, table: str, start: bytes = b"", end: bytes | None = None, *, reverse: bool = False
     ) -> Iterator[tuple[bytes, bytes]]:
         cur = self._txn.cursor(db=self._dbs[table])
-        if not reverse:
-            if not cur.set_range(start):
+        if reverse:
+            return self._backward(cur, start, end)
+        if not cur.set_range(start):
+            return iter(())
+        if end is None:  # the cursor's own iterator (from its position): no generator per row
+            return iter(cur)
+        return self._forward(cur, end)
+
+    @staticmethod
+    def _forward(cur: Any, end: bytes) -> Iterator[tuple[bytes, bytes]]:
+        for k, v in cur:
+            if k >= end:
                 return
-            for k, v in cur:
-                if end is not None and k >= end:
-                    return
-                yield k, v
+            yield k, v
+
+    @staticmethod
+    def _backward(cur: Any, start: bytes, end: bytes | None) -> Iterator[tuple[bytes, bytes]]:
+        # Position on the last key < end (or the last key), walk back to start.
+        if end is None:
+            ok = cur.last()
         else:
-            # Position on the last key < end (or the last key), walk back to start.
-            if end is None:
-                ok = cur.last()
-            else:
-                ok = cur.set_range(end)
-                ok = cur.prev() if ok else cur.last()
-            while ok:
-                k = cur.key()
-                if k < start:
-                    return
-                yield k, cur.value()
-                ok = cur.prev()
+            ok = cur.set_range(end)
+            ok = cur.prev() if ok else cur.last()
+        while ok:
+            k = cur.key()
+            if k < start:
+                return
+            yield k, cur.value()
+            ok = cur.prev()
 
     def last(self, table: str) -> tuple[bytes, bytes] | None:
         cur = self._txn.cursor(db=self._dbs[table])

@@ -1018,7 +1018,9 @@ class Store:
 
     def children(self, thread_id: str, *, limit: int | None = None, after: str | None = None) -> list[str]:
         """Threads spawned from ``thread_id`` (by their ``spawned_from`` link or the
-        parent's thread_spawn event), ordered by key; page with ``after=<last child id>``."""
+        parent's thread_spawn event), ordered by key; page with ``after=<last child id>``.
+        A deleted child stays listed while the parent's own log names it (its spawn
+        event); its own ``spawned_from`` link went with its events."""
         self._check_open()
         tk = self._tk(thread_id)
         start = tk + (self._tk(after) + b"\x00" if after is not None else b"")
