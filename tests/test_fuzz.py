@@ -458,6 +458,15 @@ def test_too_deep_nesting(open_store: Callable[..., Store]) -> None:
     assert snapshot(s) == before
 
 
+def test_many_shallow_containers_are_not_too_deep(open_store: Callable[..., Store]) -> None:
+    """The depth check's fast path counts container bytes; an event with more containers
+    than the limit but shallow nesting falls back to the walk and is accepted."""
+    s = open_store(limits=Limits(max_depth=10))
+    wide = {"rows": [{"a": [i, {"b": [i]}]} for i in range(300)]}
+    s.append("w", [started("w", metadata=wide)])
+    assert s.read("w")[0].event.metadata == wide
+
+
 _BOMB = textwrap.dedent("""
     import resource, sys, zlib, zstandard
     sys.path.insert(0, sys.argv[2])

@@ -155,6 +155,12 @@ def _nested_fields(cls: type) -> tuple[str, ...]:
     return names
 
 
+#: Every byte value except msgpack's container headers (fixmap, fixarray, array 16/32,
+#: map 16/32): ``len(body.translate(None, _NOT_CONTAINER_BYTES))`` bounds how many
+#: containers, and so how deep a nesting, ``body`` can hold.
+_NOT_CONTAINER_BYTES: Final = bytes(b for b in range(256) if not (0x80 <= b <= 0x9F or 0xDC <= b <= 0xDF))
+
+
 def _depth_ok(obj: Any, limit: int) -> bool:
     """Whether ``obj`` nests at most ``limit`` deep. Runs on every append: only
     containers are pushed, leaves are skipped by their exact type."""
@@ -269,6 +275,12 @@ class Codec:
             )
         self._check_limits(event)
         body = self.encode_body(event)
+        # Every container encodes to one header byte of these values, so a body with
+        # few of them cannot nest deep (most events): only the others are walked.
+        if len(body.translate(None, _NOT_CONTAINER_BYTES)) > self.limits.max_depth + 8 and not _depth_ok(
+            event, self.limits.max_depth + 8
+        ):
+            raise LimitExceededError(f"event nests deeper than max_depth={self.limits.max_depth}")
         if len(body) > self.limits.max_event_bytes:
             raise LimitExceededError(
                 f"event {event_id} is {len(body)} bytes encoded; the limit (max_event_bytes) is "
@@ -334,8 +346,6 @@ class Codec:
             parts = event.turn.parts
         if parts is not None and len(parts) > lim.max_parts:
             raise LimitExceededError(f"{len(parts)} parts in one message; the limit (max_parts) is {lim.max_parts}")
-        if not _depth_ok(event, lim.max_depth + 8):
-            raise LimitExceededError(f"event nests deeper than max_depth={lim.max_depth}")
 
     # ------------------------------------------------------------------ decode
 
