@@ -22,14 +22,28 @@ the offending value in tplog._json's path format (``$.turns[0].parts[1].args.n``
 ``$.metadata["agent.routing"]`` for a key that is not an identifier):
 
 - NaN and ±Infinity (:class:`NonFiniteNumberError`): JSON has no such values;
-- integers outside ±(2**53-1) (:class:`IntegerDomainError`). This is the
-  choice of the ``rfc8785`` package (it raises ``IntegerDomainError``), made
-  because JCS numbers are IEEE doubles: such an integer cannot be serialized
-  without silently changing its value (2**53+1 would hash like 2**53). The
-  consequence: a thread holding such an integer anywhere (a tool argument, an
-  id in ``event_data``) has no canonical hash until the producer writes it as
-  a string. A *float* of the same magnitude is fine (``2.0**60`` ->
-  ``1152921504606847000``) because it already is a double;
+- integers outside ±(2**53-1) (:class:`IntegerDomainError`), *unless* the
+  integer is exactly how RFC 8785 writes a double (see below). Refusing them
+  is the choice of the ``rfc8785`` package (it raises ``IntegerDomainError``
+  for every one), made because JCS numbers are IEEE doubles: such an integer
+  cannot be serialized without silently changing its value (2**53+1 would
+  hash like 2**53). The consequence: a thread holding such an integer
+  anywhere (a tool argument, an id in ``event_data``) has no canonical hash
+  until the producer writes it as a string. A *float* of the same magnitude is
+  fine (``2.0**60`` -> ``1152921504606847000``) because it already is a double.
+
+  The exception: ES6 (and so RFC 8785, ``JSON.stringify``, Go's
+  ``encoding/json``, and :func:`canonical_json` itself) writes every double
+  with 2**53 <= |x| < 1e21 as a plain integer literal (``1e16`` ->
+  ``10000000000000000``, ``2.0**60`` -> ``1152921504606847000``), which a
+  JSON parser such as msgspec's hands back as an ``int``. An integer whose
+  decimal text is *exactly* the ES6 spelling of the double nearest to it is
+  therefore accepted and written unchanged: it is that double, and nothing is
+  rounded (the output is the input's own text). Without this, a document
+  holding such a float could not be hashed once a JavaScript client had
+  serialized it, and canonical JSON could not be canonicalized again. Any
+  other such integer (``9007199254740993``, ``1152921504606846976``, anything
+  of 22 or more digits) is still refused;
 - strings or keys containing a lone surrogate (U+D800..U+DFFF not in a pair;
   the ``rfc8785`` package refuses them too): they have no UTF-8/UTF-16 form;
 - non-string object keys and any type that is not a JSON builtin;
@@ -154,6 +168,35 @@ def _format_float(f: float) -> str:
     return sign + s
 
 
+#: Doubles of magnitude below 1e21 (< 2**70) are written in plain notation; an
+#: integer beyond this bit length can never be the ES6 spelling of a double.
+_PLAIN_NOTATION_BITS: Final = 70
+
+
+def _large_integer(n: int) -> str:
+    """An integer beyond ±(2**53-1), written as itself if that is the ES6 spelling of a double.
+
+    See the module docstring: ``10000000000000000`` (how ES6 writes ``1e16``)
+    is accepted, ``9007199254740993`` (not any double's spelling: it would be
+    read as ``9007199254740992``) is refused with :class:`IntegerDomainError`.
+    """
+    bits = n.bit_length()
+    try:
+        nearest = _format_float(float(n))
+    except OverflowError:
+        why = "it is beyond the range of doubles"
+    else:
+        if bits <= _PLAIN_NOTATION_BITS and nearest == str(n):
+            return nearest
+        why = f"JCS reads it as the nearest double, written {nearest}"
+    shown = str(n) if bits <= 256 else f"of {bits} bits"  # str() of a huge int is slow or refused
+    raise _Fail(
+        IntegerDomainError,
+        f"Integer {shown} is outside the JSON safe range ±(2**53-1) and is not how RFC 8785 writes a double "
+        f"({why}); write it as a string",
+    )
+
+
 def _utf16_key(key: str) -> bytes:
     return key.encode("utf-16-be")
 
@@ -212,9 +255,8 @@ def _emit(obj: Any, out: list[str]) -> None:
     elif obj is False:
         out.append("false")
     elif isinstance(obj, int):
-        if not -MAX_SAFE_INTEGER <= obj <= MAX_SAFE_INTEGER:
-            raise _Fail(IntegerDomainError, f"Integer {int(obj)} is outside the JSON safe range ±(2**53-1)")
-        out.append(str(int(obj)))
+        n = int(obj)
+        out.append(str(n) if -MAX_SAFE_INTEGER <= n <= MAX_SAFE_INTEGER else _large_integer(n))
     elif isinstance(obj, float):
         out.append(_format_float(float(obj)))
     else:
@@ -353,7 +395,7 @@ def thread_hash(thread: Thread, *, exclude_noncanonical: bool = True) -> str:
     Stable across key order, whitespace and escaping of the source JSON and
     across decode/encode through tplog; any change to a hashed value changes
     it. Raises :class:`CanonicalizationError` (with the path) if the thread
-    holds a value JCS refuses, e.g. an integer beyond ±(2**53-1).
+    holds a value JCS refuses, e.g. the integer 2**53+1 (see the module docstring).
     """
     data = canonical_json(canonical_form(thread, exclude_noncanonical=exclude_noncanonical))
     return "sha256:" + hashlib.sha256(data).hexdigest()

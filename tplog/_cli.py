@@ -11,11 +11,14 @@ import argparse
 import os
 import sys
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import msgspec
 
 from tplog._errors import InvalidInputError, TplogError
+
+if TYPE_CHECKING:
+    from tplog._events import Event
 
 __all__ = ["main"]
 
@@ -102,28 +105,47 @@ def cmd_backup(args: argparse.Namespace) -> int:
     return 0
 
 
-def cmd_import(args: argparse.Namespace) -> int:
-    from tplog import _model as m
-    from tplog._json import from_json
-    from tplog._versions import upgrade
+def _import_events(args: argparse.Namespace) -> list[list[Event]]:
+    """Each thread of the input as the history events to append: the one conversion of every format.
 
+    ``threadprotocol`` documents (v0.0.3 upgraded first) give
+    ``events_from_thread`` (what ``Store.import_thread`` appends); the foreign
+    formats give ``importers.load_events`` as they are. They are never folded
+    into a document and converted back: that would drop what only events hold,
+    such as ``AgentTurnCompleted.deferred`` (the approval / external kind of
+    each deferred tool call, which ``tplog pending`` reports).
+    """
     data = _read_input(args.file)
     if args.format == "threadprotocol":
+        from tplog import _model as m
+        from tplog._fold import events_from_thread
+        from tplog._json import from_json
+        from tplog._versions import upgrade
+
         if args.request is not None:
             raise InvalidInputError("--request only goes with --format vercel-ui")
-        threads = [upgrade(from_json(data, m.Thread))]
-    else:
-        try:
-            from tplog.integrations.importers import load
-        except ModuleNotFoundError as exc:
-            raise InvalidInputError(
-                f"--format {args.format} needs the Pydantic AI integration: pip install 'tplog[pydantic-ai]' ({exc})"
-            ) from exc
-        request = _read_input(args.request) if args.request is not None else None
-        threads = load(args.format, data, request=request)
+        return [events_from_thread(upgrade(from_json(data, m.Thread)))]
+    try:
+        from tplog.integrations.importers import load_events
+    except ModuleNotFoundError as exc:
+        raise InvalidInputError(
+            f"--format {args.format} needs the Pydantic AI integration: pip install 'tplog[pydantic-ai]' ({exc})"
+        ) from exc
+    request = _read_input(args.request) if args.request is not None else None
+    return [list(events) for events in load_events(args.format, data, request=request)]
+
+
+def cmd_import(args: argparse.Namespace) -> int:
+    from tplog._events import ThreadStarted
+    from tplog._store import NO_STREAM
+
+    threads = _import_events(args)
     with _store(args, readonly=False, create=True) as s:
-        for t in threads:
-            _emit(s.import_thread(t))
+        for events in threads:
+            first = events[0] if events else None
+            if not isinstance(first, ThreadStarted):  # pragma: no cover - both conversions start with it
+                raise InvalidInputError("the input converts to no thread (no ThreadStarted event)")
+            _emit(s.append(first.thread_id, events, expected_version=NO_STREAM))
     return 0
 
 

@@ -22,11 +22,13 @@ Known limits, by design:
   are normative) looks normative after :func:`downgrade`;
 - :func:`downgrade` is lossy: interrupted turns are dropped whole, and any
   ``completion_status`` other than ``"interrupted"`` (an extension value) is
-  removed and comes back as ``"complete"`` on upgrade. A complete v0.0.4 turn
-  without ``completed_at`` stays without it, although v0.0.3 requires it (no
-  timestamp is invented). ``upgrade(downgrade(t)) == t`` holds for every
-  v0.0.4 thread whose agent turns all have ``completion_status: "complete"``
-  (no ``interruption``) and that uses no v0.0.3 event name as a custom event.
+  removed and comes back as ``"complete"`` on upgrade. v0.0.3 requires
+  ``completed_at`` on every agent turn while v0.0.4 makes it optional, so
+  :func:`downgrade` fills a missing (or ``null``) one (see there), and it stays
+  on upgrade. ``upgrade(downgrade(t)) == t`` holds for every v0.0.4 thread
+  whose agent turns all have ``completion_status: "complete"`` (no
+  ``interruption``) and a ``completed_at`` string, and that uses no v0.0.3
+  event name as a custom event.
 """
 
 from __future__ import annotations
@@ -46,6 +48,7 @@ from tplog._model import (
     THREAD_MERGE,
     THREAD_SPAWN,
     AgentTurn,
+    Interruption,
     Message,
     SystemMessage,
     Thread,
@@ -147,24 +150,64 @@ def upgrade(thread: Thread) -> Thread:
     return replace(thread, version=VERSION_0_0_4, turns=turns)
 
 
+def _completed_at(turn: AgentTurn, index: int) -> str:
+    """The ``completed_at`` a v0.0.3 form of ``turn`` (``$.turns[index]``) gets; see :func:`downgrade`."""
+    if isinstance(turn.completed_at, str):
+        return turn.completed_at
+    if isinstance(turn.interruption, Interruption) and isinstance(turn.interruption.interrupted_at, str):
+        return turn.interruption.interrupted_at
+    last = getattr(turn.messages[-1], "timestamp", None) if turn.messages else None
+    if isinstance(last, str):
+        return last
+    if isinstance(turn.started_at, str):
+        return turn.started_at
+    raise InvalidInputError(
+        "Agent turn has no completed_at, and no interruption time, message timestamp or started_at "
+        "to fill it from for v0.0.3 (which requires it)",
+        path=f"$.turns[{index}].completed_at",
+    )
+
+
 def downgrade(thread: Thread) -> Thread:
     """The v0.0.3 form of a v0.0.4 ``thread``; a v0.0.3 thread is returned as is.
 
     Drops every agent turn with ``completion_status: "interrupted"`` (v0.0.3
-    has complete turns only; the turns around it are kept in order, so two
-    user turns may end up adjacent); removes ``completion_status`` and
-    ``interruption`` from the remaining agent turns; renames the ``data-tp-*``
-    normative events back to their v0.0.3 names; sets ``version`` to
-    ``"0.0.3"``. Unknown fields and extensions are carried over unchanged.
+    has complete turns only, and the v0.0.4 amendments' ``downgradeToV3``
+    discards them; the turns around it are kept in order, so two user turns
+    may end up adjacent); removes ``completion_status`` and ``interruption``
+    from the remaining agent turns; renames the ``data-tp-*`` normative events
+    back to their v0.0.3 names; sets ``version`` to ``"0.0.3"``. Unknown fields
+    and extensions are carried over unchanged.
+
+    ``completed_at``: v0.0.3 requires it on every agent turn (``agent.run()``
+    end); v0.0.4 makes it optional. A kept turn whose ``completed_at`` is
+    missing or ``null`` gets, in this order, the first of:
+
+    1. ``interruption.interrupted_at``, when the turn carries an
+       ``interruption`` (possible only with an extension
+       ``completion_status``, as ``"interrupted"`` turns are dropped): the
+       time its run ended;
+    2. the timestamp of its last message -- the v0.0.3 spec's own rule
+       ("Transformation Rules": ``completed_at:
+       messages[messages.length - 1].timestamp``);
+    3. its ``started_at``, for a turn without messages: the only time known
+       for that run (a later, invented one could break v0.0.3's rule that a
+       turn's ``completed_at`` precede the next turn's ``started_at``).
+
+    No clock is read, so the result depends on the input alone. A turn with
+    none of these as a string (a Struct built with wrong types) raises
+    :class:`~tplog.InvalidInputError` at ``$.turns[i].completed_at``.
     """
     if _check_version(thread) == VERSION_0_0_3:
         return thread
     turns: list[Turn] = []
-    for turn in thread.turns:
+    for index, turn in enumerate(thread.turns):
         if isinstance(turn, AgentTurn):
             if turn.completion_status == _INTERRUPTED:
                 continue
             changes: dict[str, Any] = {}
+            if not isinstance(turn.completed_at, str):
+                changes["completed_at"] = _completed_at(turn, index)
             if turn.completion_status is not UNSET:
                 changes["completion_status"] = UNSET
             if turn.interruption is not UNSET:
