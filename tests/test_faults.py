@@ -329,3 +329,33 @@ def test_open_while_another_process_grows_the_map(tmp_path: Path, monkeypatch: p
         monkeypatch.setattr(storage.lmdb, "open", real_open)
         assert len(s.read("t")) == 2
         s.append("t", [user("z")])
+
+
+def test_lmdb_open_itself_meets_a_map_resize(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Found by the crash harness: py-lmdb's open begins a transaction of its own, which gets
+    MDB_MAP_RESIZED when another process grew the map between LMDB reading the meta page and
+    that transaction. The open is retried (it adopts the grown map), not failed."""
+    import tplog._storage as storage
+
+    path = tmp_path / "s"
+    with Store(path, map_size=256 << 10) as s:
+        s.append("t", [started("t")])
+    real_open = storage.lmdb.open
+    calls = 0
+
+    def resized_once(*a: Any, **kw: Any) -> Any:
+        nonlocal calls
+        calls += 1
+        if calls == 1:
+            r = _run(_GROW, str(path))  # another process grows the map now ...
+            assert r.returncode == 0, r.stderr
+            raise storage.lmdb.MapResizedError("mdb_txn_begin: MDB_MAP_RESIZED")  # ... as LMDB reports it
+        return real_open(*a, **kw)
+
+    monkeypatch.setattr(storage.lmdb, "open", resized_once)
+    with Store(path, map_size=256 << 10) as s:
+        monkeypatch.setattr(storage.lmdb, "open", real_open)
+        assert calls == 2
+        assert len(s.read("t")) == 2
+        s.append("t", [user("z")])
+        assert len(s.read("t")) == 3

@@ -1,9 +1,11 @@
 """Golden files pin the stored event format forever.
 
-``tests/golden/events-v1.bin`` holds raw stored values written by format v1
-(made once by ``tools/make_golden.py``; never regenerate them to make this
-pass). Every later version of tplog must verify and decode them to exactly the
-events in ``events-v1.json``, and a store holding them must read them back.
+``tests/golden/events-vN.bin`` holds raw stored values written by format N
+(made once per format by ``tools/make_golden.py``; never regenerate them to
+make this pass). Every later version of tplog must verify and decode them to
+exactly the events in ``events-vN.json``, and a store holding them must read
+them back. Format 1 (one CRC over the value) is read but no longer written;
+format 2 (a header CRC and a body CRC) is what appends write.
 """
 
 from __future__ import annotations
@@ -16,22 +18,25 @@ import msgspec
 import pytest
 
 import tplog
-from tplog._codec import FORMAT, Codec
+from tplog._codec import FORMAT, FORMATS, Codec
 from tplog._events import EVENT_TYPES
 from tplog._keys import TKEY_SIZE, event_key, from_u64, tkey, u64
 from tplog._store import Store
+from tplog._verify import verify_store
 
 GOLDEN = Path(__file__).parent / "golden"
 
 
-def _load() -> tuple[list[dict[str, Any]], dict[str, Any]]:
-    records = msgspec.msgpack.decode((GOLDEN / "events-v1.bin").read_bytes())
-    expected = json.loads((GOLDEN / "events-v1.json").read_text())
+def _load(version: int) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    records = msgspec.msgpack.decode((GOLDEN / f"events-v{version}.bin").read_bytes())
+    expected = json.loads((GOLDEN / f"events-v{version}.json").read_text())
     return records, expected
 
 
-RECORDS, EXPECTED = _load()
-PAIRS = list(zip(RECORDS, EXPECTED["events"], strict=True))
+GOLDEN_SETS = {v: _load(v) for v in FORMATS}
+PAIRS = [(v, rec, exp) for v, (records, expected) in GOLDEN_SETS.items()
+         for rec, exp in zip(records, expected["events"], strict=True)]
+PAIR_IDS = [f"v{v}-{exp['seq']:02d}-{exp['kind']}" for v, _, exp in PAIRS]
 
 
 def _j(obj: Any) -> Any:
@@ -46,18 +51,25 @@ def _decode(codec: Codec, rec: dict[str, Any]) -> tuple[Any, Any]:
     return hdr, codec.decode_event(codec.body_bytes(value))
 
 
-def test_golden_files_cover_every_event_type() -> None:
-    assert EXPECTED["format"] == FORMAT == 1
-    assert len(RECORDS) == len(EXPECTED["events"])
-    assert {e["kind"] for e in EXPECTED["events"]} == {c.__struct_config__.tag for c in EVENT_TYPES}
-    assert {r["value"][1] for r in RECORDS} == {0, 1}  # plain and zstd bodies
-    assert all(r["value"][0] == 1 for r in RECORDS)
-    tk = tkey(EXPECTED["thread_id"])
-    assert [r["key"] for r in RECORDS] == [event_key(tk, r["seq"]) for r in RECORDS]
+def test_every_readable_format_has_golden_files_and_the_newest_is_written() -> None:
+    assert FORMATS == (1, 2) and max(FORMATS) == FORMAT
+    assert sorted(GOLDEN_SETS) == list(FORMATS)
 
 
-@pytest.mark.parametrize("rec,exp", PAIRS, ids=[f"{e['seq']:02d}-{e['kind']}" for e in EXPECTED["events"]])
-def test_golden_value_decodes(rec: dict[str, Any], exp: dict[str, Any]) -> None:
+@pytest.mark.parametrize("version", FORMATS)
+def test_golden_files_cover_every_event_type(version: int) -> None:
+    records, expected = GOLDEN_SETS[version]
+    assert expected["format"] == version
+    assert len(records) == len(expected["events"])
+    assert {e["kind"] for e in expected["events"]} == {c.__struct_config__.tag for c in EVENT_TYPES}
+    assert {r["value"][1] for r in records} == {0, 1}  # plain and zstd bodies
+    assert all(r["value"][0] == version for r in records)
+    tk = tkey(expected["thread_id"])
+    assert [r["key"] for r in records] == [event_key(tk, r["seq"]) for r in records]
+
+
+@pytest.mark.parametrize("version,rec,exp", PAIRS, ids=PAIR_IDS)
+def test_golden_value_decodes(version: int, rec: dict[str, Any], exp: dict[str, Any]) -> None:
     codec = Codec()
     hdr, ev = _decode(codec, rec)
     assert (hdr.kind, hdr.event_id, hdr.recorded_at) == (exp["kind_code"], exp["event_id"], exp["recorded_at"])
@@ -69,27 +81,53 @@ def test_golden_value_decodes(rec: dict[str, Any], exp: dict[str, Any]) -> None:
     assert _j(msgspec.to_builtins(ev)) == exp["struct"]
     # The current encoder still writes the same body for it.
     assert codec.encode_body(ev) == codec.body_bytes(rec["value"])
+    # The current decoder's one-call path agrees.
+    assert _j(msgspec.to_builtins(codec.decode_value(rec["key"], rec["value"]))) == exp["struct"]
 
 
-@pytest.mark.parametrize("rec,exp", PAIRS, ids=[f"{e['seq']:02d}-{e['kind']}" for e in EXPECTED["events"]])
-def test_golden_value_as_protocol_json(rec: dict[str, Any], exp: dict[str, Any]) -> None:
+@pytest.mark.parametrize("version,rec,exp", PAIRS, ids=PAIR_IDS)
+def test_golden_value_as_protocol_json(version: int, rec: dict[str, Any], exp: dict[str, Any]) -> None:
     _, ev = _decode(Codec(), rec)
     assert _j(tplog.to_builtins(ev)) == exp["event"]
 
 
-def test_golden_detects_tampering() -> None:
+@pytest.mark.parametrize("version", FORMATS)
+def test_golden_detects_tampering(version: int) -> None:
     codec = Codec()
-    rec = RECORDS[3]
+    records, _ = GOLDEN_SETS[version]
+    rec = records[3]
+    hlen = int.from_bytes(rec["value"][10:12], "big")
+    for at in (12, 12 + hlen, len(rec["value"]) - 1):  # the header, the body, the last byte
+        bad = bytearray(rec["value"])
+        bad[at] ^= 1
+        with pytest.raises(tplog.CorruptionError, match="CRC"):
+            codec.check(rec["key"], bytes(bad))
+        with pytest.raises(tplog.CorruptionError, match="CRC"):
+            codec.decode_value(rec["key"], bytes(bad))
     bad = bytearray(rec["value"])
-    bad[-1] ^= 1
+    bad[12] ^= 1
+    with pytest.raises(tplog.CorruptionError, match="CRC"):  # what a header-only reader verifies
+        codec.check_header(rec["key"], bytes(bad))
+    for cut in (len(rec["value"]) - 2, 12 + hlen - 1, 11, 0):
+        with pytest.raises(tplog.CorruptionError):
+            codec.check(rec["key"], rec["value"][:cut])
+        if cut < 12 + hlen:  # a header-only check cannot see a cut body (it is verified when read)
+            with pytest.raises(tplog.CorruptionError):
+                codec.check_header(rec["key"], rec["value"][:cut])
     with pytest.raises(tplog.CorruptionError):
-        codec.check(rec["key"], bytes(bad))
+        codec.check(records[4]["key"], rec["value"])  # right value, wrong key
     with pytest.raises(tplog.CorruptionError):
-        codec.check(RECORDS[4]["key"], rec["value"])  # right value, wrong key
+        codec.check_header(records[4]["key"], rec["value"])
+    codec.check(rec["key"], rec["value"])
+    codec.check_header(rec["key"], rec["value"])
 
 
-def test_store_reads_golden_values(tmp_path: Path) -> None:
-    """Values planted through the engine (as a v1 store would hold them) read back."""
+@pytest.mark.parametrize("version", FORMATS)
+def test_store_reads_golden_values(tmp_path: Path, version: int) -> None:
+    """Values planted through the engine (as a store of that format would hold them) read
+    back, are verified by `tplog verify`, and fold in a rebuild."""
+    RECORDS, EXPECTED = GOLDEN_SETS[version]
+    pairs = list(zip(RECORDS, EXPECTED["events"], strict=True))
     tid = EXPECTED["thread_id"]
     s = Store(tmp_path / "s")
     try:
@@ -103,7 +141,7 @@ def test_store_reads_golden_values(tmp_path: Path) -> None:
                 txn.delete("eventids", k)
             for k, _ in list(txn.range("global")):
                 txn.delete("global", k)
-            for r, e in PAIRS:
+            for r, e in pairs:
                 txn.put("events", r["key"], r["value"])
                 txn.put("global", u64(r["seq"]), r["key"])
                 txn.put("eventids", e["event_id"].encode(), r["key"] + u64(r["seq"]))
@@ -118,5 +156,11 @@ def test_store_reads_golden_values(tmp_path: Path) -> None:
         assert [_j(msgspec.to_builtins(e.event)) for e in evs] == [e["struct"] for e in EXPECTED["events"]]
         assert s.read_all() == evs
         assert from_u64(RECORDS[0]["key"], TKEY_SIZE) == 1
+        reports = s.rebuild()
+        assert {r.projection for r in reports} == {"links", "state"}
+        assert all(r.events == n for r in reports)  # every value's header was read and verified
+        assert all(r.differences == [] for r in s.rebuild(verify=True))
+        rep = verify_store(s)
+        assert rep.ok, rep.problems
     finally:
         s.close()

@@ -98,7 +98,7 @@ from tplog import (  # noqa: E402
     UserTurnSubmitted,
     to_builtins,
 )
-from tplog._codec import F_BLOB, Limits  # noqa: E402
+from tplog._codec import F_BLOB, Limits, stored_body  # noqa: E402
 from tplog._keys import TKEY_SIZE, from_u64, tkey, u64  # noqa: E402
 from tplog._store import ThreadHead  # noqa: E402
 
@@ -495,7 +495,7 @@ def check_structure(store: Store) -> tuple[list[str], dict[str, Any]]:
                 bad(f"thread {h.thread_id}: version {h.version} but last seq {evs[-1][0]}")
             for _, _, v in evs:
                 if v[1] & F_BLOB:
-                    blob_refs[v[12 + int.from_bytes(v[10:12], "big"):]] += 1
+                    blob_refs[bytes(stored_body(v))] += 1
         if gaps != deleted_events:
             bad(f"global log has {gaps} gaps but deleted threads account for {deleted_events}")
         if len(updated) != len(heads):

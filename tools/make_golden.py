@@ -1,19 +1,19 @@
-"""Write the golden files that pin tplog's stored event format (v1).
+"""Write the golden files that pin tplog's stored event format (the one written now).
 
-    python tools/make_golden.py            # writes tests/golden/events-v1.{bin,json}
+    python tools/make_golden.py            # writes tests/golden/events-v{FORMAT}.{bin,json}
 
-``events-v1.bin`` is a msgpack list of ``{"seq", "key", "value"}`` maps: the raw
+``events-vN.bin`` is a msgpack list of ``{"seq", "key", "value"}`` maps: the raw
 stored values (exactly as they sit in the ``events`` table) of one thread that
 holds one of every event type, every message type and part kind, extension
 parts and contents, unknown (``extra``) fields, explicit nulls, and both
-uncompressed and zstd-compressed bodies. ``events-v1.json`` is what each value
+uncompressed and zstd-compressed bodies. ``events-vN.json`` is what each value
 must decode to: its header (kind, event id, recorded_at, facts) and the event,
 both as the protocol JSON of ``tplog.to_builtins`` and as msgspec builtins of
 the stored Struct.
 
 Run it ONCE per format version: tests/test_golden.py decodes these bytes with
-the current Codec forever after. Never regenerate v1 to make a test pass; a
-new format gets new files (events-v2.*).
+the current Codec forever after. Never regenerate a version to make a test pass
+(the script refuses to overwrite); a new format gets new files.
 """
 
 from __future__ import annotations
@@ -65,7 +65,7 @@ from tplog import (  # noqa: E402
     VideoUrl,
     to_builtins,
 )
-from tplog._codec import Codec, Limits  # noqa: E402
+from tplog._codec import FORMAT, Codec, Limits  # noqa: E402
 from tplog._keys import event_key, tkey  # noqa: E402
 
 THREAD_ID = "8f14e45f-ceea-467f-a1b2-c3d4e5f60718"
@@ -188,10 +188,14 @@ def main() -> None:
     kinds = {e["kind"] for e in expected}
     assert len(kinds) == 10, kinds
     assert {r["value"][1] for r in records} == {0, 1}, "need both plain and compressed bodies"
+    assert {r["value"][0] for r in records} == {FORMAT}
     OUT.mkdir(parents=True, exist_ok=True)
-    (OUT / "events-v1.bin").write_bytes(msgspec.msgpack.encode(records))
-    (OUT / "events-v1.json").write_text(json.dumps(
-        {"format": 1, "thread_id": THREAD_ID, "events": expected}, indent=1, ensure_ascii=True) + "\n")
+    bin_file, json_file = OUT / f"events-v{FORMAT}.bin", OUT / f"events-v{FORMAT}.json"
+    if bin_file.exists() or json_file.exists():
+        raise SystemExit(f"{bin_file.name} exists: golden files are written once per format, never regenerated")
+    bin_file.write_bytes(msgspec.msgpack.encode(records))
+    json_file.write_text(json.dumps(
+        {"format": FORMAT, "thread_id": THREAD_ID, "events": expected}, indent=1, ensure_ascii=True) + "\n")
     print(f"wrote {len(records)} events to {OUT}")
 
 

@@ -1,20 +1,25 @@
 """Events to bytes and back: msgpack, zstd (with trained dictionaries), checksum.
 
-Never imports lmdb. A stored event value is::
+Never imports lmdb. A stored event value (format 2, written since tplog 0.3) is::
 
     offset size  field
-    0      1     format (1)
+    0      1     format (2)
     1      1     flags: 1 = body zstd-compressed, 2 = body is a blob reference
     2      4     zstd dictionary id, big-endian (0 = no dictionary)
-    6      4     CRC-32 of value[10:] followed by the key (so a value moved to
-                 another key is caught as well as a flipped bit)
+    6      4     header CRC: CRC-32 of value[10:12+H] followed by the key (so a
+                 value moved to another key is caught as well as a flipped bit)
     10     2     header length H, big-endian
     12     H     header: msgpack array [kind, event_id, recorded_at_ns, facts]
-    12+H   ...   body: msgpack of the event (compressed if flag 1), or, with
+    12+H   B     body: msgpack of the event (compressed if flag 1), or, with
                  flag 2, the 32-byte SHA-256 of the body kept in ``blobs``
+    12+H+B 4     body CRC: CRC-32 of the body bytes followed by the key
 
-The header is never compressed: the id-only projections (links, pending
-tools, interrupts) read ``kind`` and ``facts`` without touching the body.
+Format 1 (still read; never written) has no body CRC: its CRC at offset 6
+covers value[10:] (header length, header and body) followed by the key.
+
+The header is never compressed and has a CRC of its own: the id-only
+projections (links, pending tools, interrupts) read and verify ``kind`` and
+``facts`` without touching the body.
 ``facts`` is ``None`` except for messages, where it lists tool-call ids and
 names, tool-return ids and statuses, the finish reason, the system event
 type and any spawned thread ids, and for user turns that carry tool returns.
@@ -46,7 +51,8 @@ from tplog._events import (
     UserTurnSubmitted,
 )
 
-FORMAT: Final = 1
+FORMAT: Final = 2  #: the format written
+FORMATS: Final = (1, 2)  #: the formats read
 F_COMPRESSED: Final = 1
 F_BLOB: Final = 2
 _PREFIX = struct.Struct(">BBIIH")  # format, flags, dict id, crc, header length
@@ -200,13 +206,15 @@ class Encoded(msgspec.Struct):
     head_and_body: bytes  # header + body, i.e. value[12:]
     prefix_flags: int
     dict_id: int
-    crc_partial: int  # CRC-32 of value[10:] (the key is added by finish())
+    crc_partial: int  # CRC-32 of value[10:12+H] (the key is added by finish())
+    body_crc_partial: int  # CRC-32 of the stored body (the key is added by finish())
     blob: tuple[bytes, bytes] | None  # (sha256, blob value) for large bodies
     size: int  # raw msgpack body size
 
     def finish(self, key: bytes) -> bytes:
         crc = zlib.crc32(key, self.crc_partial)
-        return _PREFIX.pack(FORMAT, self.prefix_flags, self.dict_id, crc, 0)[:10] + self.head_and_body
+        return (_PREFIX.pack(FORMAT, self.prefix_flags, self.dict_id, crc, 0)[:10] + self.head_and_body
+                + zlib.crc32(key, self.body_crc_partial).to_bytes(4, "big"))
 
 
 class Codec:
@@ -301,18 +309,18 @@ class Codec:
         if len(header) > 0xFFFF:
             raise LimitExceededError(f"event {event_id}: too many tool calls/returns in one message")
         flags, dict_id, stored, blob = self._pack_body(body)
-        tail = header + stored
         hlen = struct.pack(">H", len(header))
-        crc = zlib.crc32(hlen + tail)
+        crc = zlib.crc32(header, zlib.crc32(hlen))
         return Encoded(
             event=event,
             event_id=event_id,
             kind=kind,
             facts=facts,
-            head_and_body=hlen + tail,
+            head_and_body=hlen + header + stored,
             prefix_flags=flags,
             dict_id=dict_id,
             crc_partial=crc,
+            body_crc_partial=zlib.crc32(stored),
             blob=blob,
             size=len(body),
         )
@@ -350,11 +358,34 @@ class Codec:
     # ------------------------------------------------------------------ decode
 
     def check(self, key: bytes, value: bytes, *, where: tuple[str | None, int | None] = (None, None)) -> None:
-        if len(value) < PREFIX_SIZE or value[0] != FORMAT or value[1] & ~(F_COMPRESSED | F_BLOB):
+        """Verify the whole value (header and body) against its CRCs."""
+        mv = memoryview(value)
+        if value_ok(key, value, mv):
+            return
+        self._fail(value, where)
+
+    def check_header(self, key: bytes, value: bytes, *,
+                     where: tuple[str | None, int | None] = (None, None)) -> None:
+        """Verify what :meth:`header` reads: a format-2 value's header CRC (the body is
+        verified when it is read); a format-1 value has one CRC, over everything."""
+        if (len(value) >= PREFIX_SIZE + 4 and value[0] == 2 and not value[1] & ~(F_COMPRESSED | F_BLOB)
+                and 12 + ((value[10] << 8) | value[11]) <= len(value) - 4
+                and zlib.crc32(key, zlib.crc32(memoryview(value)[10 : 12 + ((value[10] << 8) | value[11])]))
+                == int.from_bytes(value[6:10], "big")):
+            return
+        if value[:1] == b"\x01":
+            self.check(key, value, where=where)
+            return
+        self._fail(value, where, body=False)
+
+    @staticmethod
+    def _fail(value: bytes, where: tuple[str | None, int | None], *, body: bool = True) -> None:
+        if len(value) < PREFIX_SIZE + (4 if value[:1] == b"\x02" else 0) or value[0] not in FORMATS or (
+            value[1] & ~(F_COMPRESSED | F_BLOB)
+        ) or 12 + ((value[10] << 8) | value[11]) > len(value) - (4 if value[0] == 2 else 0):
             raise CorruptionError("stored value is truncated or of an unknown format", thread_id=where[0], seq=where[1])
-        crc = int.from_bytes(value[6:10], "big")
-        if zlib.crc32(key, zlib.crc32(memoryview(value)[10:])) != crc:
-            raise CorruptionError("stored value failed its CRC-32 check", thread_id=where[0], seq=where[1])
+        what = "header " if value[0] == 2 and not body else ""
+        raise CorruptionError(f"stored value failed its {what}CRC-32 check", thread_id=where[0], seq=where[1])
 
     def header(self, value: bytes, *, where: tuple[str | None, int | None] = (None, None)) -> Header:
         hlen = int.from_bytes(value[10:12], "big")
@@ -373,8 +404,7 @@ class Codec:
         have trained it since this one opened the store)."""
         flags = value[1]
         dict_id = int.from_bytes(value[2:6], "big")
-        hlen = int.from_bytes(value[10:12], "big")
-        stored: Any = memoryview(value)[PREFIX_SIZE + hlen :]
+        stored: Any = stored_body(value)
         if flags & F_BLOB:
             if txn is None:
                 raise CorruptionError("blob reference without a blob reader", thread_id=where[0], seq=where[1])
@@ -385,7 +415,7 @@ class Codec:
                 raise CorruptionError("the event's shared blob is truncated", thread_id=where[0], seq=where[1])
             _, flags, dict_id, crc = _BLOB_PREFIX.unpack_from(blob)
             stored = memoryview(blob)[_BLOB_PREFIX.size :]
-            if zlib.crc32(value[PREFIX_SIZE + hlen :], zlib.crc32(stored)) != crc:
+            if zlib.crc32(stored_body(value), zlib.crc32(stored)) != crc:
                 raise CorruptionError("shared blob failed its CRC-32 check", thread_id=where[0], seq=where[1])
         if flags & F_COMPRESSED:
             if not self.has_dictionary(dict_id) and txn is not None:
@@ -420,17 +450,15 @@ class Codec:
         """``check`` + ``body_bytes`` + ``decode_event`` in one call, with a fast path for
         the common value (inline, compressed with a known dictionary): reading a thread
         does this for every event."""
-        if len(value) < PREFIX_SIZE or value[0] != FORMAT or value[1] & ~(F_COMPRESSED | F_BLOB):
-            raise CorruptionError("stored value is truncated or of an unknown format", thread_id=where[0], seq=where[1])
         mv = memoryview(value)
-        if zlib.crc32(key, zlib.crc32(mv[10:])) != int.from_bytes(value[6:10], "big"):
-            raise CorruptionError("stored value failed its CRC-32 check", thread_id=where[0], seq=where[1])
+        if not value_ok(key, value, mv):
+            self._fail(value, where)
         if value[1] == F_COMPRESSED:
             dict_id = int.from_bytes(value[2:6], "big")
             d = self._local.__dict__.get("d")
             dec = d.get(dict_id) if d is not None else None
             if dec is not None:
-                stored = mv[PREFIX_SIZE + ((value[10] << 8) | value[11]):]
+                stored = mv[PREFIX_SIZE + ((value[10] << 8) | value[11]) : len(value) - 4 if value[0] == 2 else None]
                 limit = self.limits.max_decompressed_bytes
                 try:
                     declared = zstandard.frame_content_size(stored)
@@ -456,6 +484,25 @@ class Codec:
         except zstandard.ZstdError as exc:
             raise InvalidInputError(f"cannot train a zstd dictionary from these {len(samples)} samples: {exc}") from exc
         return d.as_bytes()
+
+
+def value_ok(key: bytes, value: bytes, mv: memoryview) -> bool:
+    """Whether ``value`` (``mv`` = its memoryview) is well-formed and matches its CRCs."""
+    if len(value) < PREFIX_SIZE or value[1] & ~(F_COMPRESSED | F_BLOB):
+        return False
+    crc32 = zlib.crc32
+    if value[0] == 2:
+        end = 12 + ((value[10] << 8) | value[11])
+        n = len(value) - 4
+        return (end <= n and crc32(key, crc32(mv[10:end])) == int.from_bytes(value[6:10], "big")
+                and crc32(key, crc32(mv[end:n])) == int.from_bytes(value[n:], "big"))
+    return value[0] == 1 and crc32(key, crc32(mv[10:])) == int.from_bytes(value[6:10], "big")
+
+
+def stored_body(value: bytes) -> memoryview:
+    """The stored body of a well-formed value (compressed, raw, or a blob's SHA-256): a view."""
+    start = PREFIX_SIZE + ((value[10] << 8) | value[11])
+    return memoryview(value)[start : len(value) - 4] if value[0] == 2 else memoryview(value)[start:]
 
 
 def blob_refcount(blob: bytes) -> int:

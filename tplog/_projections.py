@@ -41,7 +41,7 @@ from typing import Any, Final
 
 import msgspec
 
-from tplog._codec import F_BLOB, F_COMPRESSED, FORMAT, MSG_KIND, PREFIX_SIZE, Codec, Header
+from tplog._codec import F_BLOB, F_COMPRESSED, MSG_KIND, PREFIX_SIZE, Codec, Header
 from tplog._errors import InvalidInputError, RebuildRequiredError
 from tplog._events import (
     KIND_CODE,
@@ -243,7 +243,7 @@ def _items_in(
     thread key, item, scope); how many entries were scanned, how many of them were
     read (not covered) and the last position scanned. Entries for which ``covered(event key, position)`` is true
     were folded already (by the key-order scan) and are passed over unread.
-    Every value read has its CRC checked; a message whose header has no facts
+    What is read is verified (the header's CRC; the body's when it is read); a message whose header has no facts
     (no tool calls or returns, no spawned thread, not an aborted response:
     nothing any id-only fold uses) is recognised from the header's bytes and
     skipped without decoding."""
@@ -253,7 +253,7 @@ def _items_in(
     names: dict[bytes, tuple[str, str | None]] = {}
     scanned = read = 0
     last = start - 1
-    check, header = codec.check, codec.header
+    check, check_header, header = codec.check, codec.check_header, codec.header
     for pk, key in txn.range("global", u64(start)):
         if scanned >= limit:
             break
@@ -274,7 +274,7 @@ def _items_in(
             known = names[tk] = (head.thread_id, head.scope) if head is not None else (tk.hex(), None)
         name, scope = known
         where = (name, seq)
-        check(key, value, where=where)
+        check_header(key, value, where=where)
         # Header = msgpack fixarray(4) [kind, event_id, recorded_at, facts]: a message
         # (kind byte) whose facts are nil (the header's last byte; an encoded Facts
         # never ends in 0xC0, which no UTF-8 string holds and omit_defaults never ends on).
@@ -284,6 +284,7 @@ def _items_in(
         hdr: Header = header(value, where=where)
         ev = None
         if hdr.kind in BODY_KINDS:
+            check(key, value, where=where)  # the body is read: verify it too
             ev = codec.decode_event(codec.body_bytes(value, txn, where=where), where=where)
         out.append((last, name, tk, Item(seq, hdr.kind, hdr.facts, ev), scope))
     return out, scanned, read, last
@@ -305,7 +306,7 @@ def _scan_keys(txn: ReadTxn, codec: Codec, after: bytes, limit: int, do_links: b
                carry: tuple[bytes, ThreadState] | None) -> _Chunk:
     """Up to ``limit`` events of ``events`` after key ``after``, in key order (thread by
     thread, seq by seq), folded in one snapshot. ``carry`` is the state of the thread
-    the previous chunk stopped inside. Every value read has its CRC checked; fact-less
+    the previous chunk stopped inside. What is read is verified (as :func:`_items_in`); fact-less
     messages are skipped by their header's bytes (see :func:`_items_in`)."""
     from tplog._store import _head_dec
 
@@ -313,7 +314,8 @@ def _scan_keys(txn: ReadTxn, codec: Codec, after: bytes, limit: int, do_links: b
     chunk = _Chunk(states={}, links=[], dropped=[], last_key=after, position=from_u64(end[0]) if end else 0,
                    events=0, done=True)
     states, links = chunk.states, chunk.links
-    check, header, body_bytes, decode_event = codec.check, codec.header, codec.body_bytes, codec.decode_event
+    check, check_header, header = codec.check, codec.check_header, codec.header
+    body_bytes, decode_event = codec.body_bytes, codec.decode_event
     header_decode = codec.header_decoder.decode
     crc32 = zlib.crc32
     current = b""
@@ -338,9 +340,11 @@ def _scan_keys(txn: ReadTxn, codec: Codec, after: bytes, limit: int, do_links: b
             st = carry[1] if carry is not None and carry[0] == tk else ThreadState()
             if do_state:
                 states[tk] = st
-        if (len(value) < PREFIX_SIZE or value[0] != FORMAT or value[1] & ~(F_COMPRESSED | F_BLOB)
-                or crc32(key, crc32(memoryview(value)[10:])) != int.from_bytes(value[6:10], "big")):
-            check(key, value, where=(name, from_u64(key, TKEY_SIZE)))
+        # Inlined check_header for a format-2 value (format 1, or a mismatch: the method).
+        hend = PREFIX_SIZE + ((value[10] << 8) | value[11]) if len(value) > PREFIX_SIZE + 4 else len(value)
+        if not (value[0] == 2 and not value[1] & ~(F_COMPRESSED | F_BLOB) and PREFIX_SIZE < hend <= len(value) - 4
+                and crc32(key, crc32(memoryview(value)[10:hend])) == int.from_bytes(value[6:10], "big")):
+            check_header(key, value, where=(name, from_u64(key, TKEY_SIZE)))
         hlen = (value[10] << 8) | value[11]
         if value[12] == 0x94 and value[13] == MSG_KIND and value[11 + hlen] == 0xC0:
             continue
@@ -358,6 +362,7 @@ def _scan_keys(txn: ReadTxn, codec: Codec, after: bytes, limit: int, do_links: b
         facts = hdr.facts
         ev = None
         if kind in BODY_KINDS:
+            check(key, value, where=(name, seq))  # the body is read: verify it too
             ev = decode_event(body_bytes(value, txn, where=(name, seq)), where=(name, seq))
             if do_links and kind == _K_LINK:
                 links.append((name, tk, seq, ev, facts.spawned if facts is not None else (), scope))

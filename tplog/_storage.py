@@ -256,19 +256,25 @@ class LmdbEngine:
         try:
             if not readonly:
                 os.makedirs(self.path, exist_ok=True)
-            self._env = lmdb.open(
-                self.path,
-                map_size=map_size,
-                max_dbs=len(TABLES) + 4,
-                max_readers=max_readers,
-                readonly=readonly,
-                metasync=durability == "durable",
-                sync=True,
-                lock=True,
-                readahead=False,
-                create=not readonly,
-                subdir=True,
-            )
+            for attempt in range(5):
+                try:
+                    self._env = lmdb.open(
+                        self.path,
+                        map_size=map_size,
+                        max_dbs=len(TABLES) + 4,
+                        max_readers=max_readers,
+                        readonly=readonly,
+                        metasync=durability == "durable",
+                        sync=True,
+                        lock=True,
+                        readahead=False,
+                        create=not readonly,
+                        subdir=True,
+                    )
+                    break
+                except lmdb.MapResizedError:  # another process grew the map while this one opened
+                    if attempt == 4:
+                        raise
         except lmdb.Error as exc:
             if readonly and isinstance(exc, lmdb.Error) and "No such file" in str(exc):
                 raise StorageError(f"{self.path}: no store here (opened read-only, so none was created)") from exc

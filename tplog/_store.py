@@ -45,13 +45,13 @@ from tplog import _projections as proj
 from tplog._codec import (
     F_BLOB,
     MSG_KIND,
-    PREFIX_SIZE,
     Codec,
     Encoded,
     Header,
     Limits,
     blob_refcount,
     blob_with_refcount,
+    stored_body,
 )
 from tplog._errors import (
     IdempotencyError,
@@ -807,7 +807,7 @@ class Store:
                             v, txn, where=(thread_id, seq)))
                     proj.unapply_links(tables, thread_id, tk, seq, ev, hdr.facts.spawned if hdr.facts else (), scope)
                 if v[1] & F_BLOB:  # release one reference to the shared blob
-                    sha = bytes(v[PREFIX_SIZE + int.from_bytes(v[10:12], "big"):])
+                    sha = bytes(stored_body(v))
                     blob = txn.get("blobs", sha)
                     if blob is not None:
                         n = blob_refcount(blob) - 1
@@ -1083,10 +1083,11 @@ class Store:
             for k, v in txn.range("events", tk, tk + b"\xff" * 8):
                 seq = from_u64(k, TKEY_SIZE)
                 where = (thread_id, seq)
-                self.codec.check(k, v, where=where)
+                self.codec.check_header(k, v, where=where)
                 hdr = self.codec.header(v, where=where)
                 ev = None
                 if hdr.kind in proj.BODY_KINDS:
+                    self.codec.check(k, v, where=where)
                     ev = self.codec.decode_event(self.codec.body_bytes(v, txn,
                                                                        where=where), where=where)
                 out.append(Item(seq, hdr.kind, hdr.facts, ev))

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import msgspec
 
-from tplog._codec import F_BLOB, PREFIX_SIZE, blob_refcount
+from tplog._codec import F_BLOB, blob_refcount, stored_body
 from tplog._errors import CorruptionError
 from tplog._keys import TKEY_SIZE, eid_key, from_u64, scope_tag, u64
 
@@ -67,7 +67,7 @@ def verify_store(store: object, *, projections: bool = True) -> VerifyReport:
                     rep.problems.append(str(exc))
                     continue
                 if v[1] & F_BLOB:
-                    sha = bytes(v[PREFIX_SIZE + int.from_bytes(v[10:12], "big"):])
+                    sha = bytes(stored_body(v))
                     refs[sha] = refs.get(sha, 0) + 1
                 if head.status == "active" and seq != expected:
                     rep.problems.append(f"thread {name}: seq {seq} follows seq {expected - 1} (gap)")
