@@ -34,9 +34,10 @@ is lost or applied twice. Memory is one chunk's worth, whatever the log's size.
 from __future__ import annotations
 
 import bisect
+import itertools
 import time
 import zlib
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any, Final
 
 import msgspec
@@ -377,35 +378,59 @@ def _scan_keys(txn: ReadTxn, codec: Codec, after: bytes, limit: int, do_links: b
 _LIVE_TABLES: Final = {LINKS: ("links_in", "children"), STATE: ("proj",)}
 
 
-def _live_rows(txn: ReadTxn, name: str) -> dict[tuple[str, bytes], bytes]:
-    rows: dict[tuple[str, bytes], bytes] = {}
-    if name == LINKS:
-        for table in ("links_in", "children"):
-            for k, v in txn.range(table):
-                rows[(table, bytes(k))] = bytes(v)
-    else:
-        for k, v in txn.range("proj", STATE_PREFIX, STATE_PREFIX[:-1] + b"\x01"):
-            rows[("proj", bytes(k))] = bytes(v)
-    return rows
-
-
-def _shadow_rows(txn: ReadTxn, name: str) -> dict[tuple[str, bytes], bytes]:
-    rows: dict[tuple[str, bytes], bytes] = {}
-    for table in _LIVE_TABLES[name]:
+def _rows(txn: ReadTxn, name: str, shadow: bool, deleted: set[bytes]) -> Iterator[tuple[int, bytes, bytes]]:
+    """Projection ``name``'s rows, live or shadow, as (table index in ``_LIVE_TABLES[name]``,
+    key, value) in that order: streamed, never all in memory. Shadow rows contributed by
+    a thread in ``deleted`` are dropped (see :func:`_without_deleted`)."""
+    for i, table in enumerate(_LIVE_TABLES[name]):
+        # The state rows are the "state\x00" keys of `proj`; links rows fill their tables.
+        lo, hi = (STATE_PREFIX, STATE_PREFIX[:-1] + b"\x01") if table == "proj" else (b"", None)
+        if not shadow:
+            for k, v in txn.range(table, lo, hi):
+                yield i, bytes(k), bytes(v)
+            continue
         prefix = b"~" + table.encode() + b"\x00"
-        for k, v in txn.range("proj", prefix, prefix[:-1] + b"\x01"):
+        for k, v in txn.range("proj", prefix + lo, prefix + hi if hi is not None else prefix[:-1] + b"\x01"):
             key = bytes(k[len(prefix):])
-            if table == "proj" and not key.startswith(STATE_PREFIX):
-                continue
-            rows[(table, key)] = bytes(v)
-    return rows
+            value: bytes | None = bytes(v)
+            if deleted:
+                value = _without_deleted(table, key, bytes(v), deleted)
+            if value is not None:
+                yield i, key, value
+
+
+def _differences(txn: ReadTxn, name: str, deleted: set[bytes]) -> list[tuple[str, bytes, bytes | None, bytes | None]]:
+    """(table, key, live value, rebuilt value) for every row where the live projection and
+    the shadow rows disagree: a merge of the two sorted row streams, so memory is the
+    differences only (none when the rebuild confirms the live rows)."""
+    tables = _LIVE_TABLES[name]
+    out: list[tuple[str, bytes, bytes | None, bytes | None]] = []
+    live, fresh = _rows(txn, name, False, set()), _rows(txn, name, True, deleted)
+    a, b = next(live, None), next(fresh, None)
+    while a is not None or b is not None:
+        if b is None or (a is not None and (a[0], a[1]) < (b[0], b[1])):
+            assert a is not None
+            out.append((tables[a[0]], a[1], a[2], None))
+            a = next(live, None)
+        elif a is None or (b[0], b[1]) < (a[0], a[1]):
+            out.append((tables[b[0]], b[1], None, b[2]))
+            b = next(fresh, None)
+        else:
+            if a[2] != b[2]:
+                out.append((tables[a[0]], a[1], a[2], b[2]))
+            a, b = next(live, None), next(fresh, None)
+    return out
 
 
 def _clear_shadow(txn: WriteTxn, name: str) -> None:
     for table in _LIVE_TABLES[name]:
         prefix = b"~" + table.encode() + b"\x00"
-        for k, _ in list(txn.range("proj", prefix, prefix[:-1] + b"\x01")):
-            txn.delete("proj", k)
+        while True:  # in batches: the keys are never all in memory
+            batch = [bytes(k) for k, _ in itertools.islice(txn.range("proj", prefix, prefix[:-1] + b"\x01"), 100)]
+            if not batch:
+                break
+            for k in batch:
+                txn.delete("proj", k)
 
 
 def _describe(name: str, table: str, key: bytes, live: bytes | None, fresh: bytes | None) -> str:
@@ -421,27 +446,31 @@ def _describe(name: str, table: str, key: bytes, live: bytes | None, fresh: byte
     return f"{name}: {what}: live {show(live)}, rebuilt {show(fresh)}"
 
 
-def _filter_deleted(rows: dict[tuple[str, bytes], bytes], deleted: set[bytes]) -> dict[tuple[str, bytes], bytes]:
-    """``rows`` without what threads in ``deleted`` contributed: a thread deleted after the
-    key-order scan folded it has its rows in the shadow, but a deleted thread has no links."""
-    if not deleted:
-        return rows
-    out: dict[tuple[str, bytes], bytes] = {}
-    for (table, key), value in rows.items():
-        if table == "links_in":
-            if key[-8 - TKEY_SIZE : -8] in deleted:
-                continue
-        elif table == "children":
-            child, flags = _child_dec.decode(value)
-            if key[:TKEY_SIZE] in deleted:
-                flags &= ~C_SPAWN
-            if key[TKEY_SIZE:] in deleted:
-                flags &= ~C_LINK
-            if not flags:
-                continue
-            value = _enc.encode((child, flags))
-        out[(table, key)] = value
-    return out
+def _without_deleted(table: str, key: bytes, value: bytes, deleted: set[bytes]) -> bytes | None:
+    """A shadow row without what threads in ``deleted`` contributed (``None``: nothing
+    left): a thread deleted after the key-order scan folded it has rows in the shadow,
+    but a deleted thread has no links."""
+    if table == "links_in":
+        return None if key[-8 - TKEY_SIZE : -8] in deleted else value
+    if table == "children":
+        child, flags = _child_dec.decode(value)
+        if key[:TKEY_SIZE] in deleted:
+            flags &= ~C_SPAWN
+        if key[TKEY_SIZE:] in deleted:
+            flags &= ~C_LINK
+        return _enc.encode((child, flags)) if flags else None
+    return value
+
+
+def _write_chunk(txn: WriteTxn, found: _Chunk) -> None:
+    """A key-order chunk's fold results into the shadow rows."""
+    tables = _Tables(txn, shadow=True)
+    for thread_id, tk, seq, ev, spawned, scope in found.links:
+        apply_links(tables, thread_id, tk, seq, ev, spawned, scope)
+    for tk, st in found.states.items():
+        save_state(tables, tk, st)
+    for tk in found.dropped:
+        tables.delete("proj", STATE_PREFIX + tk)
 
 
 def rebuild(
@@ -450,7 +479,7 @@ def rebuild(
     names: str | list[str],
     *,
     verify: bool = False,
-    chunk: int = 20_000,
+    chunk: int = 5000,
     progress: Callable[[int, int], None] | None = None,
 ) -> list[RebuildReport]:
     """Rebuild projections ``names`` from the log (see module doc); safe while others
@@ -483,17 +512,7 @@ def rebuild(
     while True:
         with engine.read() as rtxn:
             found = _scan_keys(rtxn, codec, after, chunk, do_links, do_state, carry)
-
-        def write(txn: WriteTxn, found: _Chunk = found) -> None:
-            tables = _Tables(txn, shadow=True)
-            for thread_id, tk, seq, ev, spawned, scope in found.links:
-                apply_links(tables, thread_id, tk, seq, ev, spawned, scope)
-            for tk, st in found.states.items():
-                save_state(tables, tk, st)
-            for tk in found.dropped:
-                tables.delete("proj", STATE_PREFIX + tk)
-
-        engine.run_write(write)
+        engine.run_write(lambda txn, found=found: _write_chunk(txn, found))
         events += found.events
         deleted.update(found.dropped)
         last_keys.append(found.last_key)
@@ -505,6 +524,7 @@ def rebuild(
         after = found.last_key
         tk = after[:TKEY_SIZE]
         carry = (tk, found.states[tk]) if tk in found.states else None
+        found = None  # type: ignore[assignment]  # one chunk in memory at a time
     last_keys.pop()  # the last chunk covers every key after the one before it
 
     def covered(key: bytes, position: int) -> bool:
@@ -542,21 +562,16 @@ def rebuild(
         # The end of the log, inside the writer's transaction: finish here.
         out: list[RebuildReport] = []
         for name in names:
-            fresh = _shadow_rows(txn, name)
-            if name == LINKS:
-                fresh = _filter_deleted(fresh, deleted)
-            live = _live_rows(txn, name)
+            found = _differences(txn, name, deleted if name == LINKS else set())
             diffs: list[str] = []
             if verify:
-                for key in sorted(set(live) | set(fresh)):
-                    if live.get(key) != fresh.get(key):
-                        diffs.append(_describe(name, key[0], key[1], live.get(key), fresh.get(key)))
+                diffs = [_describe(name, table, key, live, fresh) for table, key, live, fresh in found]
             else:
-                for table, row_key in live.keys() - fresh.keys():
-                    txn.delete(table, row_key)
-                for (table, row_key), value in fresh.items():
-                    if live.get((table, row_key)) != value:
-                        txn.put(table, row_key, value)
+                for table, key, _live, fresh in found:
+                    if fresh is None:
+                        txn.delete(table, key)
+                    else:
+                        txn.put(table, key, fresh)
                 end = txn.last("global")
                 write_info(txn, name, ProjectionInfo(VERSIONS[name], from_u64(end[0]) if end else 0, "live"))
             _clear_shadow(txn, name)
