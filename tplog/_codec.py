@@ -1,6 +1,6 @@
 """Events to bytes and back: msgpack, zstd (with trained dictionaries), checksum.
 
-Never imports lmdb. A stored event value (format 2, written since tplog 0.3) is::
+Never imports lmdb. A stored event value (format 2, written by this version) is::
 
     offset size  field
     0      1     format (2)
@@ -36,7 +36,7 @@ import threading
 import types
 import typing
 import zlib
-from typing import Any, Final
+from typing import Any, Final, NoReturn
 
 import msgspec
 import zstandard
@@ -58,6 +58,7 @@ F_BLOB: Final = 2
 _PREFIX = struct.Struct(">BBIIH")  # format, flags, dict id, crc, header length
 PREFIX_SIZE: Final = _PREFIX.size  # 12
 _BLOB_PREFIX = struct.Struct(">IBII")  # refcount, flags, dict id, crc
+_U32 = struct.Struct(">I")
 
 MSG_KIND: Final = KIND_CODE[MessageRecorded]
 ABORTED: Final = "aborted"
@@ -203,7 +204,7 @@ class Encoded(msgspec.Struct):
     event_id: str
     kind: int
     facts: Facts | None
-    head_and_body: bytes  # header + body, i.e. value[12:]
+    head_and_body: bytes  # header length, header and body, i.e. value[10:-4]
     prefix_flags: int
     dict_id: int
     crc_partial: int  # CRC-32 of value[10:12+H] (the key is added by finish())
@@ -379,7 +380,7 @@ class Codec:
         self._fail(value, where, body=False)
 
     @staticmethod
-    def _fail(value: bytes, where: tuple[str | None, int | None], *, body: bool = True) -> None:
+    def _fail(value: bytes, where: tuple[str | None, int | None], *, body: bool = True) -> NoReturn:
         if len(value) < PREFIX_SIZE + (4 if value[:1] == b"\x02" else 0) or value[0] not in FORMATS or (
             value[1] & ~(F_COMPRESSED | F_BLOB)
         ) or 12 + ((value[10] << 8) | value[11]) > len(value) - (4 if value[0] == 2 else 0):
@@ -451,14 +452,22 @@ class Codec:
         the common value (inline, compressed with a known dictionary): reading a thread
         does this for every event."""
         mv = memoryview(value)
-        if not value_ok(key, value, mv):
+        n = len(value) - 4
+        if n > PREFIX_SIZE and value[0] == 2 and not value[1] & ~(F_COMPRESSED | F_BLOB):  # format 2, inlined
+            end = PREFIX_SIZE + ((value[10] << 8) | value[11])
+            crc32 = zlib.crc32
+            if (end > n or crc32(key, crc32(mv[10:end])) != _U32.unpack_from(value, 6)[0]
+                    or crc32(key, crc32(mv[end:n])) != _U32.unpack_from(value, n)[0]):
+                self._fail(value, where)
+            stored = mv[end:n]
+        elif value_ok(key, value, mv):
+            stored = stored_body(value)
+        else:
             self._fail(value, where)
         if value[1] == F_COMPRESSED:
-            dict_id = int.from_bytes(value[2:6], "big")
             d = self._local.__dict__.get("d")
-            dec = d.get(dict_id) if d is not None else None
+            dec = d.get(_U32.unpack_from(value, 2)[0]) if d is not None else None
             if dec is not None:
-                stored = mv[PREFIX_SIZE + ((value[10] << 8) | value[11]) : len(value) - 4 if value[0] == 2 else None]
                 limit = self.limits.max_decompressed_bytes
                 try:
                     declared = zstandard.frame_content_size(stored)
@@ -466,6 +475,8 @@ class Codec:
                         return self.decode_event(dec.decompress(stored, max_output_size=limit), where=where)
                 except zstandard.ZstdError:
                     pass  # the slow path reports it
+        elif not value[1]:  # stored raw
+            return self.decode_event(stored, where=where)
         return self.decode_event(self.body_bytes(value, txn, where=where), where=where)
 
     def decode_event(self, body: bytes | memoryview, *, where: tuple[str | None, int | None] = (None, None)) -> Event:
