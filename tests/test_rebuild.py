@@ -11,12 +11,13 @@ import uuid
 from pathlib import Path
 
 import lmdb
+import msgspec
 import pytest
 
 from tplog import _model as m
 from tplog import _projections as proj
 from tplog._cli import main
-from tplog._errors import RebuildRequiredError
+from tplog._errors import RebuildInProgressError, RebuildRequiredError
 from tplog._events import (
     AgentTurnCompleted,
     AgentTurnStarted,
@@ -255,3 +256,107 @@ def test_rebuild_in_small_chunks_while_threads_are_appended_and_deleted(tmp_path
             if i % 3:
                 assert [c.tool_call_id for c in s.pending(kid).pending] == [f"k{i}", f"late{i}"]
         assert [c.tool_call_id for c in s.pending(parent).pending] == ["p1", "p9"]
+
+
+def _marker(s: Store, name: str) -> tuple[int, bytes, int] | None:
+    with s.engine.read() as txn:
+        raw = txn.get("meta", b"rebuild:" + name.encode())
+    return None if raw is None else tuple(msgspec.msgpack.decode(raw))  # type: ignore[return-value]
+
+
+def test_a_second_rebuild_in_the_same_process_is_refused(tmp_path: Path) -> None:
+    """Two rebuilds would fold the catch-up's events into the same shadow rows twice."""
+    with Store(tmp_path / "s") as s:
+        parent, _ = populate(s, 12)
+        refused: list[Exception] = []
+
+        def progress(done: int, total: int) -> None:
+            if not refused:
+                with pytest.raises(RebuildInProgressError, match=r"projection 'links' is already running") as exc:
+                    s.rebuild()
+                refused.append(exc.value)
+                s.append(parent, tool_turn("late"))
+
+        reports = proj.rebuild(s.engine, s.codec, ["links", "state"], chunk=7, progress=progress)
+        assert refused and all(r.differences == [] for r in reports)
+        assert _marker(s, "links") is None and _marker(s, "state") is None  # released by the swap
+        assert all(r.differences == [] for r in s.rebuild(verify=True))
+
+
+_HOLDER = """
+import sys, time
+from pathlib import Path
+from tplog import _projections as proj
+from tplog._store import Store
+path, flag = sys.argv[1], Path(sys.argv[2])
+with Store(path) as s:
+    def progress(done, total):
+        print("holding", flush=True)
+        while not flag.exists():
+            time.sleep(0.01)
+    proj.rebuild(s.engine, s.codec, ["links"], chunk=5, progress=progress)
+print("done", flush=True)
+"""
+
+
+def test_a_rebuild_running_in_another_process_is_refused_then_a_dead_ones_marker_taken_over(
+    tmp_path: Path,
+) -> None:
+    path = str(tmp_path / "s")
+    with Store(path) as s:
+        populate(s, 5)
+    flag = tmp_path / "go"
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
+    holder = subprocess.Popen([sys.executable, "-c", _HOLDER, path, str(flag)], env=env, stdout=subprocess.PIPE,
+                              text=True)
+    try:
+        assert holder.stdout is not None and holder.stdout.readline().strip() == "holding"
+        with Store(path) as s:
+            with pytest.raises(RebuildInProgressError, match=rf"already running \(process {holder.pid}, started"):
+                s.rebuild("links")
+            s.rebuild("state")  # another projection's rebuild is not held up
+        flag.touch()
+        out, _ = holder.communicate(timeout=60)
+        assert holder.returncode == 0 and "done" in out
+    finally:
+        if holder.poll() is None:
+            holder.kill()
+    # A marker left by a process that is gone (killed mid-rebuild) is taken over.
+    gone = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    dead_pid = int(gone.stdout)
+    with Store(path) as s:
+        s.engine.run_write(lambda txn: txn.put("meta", b"rebuild:links",
+                                               msgspec.msgpack.encode((dead_pid, b"x" * 16, time.time_ns()))))
+        assert all(r.differences == [] for r in s.rebuild("links"))
+        assert _marker(s, "links") is None
+
+
+def test_a_rebuild_taken_over_stops_without_swapping(tmp_path: Path) -> None:
+    with Store(tmp_path / "s") as s:
+        populate(s, 12)
+        with s.engine.read() as txn:
+            before = [(bytes(k), bytes(v)) for k, v in txn.range("children")]
+
+        def take_over(done: int, total: int) -> None:  # another rebuild found this one gone
+            s.engine.run_write(lambda txn: txn.put("meta", b"rebuild:links",
+                                                   msgspec.msgpack.encode((os.getpid(), b"y" * 16, time.time_ns()))))
+            s.engine.run_write(lambda txn: txn.delete("children", before[0][0]))  # so a swap would show
+
+        with pytest.raises(RebuildInProgressError, match="took this one over"):
+            proj.rebuild(s.engine, s.codec, ["links"], chunk=7, progress=take_over)
+        with s.engine.read() as txn:
+            assert [(bytes(k), bytes(v)) for k, v in txn.range("children")] == before[1:]  # not swapped
+        assert _marker(s, "links") is not None and _marker(s, "links")[1] == b"y" * 16  # the other's, kept
+
+
+def test_a_failed_rebuild_releases_its_claim(tmp_path: Path) -> None:
+    with Store(tmp_path / "s") as s:
+        populate(s, 12)
+
+        def boom(done: int, total: int) -> None:
+            raise KeyboardInterrupt
+
+        with pytest.raises(KeyboardInterrupt):
+            proj.rebuild(s.engine, s.codec, ["links", "state"], chunk=7, progress=boom)
+        assert _marker(s, "links") is None and _marker(s, "state") is None
+        assert all(r.differences == [] for r in s.rebuild(verify=True))

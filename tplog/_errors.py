@@ -22,7 +22,8 @@ do not know tplog::
     ├── StorageFullError (OSError)          the disk itself is full
     ├── StorageError                        any other failure of the engine
     └── ProjectionError                     a projection is missing or stale
-        └── RebuildRequiredError            its fold code changed: run rebuild
+        ├── RebuildRequiredError            its fold code changed: run rebuild
+        └── RebuildInProgressError          another rebuild of it is running
 
 Errors raised by a dependency (lmdb, msgspec, zstandard) are translated at the
 boundary, with the original chained as ``__cause__``.
@@ -40,6 +41,7 @@ __all__ = [
     "NotFoundError",
     "ProjectionError",
     "ReadOnlyError",
+    "RebuildInProgressError",
     "RebuildRequiredError",
     "StorageError",
     "StorageFullError",
@@ -151,3 +153,8 @@ class ProjectionError(TplogError):
 
 class RebuildRequiredError(ProjectionError):
     """A projection's fold code changed since it was built: run ``tplog rebuild``."""
+
+
+class RebuildInProgressError(ProjectionError):
+    """Another rebuild of the projection is running (in this process or another one
+    on this host), or took over this one; nothing of this rebuild was swapped in."""

@@ -34,7 +34,9 @@ is lost or applied twice. Memory is one chunk's worth, whatever the log's size.
 from __future__ import annotations
 
 import bisect
+import contextlib
 import itertools
+import os
 import time
 import zlib
 from collections.abc import Callable, Iterable, Iterator
@@ -43,7 +45,7 @@ from typing import Any, Final
 import msgspec
 
 from tplog._codec import F_BLOB, F_COMPRESSED, MSG_KIND, PREFIX_SIZE, Codec, Header
-from tplog._errors import InvalidInputError, RebuildRequiredError
+from tplog._errors import InvalidInputError, RebuildInProgressError, RebuildRequiredError
 from tplog._events import (
     KIND_CODE,
     AgentTurnCompleted,
@@ -462,8 +464,9 @@ def _without_deleted(table: str, key: bytes, value: bytes, deleted: set[bytes]) 
     return value
 
 
-def _write_chunk(txn: WriteTxn, found: _Chunk) -> None:
-    """A key-order chunk's fold results into the shadow rows."""
+def _write_chunk(txn: WriteTxn, found: _Chunk, names: list[str], token: bytes) -> None:
+    """A key-order chunk's fold results into the shadow rows (if this rebuild still holds them)."""
+    _check_claim(txn, names, token)
     tables = _Tables(txn, shadow=True)
     for thread_id, tk, seq, ev, spawned, scope in found.links:
         apply_links(tables, thread_id, tk, seq, ev, spawned, scope)
@@ -471,6 +474,60 @@ def _write_chunk(txn: WriteTxn, found: _Chunk) -> None:
         save_state(tables, tk, st)
     for tk in found.dropped:
         tables.delete("proj", STATE_PREFIX + tk)
+
+
+#: Tokens of the rebuilds running in this process (see :func:`_claim`).
+_RUNNING: set[bytes] = set()
+_marker_dec = msgspec.msgpack.Decoder(tuple[int, bytes, int])
+
+
+def _marker_key(name: str) -> bytes:
+    return b"rebuild:" + name.encode()
+
+
+def _running(pid: int, token: bytes) -> bool:
+    """Whether the rebuild that wrote marker (pid, token) still runs: in this process, by
+    its token; in another, by whether that process exists (LMDB shares a store only
+    between processes of one host)."""
+    if pid == os.getpid():
+        return token in _RUNNING
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # it exists, under another user
+        return True
+    return True
+
+
+def _claim(txn: WriteTxn, names: list[str], token: bytes) -> None:
+    """Mark projections ``names`` as being rebuilt by this rebuild (``meta`` key
+    ``rebuild:<name>`` = msgpack [pid, token, started ns]) and clear their shadow rows,
+    unless another rebuild of one of them is running. A marker left by a rebuild that
+    died is taken over."""
+    for name in names:
+        raw = txn.get("meta", _marker_key(name))
+        if raw is not None:
+            pid, other, since = _marker_dec.decode(raw)
+            if other != token and _running(pid, other):
+                started = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(since / 1e9))
+                raise RebuildInProgressError(
+                    f"a rebuild of projection {name!r} is already running (process {pid}, started {started}); "
+                    "wait for it to finish: two rebuilds would fold the same events into the same shadow rows"
+                )
+        txn.put("meta", _marker_key(name), _enc.encode((os.getpid(), token, time.time_ns())))
+        _clear_shadow(txn, name)
+
+
+def _check_claim(txn: WriteTxn, names: list[str], token: bytes) -> None:
+    """Raise if another rebuild took one of ``names`` over (it found this process gone
+    or its marker removed): this rebuild must stop writing and must not swap."""
+    for name in names:
+        raw = txn.get("meta", _marker_key(name))
+        if raw is None or _marker_dec.decode(raw)[1] != token:
+            raise RebuildInProgressError(
+                f"another rebuild of projection {name!r} took this one over; nothing of this one was swapped in"
+            )
 
 
 def rebuild(
@@ -490,13 +547,28 @@ def rebuild(
     for name in names:
         if name not in VERSIONS:
             raise InvalidInputError(f"unknown projection {name!r}; expected one of {list(PROJECTIONS)}")
+    token = os.urandom(16)
+    _RUNNING.add(token)
+    try:
+        return _rebuild(engine, codec, names, verify, chunk, progress, token)
+    except BaseException:
+        def release(txn: WriteTxn) -> None:  # so that the next rebuild need not find this one gone
+            for name in names:
+                raw = txn.get("meta", _marker_key(name))
+                if raw is not None and _marker_dec.decode(raw)[1] == token:
+                    txn.delete("meta", _marker_key(name))
+
+        with contextlib.suppress(Exception):  # e.g. the disk is full: the marker is taken over later
+            engine.run_write(release)
+        raise
+    finally:
+        _RUNNING.discard(token)
+
+
+def _rebuild(engine: Any, codec: Codec, names: list[str], verify: bool, chunk: int,
+             progress: Callable[[int, int], None] | None, token: bytes) -> list[RebuildReport]:
     t0 = time.perf_counter()
-
-    def clear(txn: WriteTxn) -> None:
-        for name in names:
-            _clear_shadow(txn, name)
-
-    engine.run_write(clear)
+    engine.run_write(lambda txn: _claim(txn, names, token))
     do_links, do_state = LINKS in names, STATE in names
     events = 0
     deleted: set[bytes] = set()
@@ -512,7 +584,7 @@ def rebuild(
     while True:
         with engine.read() as rtxn:
             found = _scan_keys(rtxn, codec, after, chunk, do_links, do_state, carry)
-        engine.run_write(lambda txn, found=found: _write_chunk(txn, found))
+        engine.run_write(lambda txn, found=found: _write_chunk(txn, found, names, token))
         events += found.events
         deleted.update(found.dropped)
         last_keys.append(found.last_key)
@@ -538,6 +610,7 @@ def rebuild(
     reports: list[RebuildReport] | None = None
 
     def step(txn: WriteTxn) -> tuple[int, int, list[RebuildReport] | None]:
+        _check_claim(txn, names, token)
         batch, scanned, read, last = _items_in(txn, codec, cursor + 1, chunk, covered)
         tables = _Tables(txn, shadow=True)
         states: dict[bytes, ThreadState] = {}
@@ -575,6 +648,7 @@ def rebuild(
                 end = txn.last("global")
                 write_info(txn, name, ProjectionInfo(VERSIONS[name], from_u64(end[0]) if end else 0, "live"))
             _clear_shadow(txn, name)
+            txn.delete("meta", _marker_key(name))
             out.append(RebuildReport(projection=name, verify=verify, events=0, seconds=0.0, position=last,
                                      differences=diffs))
         return last, read, out
