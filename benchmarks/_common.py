@@ -59,7 +59,7 @@ def parse_args(name: str, description: str, argv: list[str] | None = None) -> ar
     p = argparse.ArgumentParser(prog=f"python -m benchmarks.{name}", description=description)
     p.add_argument("--quick", action="store_true", help="small sizes, one repeat (< 2 minutes for all modules)")
     p.add_argument(
-        "--repeat", type=int, default=None, help="repeats per measurement (median kept); default 1 quick, 3 full"
+        "--repeat", type=int, default=None, help="repeats per measurement (median kept); default 1 quick, 5 full"
     )
     p.add_argument("--seed", type=int, default=None, help="data seed (default: benchmarks._data.SEED)")
     p.add_argument("--dir", default=None, help="where stores are created (default: a temp dir on $TMPDIR)")
@@ -76,7 +76,7 @@ def parse_args(name: str, description: str, argv: list[str] | None = None) -> ar
     p.add_argument("--no-profile", action="store_true", help="do not cProfile the tplog side of goals that are missed")
     args = p.parse_args(argv)
     if args.repeat is None:
-        args.repeat = 1 if args.quick else 3
+        args.repeat = 1 if args.quick else 5
     if args.seed is None:
         from benchmarks._data import SEED
 
