@@ -360,3 +360,30 @@ def test_a_failed_rebuild_releases_its_claim(tmp_path: Path) -> None:
             proj.rebuild(s.engine, s.codec, ["links", "state"], chunk=7, progress=boom)
         assert _marker(s, "links") is None and _marker(s, "state") is None
         assert all(r.differences == [] for r in s.rebuild(verify=True))
+
+
+def test_force_takes_over_a_claim_whose_process_is_something_else(tmp_path: Path,
+                                                                  capsys: pytest.CaptureFixture[str]) -> None:
+    """A claim naming a live process that is not a rebuild (its pid was reused) holds
+    rebuilds off until an operator passes --force."""
+    path = str(tmp_path / "s")
+    with Store(path) as s:
+        populate(s, 5)
+        sleeper = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+        try:
+            s.engine.run_write(lambda txn: txn.put("meta", b"rebuild:links",
+                                                   msgspec.msgpack.encode((sleeper.pid, b"z" * 16, time.time_ns()))))
+            with pytest.raises(RebuildInProgressError, match="--force"):
+                s.rebuild("links")
+        finally:
+            sleeper.kill()
+            sleeper.wait()
+        # Through the CLI: process 1 is always there.
+        s.engine.run_write(lambda txn: txn.put("meta", b"rebuild:links",
+                                               msgspec.msgpack.encode((1, b"z" * 16, time.time_ns()))))
+    assert main(["rebuild", path, "--projection", "links"]) != 0
+    assert "already running (process 1" in capsys.readouterr().err
+    assert main(["rebuild", path, "--projection", "links", "--force"]) == 0
+    assert json.loads(capsys.readouterr().out)[0]["differences"] == []
+    with Store(path) as s:
+        assert _marker(s, "links") is None

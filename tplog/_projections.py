@@ -500,20 +500,21 @@ def _running(pid: int, token: bytes) -> bool:
     return True
 
 
-def _claim(txn: WriteTxn, names: list[str], token: bytes) -> None:
+def _claim(txn: WriteTxn, names: list[str], token: bytes, force: bool = False) -> None:
     """Mark projections ``names`` as being rebuilt by this rebuild (``meta`` key
     ``rebuild:<name>`` = msgpack [pid, token, started ns]) and clear their shadow rows,
-    unless another rebuild of one of them is running. A marker left by a rebuild that
-    died is taken over."""
+    unless another rebuild of one of them is running (``force``: take it over anyway). A
+    marker left by a rebuild that died is taken over."""
     for name in names:
         raw = txn.get("meta", _marker_key(name))
         if raw is not None:
             pid, other, since = _marker_dec.decode(raw)
-            if other != token and _running(pid, other):
+            if other != token and not force and _running(pid, other):
                 started = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(since / 1e9))
                 raise RebuildInProgressError(
                     f"a rebuild of projection {name!r} is already running (process {pid}, started {started}); "
-                    "wait for it to finish: two rebuilds would fold the same events into the same shadow rows"
+                    "wait for it to finish (two rebuilds would fold the same events into the same shadow rows), or, "
+                    "if that process is not a tplog rebuild, take its claim over with --force"
                 )
         txn.put("meta", _marker_key(name), _enc.encode((os.getpid(), token, time.time_ns())))
         _clear_shadow(txn, name)
@@ -538,6 +539,7 @@ def rebuild(
     verify: bool = False,
     chunk: int = 5000,
     progress: Callable[[int, int], None] | None = None,
+    force: bool = False,
 ) -> list[RebuildReport]:
     """Rebuild projections ``names`` from the log (see module doc); safe while others
     append and delete. ``progress(done, total)`` is called after each chunk: events
@@ -550,7 +552,7 @@ def rebuild(
     token = os.urandom(16)
     _RUNNING.add(token)
     try:
-        return _rebuild(engine, codec, names, verify, chunk, progress, token)
+        return _rebuild(engine, codec, names, verify, chunk, progress, token, force)
     except BaseException:
         def release(txn: WriteTxn) -> None:  # so that the next rebuild need not find this one gone
             for name in names:
@@ -566,9 +568,9 @@ def rebuild(
 
 
 def _rebuild(engine: Any, codec: Codec, names: list[str], verify: bool, chunk: int,
-             progress: Callable[[int, int], None] | None, token: bytes) -> list[RebuildReport]:
+             progress: Callable[[int, int], None] | None, token: bytes, force: bool) -> list[RebuildReport]:
     t0 = time.perf_counter()
-    engine.run_write(lambda txn: _claim(txn, names, token))
+    engine.run_write(lambda txn: _claim(txn, names, token, force))
     do_links, do_state = LINKS in names, STATE in names
     events = 0
     deleted: set[bytes] = set()

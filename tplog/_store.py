@@ -1139,15 +1139,19 @@ class Store:
         *,
         verify: bool = False,
         progress: Callable[[str, int, int], None] | None = None,
+        force: bool = False,
     ) -> list[RebuildReport]:
         """Rebuild one projection (or all) from the log; safe while other threads and
         processes append. With ``verify`` the live projection is left alone and every
-        difference from a fresh rebuild is reported instead."""
+        difference from a fresh rebuild is reported instead. One rebuild of a projection
+        runs at a time (:class:`RebuildInProgressError` otherwise); ``force`` takes over
+        the claim of another one that is believed running (e.g. its process id was
+        reused), which then stops without swapping anything in."""
         self._check_open()
         names = [projection] if projection is not None else list(proj.PROJECTIONS)
         label = "+".join(names)
         cb = None if progress is None else (lambda done, total: progress(label, done, total))
-        return proj.rebuild(self.engine, self.codec, names, verify=verify, progress=cb)
+        return proj.rebuild(self.engine, self.codec, names, verify=verify, progress=cb, force=force)
 
     def projections(self) -> dict[str, dict[str, Any]]:
         """Each projection's fold version, status and the log position it covers."""
