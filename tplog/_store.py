@@ -18,10 +18,7 @@ leader, so the event loop never blocks.
 py-lmdb releases the GIL in every get, put and cursor step, and each release
 can cost the writer a wait for the GIL while other threads run Python. So
 threads about to append wait at a gate while the leader builds its
-transaction (they encode during its fsync instead); a new leader first waits
-(at most 50 ms) for the threads already past the gate to finish encoding, so
-they join its group instead of taking the GIL at each of its LMDB calls (16
-writer threads: build 0.5 → 0.3 ms per group, ~10% more appends/s); and the leader keeps its
+transaction (they encode during its fsync instead), and the leader keeps its
 transaction's calls few: the rows it wrote in its
 last commit (heads, projection state, bookkeeping, the last position) are
 reused while the LMDB transaction id shows that no other write has committed
@@ -215,8 +212,7 @@ class _GroupCommit:
     ``cond`` guards ``queue`` and ``leading``; at most one thread leads (runs
     the write transaction) at a time."""
 
-    __slots__ = ("appends", "cache", "commits", "cond", "encoding", "gate", "last_position", "leading", "queue",
-                 "trainer")
+    __slots__ = ("appends", "cache", "commits", "cond", "gate", "last_position", "leading", "queue", "trainer")
 
     def __init__(self) -> None:
         self.commits = 0  # groups committed by this process
@@ -232,9 +228,6 @@ class _GroupCommit:
         # encode during the fsync instead, forming the next group.
         self.gate = threading.Event()
         self.gate.set()
-        # Threads past the gate still encoding: a new leader waits for them (they
-        # join its group) so that its build runs without them taking the GIL.
-        self.encoding = 0
         self.trainer: threading.Thread | None = None  # the auto_dictionary trainer, once started
 
 
@@ -472,23 +465,12 @@ class Store:
 
         Returns once the group's commit is durable (see ``durability``).
         """
-        gc = self._gc
-        gc.gate.wait()
-        with gc.cond:
-            gc.encoding += 1
-        try:
-            encoded = self._encode(thread_id, events, event_ids)
-            self._check_expected(expected_version)
-        except BaseException:
-            with gc.cond:
-                gc.encoding -= 1
-                gc.cond.notify_all()
-            raise
+        self._gc.gate.wait()
+        encoded = self._encode(thread_id, events, event_ids)
+        self._check_expected(expected_version)
         req = _Request(thread_id, encoded, expected_version, scope=self._scope, fresh_ids=event_ids is None)
+        gc = self._gc
         with gc.cond:
-            gc.encoding -= 1
-            if gc.encoding == 0:
-                gc.cond.notify_all()
             self._check_open()
             gc.queue.append(req)
             lead = not gc.leading
@@ -519,8 +501,6 @@ class Store:
         gc = self._gc
         while True:
             with gc.cond:
-                if gc.encoding and not gc.gate.is_set():  # appenders past the gate: let them join
-                    gc.cond.wait_for(lambda: not gc.encoding, timeout=0.05)
                 batch = gc.queue
                 gc.queue = []
             handoff: _Request | None = None
