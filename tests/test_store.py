@@ -1011,3 +1011,40 @@ def test_deep_nesting_in_a_scalar_field_is_refused(open_store: Callable[..., Sto
     with pytest.raises(error):
         s.append("t", [bad])
     assert snapshot(s) == before
+
+
+def test_generated_event_ids_are_uuid7_and_unique_across_threads_and_fork() -> None:
+    """Ids draw their random bits from a per-thread os.urandom buffer: threads never
+    share one, and a forked child gets fresh bytes instead of replaying its parent's."""
+    from tplog._store import new_event_id
+
+    first = new_event_id()  # this thread's buffer now holds unused random bytes
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover - the child
+        os.close(r)
+        os.write(w, "\n".join(new_event_id() for _ in range(50)).encode())
+        os._exit(0)
+    os.close(w)
+    mine = [new_event_id() for _ in range(50)]
+    with os.fdopen(r) as f:
+        child = f.read().split("\n")
+    os.waitpid(pid, 0)
+    assert len(child) == 50
+    assert not {i[-17:] for i in mine} & {i[-17:] for i in child}  # the random parts differ, not only time
+
+    out: list[list[str]] = [[] for _ in range(8)]
+
+    def gen(k: int) -> None:
+        out[k].extend(new_event_id() for _ in range(2000))
+
+    workers = [threading.Thread(target=gen, args=(k,)) for k in range(8)]
+    for t in workers:
+        t.start()
+    for t in workers:
+        t.join()
+    every = [first, *mine, *child, *(i for ids in out for i in ids)]
+    assert len(set(every)) == len(every)
+    for i in every:
+        u = uuid.UUID(i)
+        assert u.version == 7 and u.variant == uuid.RFC_4122 and str(u) == i
