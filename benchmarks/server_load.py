@@ -85,6 +85,8 @@ def _start(store: pathlib.Path, port: int, workers: int, durability: str, metric
         "4096",
         "--timeout-graceful-shutdown",
         "30",
+        "--timeout-keep-alive",  # as `tplog serve` (see tplog.integrations.server.serve)
+        "75",
     ]
     proc = subprocess.Popen(cmd, cwd=ROOT, env=env)
     import httpx
