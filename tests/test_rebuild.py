@@ -387,3 +387,22 @@ def test_force_takes_over_a_claim_whose_process_is_something_else(tmp_path: Path
     assert json.loads(capsys.readouterr().out)[0]["differences"] == []
     with Store(path) as s:
         assert _marker(s, "links") is None
+
+
+def test_progress_counts_events_up_to_the_total(tmp_path: Path) -> None:
+    """The progress callback (the CLI's bar) counts in events in both passes: it never
+    goes backwards, and the last call reports done == total == the events folded."""
+    with Store(tmp_path / "s") as s:
+        parent, _ = populate(s, 12)
+        calls: list[tuple[int, int]] = []
+
+        def progress(done: int, total: int) -> None:
+            calls.append((done, total))
+            if len(calls) == 2:  # appended during the key-order pass: caught up on afterwards
+                s.append(parent, tool_turn("late"))
+
+        reports = proj.rebuild(s.engine, s.codec, ["links", "state"], chunk=7, progress=progress)
+        dones = [d for d, _ in calls]
+        assert dones == sorted(dones) and all(d <= t for d, t in calls)
+        assert calls[-1][0] == calls[-1][1] == reports[0].events
+        assert reports[0].events >= s.stats()["events"]

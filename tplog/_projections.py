@@ -542,8 +542,9 @@ def rebuild(
     force: bool = False,
 ) -> list[RebuildReport]:
     """Rebuild projections ``names`` from the log (see module doc); safe while others
-    append and delete. ``progress(done, total)`` is called after each chunk: events
-    scanned of those in the log, then log positions during the catch-up.
+    append and delete. ``progress(done, total)`` is called after each chunk, in events:
+    those folded so far, and that plus what is left (the events table's entries during
+    the key-order pass, then the log positions not yet caught up on).
     """
     names = [names] if isinstance(names, str) else list(names)
     for name in names:
@@ -658,10 +659,11 @@ def _rebuild(engine: Any, codec: Codec, names: list[str], verify: bool, chunk: i
     while reports is None:
         cursor, n, reports = engine.run_write(step)
         events += n
-        if progress is not None:
+        if progress is not None:  # in events too: those done, plus the log positions still to catch up on
             with engine.read() as txn:
                 end = txn.last("global")
-            progress(cursor, max(cursor, from_u64(end[0]) if end else 0))
+            todo = max(0, (from_u64(end[0]) if end else 0) - cursor) if reports is None else 0
+            progress(events, events + todo)
     seconds = time.perf_counter() - t0
     for r in reports:
         r.events = events
