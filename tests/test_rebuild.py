@@ -406,3 +406,28 @@ def test_progress_counts_events_up_to_the_total(tmp_path: Path) -> None:
         assert dones == sorted(dones) and all(d <= t for d, t in calls)
         assert calls[-1][0] == calls[-1][1] == reports[0].events
         assert reports[0].events >= s.stats()["events"]
+
+
+def test_verify_during_a_rebuild_skips_that_projection_check(tmp_path: Path,
+                                                             capsys: pytest.CaptureFixture[str]) -> None:
+    """`tplog verify` (another process) while a rebuild runs checks everything else and
+    says which projection it did not compare (not a problem: exit 0)."""
+    path = str(tmp_path / "s")
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
+    with Store(path) as s:
+        populate(s, 12)
+        seen: list[subprocess.CompletedProcess[str]] = []
+
+        def progress(done: int, total: int) -> None:
+            if not seen:
+                seen.append(subprocess.run([sys.executable, "-m", "tplog", "verify", path], env=env,
+                                           capture_output=True, text=True, timeout=60))
+
+        proj.rebuild(s.engine, s.codec, ["links"], chunk=7, progress=progress)
+    assert seen[0].returncode == 0, seen[0].stderr
+    report = json.loads(seen[0].stdout)
+    assert report["ok"] is True and report["problems"] == []
+    assert len(report["skipped"]) == 1 and "projection 'links'" in report["skipped"][0]
+    assert "already running" in report["skipped"][0]
+    assert main(["verify", path]) == 0
+    assert json.loads(capsys.readouterr().out)["skipped"] == []

@@ -270,7 +270,8 @@ def cmd_verify(args: argparse.Namespace) -> int:
 
     with _store(args, readonly=False) as s:
         rep = verify_store(s, projections=not args.no_projections)
-    _emit({"ok": rep.ok, "threads": rep.threads, "events": rep.events, "blobs": rep.blobs, "problems": rep.problems})
+    _emit({"ok": rep.ok, "threads": rep.threads, "events": rep.events, "blobs": rep.blobs, "problems": rep.problems,
+           "skipped": rep.skipped})
     return 0 if rep.ok else 1
 
 
