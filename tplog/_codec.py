@@ -225,7 +225,7 @@ class Codec:
         self.limits = limits or Limits()
         self._enc = msgspec.msgpack.Encoder()
         self._event_dec: msgspec.msgpack.Decoder[Event] = msgspec.msgpack.Decoder(Event)
-        self._header_dec = self.header_decoder = msgspec.msgpack.Decoder(Header)
+        self.header_decoder = msgspec.msgpack.Decoder(Header)
         self._dicts: dict[int, zstandard.ZstdCompressionDict] = {}
         self._dict_bytes: dict[int, bytes] = {}
         self.current_dict = 0
@@ -369,10 +369,9 @@ class Codec:
                      where: tuple[str | None, int | None] = (None, None)) -> None:
         """Verify what :meth:`header` reads: a format-2 value's header CRC (the body is
         verified when it is read); a format-1 value has one CRC, over everything."""
-        if (len(value) >= PREFIX_SIZE + 4 and value[0] == 2 and not value[1] & ~(F_COMPRESSED | F_BLOB)
-                and 12 + ((value[10] << 8) | value[11]) <= len(value) - 4
-                and zlib.crc32(key, zlib.crc32(memoryview(value)[10 : 12 + ((value[10] << 8) | value[11])]))
-                == int.from_bytes(value[6:10], "big")):
+        end = PREFIX_SIZE + ((value[10] << 8) | value[11]) if len(value) >= PREFIX_SIZE + 4 else len(value)
+        if (value[:1] == b"\x02" and not value[1] & ~(F_COMPRESSED | F_BLOB) and end <= len(value) - 4
+                and zlib.crc32(key, zlib.crc32(memoryview(value)[10:end])) == _U32.unpack_from(value, 6)[0]):
             return
         if value[:1] == b"\x01":
             self.check(key, value, where=where)
@@ -391,7 +390,7 @@ class Codec:
     def header(self, value: bytes, *, where: tuple[str | None, int | None] = (None, None)) -> Header:
         hlen = int.from_bytes(value[10:12], "big")
         try:
-            return self._header_dec.decode(value[PREFIX_SIZE : PREFIX_SIZE + hlen])
+            return self.header_decoder.decode(value[PREFIX_SIZE : PREFIX_SIZE + hlen])
         except (msgspec.DecodeError, UnicodeDecodeError) as exc:
             raise CorruptionError(f"event header does not decode: {exc}", thread_id=where[0], seq=where[1]) from exc
 

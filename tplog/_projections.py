@@ -394,11 +394,10 @@ def _rows(txn: ReadTxn, name: str, shadow: bool, deleted: set[bytes]) -> Iterato
         prefix = b"~" + table.encode() + b"\x00"
         for k, v in txn.range("proj", prefix + lo, prefix + hi if hi is not None else prefix[:-1] + b"\x01"):
             key = bytes(k[len(prefix):])
-            value: bytes | None = bytes(v)
-            if deleted:
-                value = _without_deleted(table, key, bytes(v), deleted)
-            if value is not None:
-                yield i, key, value
+            value = bytes(v)
+            kept = _without_deleted(table, key, value, deleted) if deleted else value
+            if kept is not None:
+                yield i, key, kept
 
 
 def _differences(txn: ReadTxn, name: str, deleted: set[bytes]) -> list[tuple[str, bytes, bytes | None, bytes | None]]:
