@@ -281,11 +281,12 @@ def _table_items(s: Store, table: str) -> list[tuple[bytes, bytes]]:
 
 
 def _fix_crc(table: str, key: bytes, v: bytes) -> bytes:
-    if table == "events" and len(v) >= 12 and v[0] == 2:  # header CRC and body CRC
+    if table == "events" and len(v) >= 12 and v[0] in (2, 3):  # header CRC and body CRC
         end = 12 + int.from_bytes(v[10:12], "big")
         if end > len(v) - 4:
             return v
-        return (v[:6] + zlib.crc32(key, zlib.crc32(v[10:end])).to_bytes(4, "big") + v[10:-4]
+        seed = zlib.crc32(v[:1]) if v[0] == 3 else 0  # format 3's header CRC starts with the format byte
+        return (v[:6] + zlib.crc32(key, zlib.crc32(v[10:end], seed)).to_bytes(4, "big") + v[10:-4]
                 + zlib.crc32(key, zlib.crc32(v[end:-4])).to_bytes(4, "big"))
     if table == "events" and len(v) >= 12:
         return v[:6] + zlib.crc32(key, zlib.crc32(v[10:])).to_bytes(4, "big") + v[10:]

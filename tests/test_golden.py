@@ -4,8 +4,9 @@
 (made once per format by ``tools/make_golden.py``; never regenerate them to
 make this pass). Every later version of tplog must verify and decode them to
 exactly the events in ``events-vN.json``, and a store holding them must read
-them back. Format 1 (one CRC over the value) is read but no longer written;
-format 2 (a header CRC and a body CRC) is what appends write.
+them back. Format 1 (one CRC over the value) and format 2 (a header CRC and a
+body CRC) are read but no longer written; format 3 (format 2 whose agent-turn
+boundaries carry their fold fields in the header) is what appends write.
 """
 
 from __future__ import annotations
@@ -18,8 +19,10 @@ import msgspec
 import pytest
 
 import tplog
+from tplog import _projections as proj
 from tplog._codec import FORMAT, FORMATS, Codec
 from tplog._events import EVENT_TYPES
+from tplog._fold import interrupts_of, items_from_events, pending_of, state_of
 from tplog._keys import TKEY_SIZE, event_key, from_u64, tkey, u64
 from tplog._store import Store
 from tplog._verify import verify_store
@@ -52,7 +55,7 @@ def _decode(codec: Codec, rec: dict[str, Any]) -> tuple[Any, Any]:
 
 
 def test_every_readable_format_has_golden_files_and_the_newest_is_written() -> None:
-    assert FORMATS == (1, 2) and max(FORMATS) == FORMAT
+    assert FORMATS == (1, 2, 3) and max(FORMATS) == FORMAT
     assert sorted(GOLDEN_SETS) == list(FORMATS)
 
 
@@ -77,6 +80,7 @@ def test_golden_value_decodes(version: int, rec: dict[str, Any], exp: dict[str, 
     assert ev.__struct_config__.tag == exp["kind"]
     assert rec["value"][1] == exp["flags"]
     assert _j(msgspec.to_builtins(hdr.facts)) == exp["facts"]
+    assert _j(msgspec.to_builtins(hdr.turn)) == exp.get("turn")  # format 3 on; None before
     # The stored Struct, field for field (UNSET vs null, extra, extension tags).
     assert _j(msgspec.to_builtins(ev)) == exp["struct"]
     # The current encoder still writes the same body for it.
@@ -122,6 +126,55 @@ def test_golden_detects_tampering(version: int) -> None:
     codec.check_header(rec["key"], rec["value"])
 
 
+def _plant(s: Store, tid: str, pairs: list[tuple[dict[str, Any], dict[str, Any]]]) -> None:
+    """Make ``pairs`` (golden record, expected) thread ``tid``'s whole log, as a store
+    that wrote them would hold them: one real append creates the head, then the log is swapped."""
+    s.append(tid, [tplog.ThreadStarted(thread_id=tid, created_at="2025-01-20T10:00:00Z")])
+    n = len(pairs)
+
+    def plant(txn: Any) -> None:
+        head = msgspec.msgpack.decode(txn.get("heads", tkey(tid)))
+        for k, _ in list(txn.range("eventids")):
+            txn.delete("eventids", k)
+        for k, _ in list(txn.range("global")):
+            txn.delete("global", k)
+        for r, e in pairs:
+            txn.put("events", r["key"], r["value"])
+            txn.put("global", u64(r["seq"]), r["key"])
+            txn.put("eventids", e["event_id"].encode(), r["key"] + u64(r["seq"]))
+        head[1], head[2] = n, n  # version, last_position
+        txn.put("heads", tkey(tid), msgspec.msgpack.encode(head))
+
+    s.engine.run_write(plant)
+
+
+@pytest.mark.parametrize("version", FORMATS)
+def test_id_only_folds_agree_with_the_events_in_every_format(tmp_path: Path, version: int) -> None:
+    """Pending calls and interrupts from stored values (format 3: agent-turn boundaries
+    folded from the header's ``turn`` facts; before it, from their bodies) equal the fold
+    of the decoded events, by each path that reads them: a rebuild's key-order scan, its
+    catch-up over the global log, and a stale projection's per-thread read."""
+    records, expected = GOLDEN_SETS[version]
+    pairs = [(r, e) for r, e in zip(records, expected["events"], strict=True) if e["kind"] != "thread_deleted"]
+    codec = Codec()
+    events = [_decode(codec, r)[1] for r, _ in pairs]
+    want = state_of(items_from_events(events))
+    assert want.open_calls and want.facts and want.abandoned is not None  # the golden turns exercise the fold
+    assert any(c.state == "deferred" and c.kind == "approval" for c in want.open_calls.values())
+    assert any(f.source == "turn" and f.reason == "user_cancelled" for f in want.facts)
+    tid = expected["thread_id"]
+    with Store(tmp_path / "s") as s:
+        _plant(s, tid, pairs)
+        assert state_of(s._items(tid)) == want  # the per-thread read a stale projection falls back on
+        with s.engine.read() as txn:  # the rebuild's key-order scan ...
+            chunk = proj._scan_keys(txn, s.codec, b"", 10**6, True, True, None)
+            assert chunk.states[tkey(tid)] == want
+            got, *_ = proj._items_in(txn, s.codec, 1, 10**6)  # ... and its catch-up over the global log
+        assert state_of(it for _, _, _, it, _ in got) == want
+        s.rebuild()
+        assert s.pending(tid) == pending_of(want) and s.interrupts(tid) == interrupts_of(want)
+
+
 @pytest.mark.parametrize("version", FORMATS)
 def test_store_reads_golden_values(tmp_path: Path, version: int) -> None:
     """Values planted through the engine (as a store of that format would hold them) read
@@ -131,24 +184,8 @@ def test_store_reads_golden_values(tmp_path: Path, version: int) -> None:
     tid = EXPECTED["thread_id"]
     s = Store(tmp_path / "s")
     try:
-        # one real append creates the thread's head; then swap in the golden log
-        s.append(tid, [tplog.ThreadStarted(thread_id=tid, created_at="2025-01-20T10:00:00Z")])
         n = len(RECORDS)
-
-        def plant(txn: Any) -> None:
-            head = msgspec.msgpack.decode(txn.get("heads", tkey(tid)))
-            for k, _ in list(txn.range("eventids")):
-                txn.delete("eventids", k)
-            for k, _ in list(txn.range("global")):
-                txn.delete("global", k)
-            for r, e in pairs:
-                txn.put("events", r["key"], r["value"])
-                txn.put("global", u64(r["seq"]), r["key"])
-                txn.put("eventids", e["event_id"].encode(), r["key"] + u64(r["seq"]))
-            head[1], head[2] = n, n  # version, last_position
-            txn.put("heads", tkey(tid), msgspec.msgpack.encode(head))
-
-        s.engine.run_write(plant)
+        _plant(s, tid, pairs)
         evs = s.read(tid)
         assert [e.seq for e in evs] == list(range(1, n + 1))
         assert [e.event_id for e in evs] == [e["event_id"] for e in EXPECTED["events"]]

@@ -7,7 +7,7 @@ stored values (exactly as they sit in the ``events`` table) of one thread that
 holds one of every event type, every message type and part kind, extension
 parts and contents, unknown (``extra``) fields, explicit nulls, and both
 uncompressed and zstd-compressed bodies. ``events-vN.json`` is what each value
-must decode to: its header (kind, event id, recorded_at, facts) and the event,
+must decode to: its header (kind, event id, recorded_at, facts, turn) and the event,
 both as the protocol JSON of ``tplog.to_builtins`` and as msgspec builtins of
 the stored Struct.
 
@@ -182,6 +182,7 @@ def main() -> None:
             "recorded_at": hdr.recorded_at,
             "flags": value[1],
             "facts": msgspec.to_builtins(hdr.facts),
+            "turn": msgspec.to_builtins(hdr.turn),  # format 3: an agent-turn boundary's fold fields
             "event": to_builtins(ev),
             "struct": msgspec.to_builtins(ev),
         })

@@ -1,21 +1,26 @@
 """Events to bytes and back: msgpack, zstd (with trained dictionaries), checksum.
 
-Never imports lmdb. A stored event value (format 2, written by this version) is::
+Never imports lmdb. A stored event value (format 3, written by this version) is::
 
     offset size  field
-    0      1     format (2)
+    0      1     format (3)
     1      1     flags: 1 = body zstd-compressed, 2 = body is a blob reference
     2      4     zstd dictionary id, big-endian (0 = no dictionary)
-    6      4     header CRC: CRC-32 of value[10:12+H] followed by the key (so a
-                 value moved to another key is caught as well as a flipped bit)
+    6      4     header CRC: CRC-32 of the format byte, value[10:12+H] and the key
+                 (so a value moved to another key is caught as well as a flipped bit)
     10     2     header length H, big-endian
     12     H     header: msgpack array [kind, event_id, recorded_at_ns, facts]
+                 (agent-turn boundaries: [kind, event_id, recorded_at_ns, nil, turn])
     12+H   B     body: msgpack of the event (compressed if flag 1), or, with
                  flag 2, the 32-byte SHA-256 of the body kept in ``blobs``
     12+H+B 4     body CRC: CRC-32 of the body bytes followed by the key
 
-Format 1 (still read; never written) has no body CRC: its CRC at offset 6
-covers value[10:] (header length, header and body) followed by the key.
+Format 2 (still read; no longer written) is the same layout, but its header CRC
+starts at the header length (not the format byte), and its headers are always
+``[kind, event_id, recorded_at_ns, facts]``: an agent-turn boundary's fold fields
+are read from its body. Format 1 (still read) has no body CRC: its
+CRC at offset 6 covers value[10:] (header length, header and body) followed by
+the key.
 
 The header is never compressed and has a CRC of its own: the id-only
 projections (links, pending tools, interrupts) read and verify ``kind`` and
@@ -23,6 +28,10 @@ projections (links, pending tools, interrupts) read and verify ``kind`` and
 ``facts`` is ``None`` except for messages, where it lists tool-call ids and
 names, tool-return ids and statuses, the finish reason, the system event
 type and any spawned thread ids, and for user turns that carry tool returns.
+``turn`` (format 3) holds what the folds read from an agent-turn boundary: the
+agent id of ``AgentTurnStarted``, the deferred calls of ``AgentTurnCompleted``,
+the reason and time of ``AgentTurnInterrupted``; so an id-only fold decodes no
+body but a ``LinkAdded`` event's.
 
 A blob value (table ``blobs``) is ``refcount u32 | flags u8 | dict u32 | crc u32
 | data``, with the CRC over ``data`` + key.
@@ -46,17 +55,24 @@ from tplog._errors import CorruptionError, InvalidInputError, LimitExceededError
 from tplog._events import (
     EVENT_TYPES,
     KIND_CODE,
+    AgentTurnCompleted,
+    AgentTurnInterrupted,
+    AgentTurnStarted,
     Event,
     MessageRecorded,
     UserTurnSubmitted,
 )
 
-FORMAT: Final = 2  #: the format written
-FORMATS: Final = (1, 2)  #: the formats read
+FORMAT: Final = 3  #: the format written
+FORMATS: Final = (1, 2, 3)  #: the formats read
+SPLIT_CRC: Final = (2, 3)  #: the formats with a header CRC and a body CRC
+#: By format: the CRC-32 a header CRC starts from. Format 3's covers its format byte
+#: (2 and 3 share a layout, so a flipped format bit must not read as the other).
+HEADER_CRC_SEED: Final = (0, 0, 0, zlib.crc32(b"\x03"))
 F_COMPRESSED: Final = 1
 F_BLOB: Final = 2
-_PREFIX = struct.Struct(">BBIIH")  # format, flags, dict id, crc, header length
-PREFIX_SIZE: Final = _PREFIX.size  # 12
+PREFIX = struct.Struct(">BBIIH")  # format, flags, dict id, crc, header length
+PREFIX_SIZE: Final = PREFIX.size  # 12
 _BLOB_PREFIX = struct.Struct(">IBII")  # refcount, flags, dict id, crc
 _U32 = struct.Struct(">I")
 
@@ -76,11 +92,32 @@ class Facts(msgspec.Struct, array_like=True, frozen=True, omit_defaults=True, gc
     spawned: list[str] = []
 
 
+class TurnFacts(msgspec.Struct, array_like=True, frozen=True, gc=False):
+    """What the id-only folds need from an agent-turn boundary (format 3 headers):
+    the agent of ``AgentTurnStarted``, the deferred calls of ``AgentTurnCompleted``,
+    the interruption of ``AgentTurnInterrupted`` (the other fields keep their defaults)."""
+
+    agent_id: str = ""
+    deferred: dict[str, str] = {}
+    reason: str = ""
+    interrupted_at: str = ""
+
+
 class Header(msgspec.Struct, array_like=True, frozen=True, gc=False):
     kind: int
     event_id: str
     recorded_at: int
     facts: Facts | None = None
+    turn: TurnFacts | None = None  # format 3, agent-turn boundaries only
+
+
+class _Header4(msgspec.Struct, array_like=True, frozen=True, gc=False):
+    """The header every other event writes (no ``turn`` element: as format 2 wrote it)."""
+
+    kind: int
+    event_id: str
+    recorded_at: int
+    facts: Facts | None
 
 
 class Limits(msgspec.Struct, frozen=True, kw_only=True):
@@ -138,6 +175,17 @@ def facts_of(event: Event) -> Facts | None:
     if not calls and not returns and not (mt == "response" and fr == ABORTED):
         return None
     return Facts(message_type=mt, calls=calls, returns=returns, finish_reason=fr)
+
+
+def turn_facts_of(event: Event) -> TurnFacts | None:
+    """What the id-only folds read from an agent-turn boundary, or ``None`` for any other event."""
+    if isinstance(event, AgentTurnStarted):
+        return TurnFacts(agent_id=event.agent_id)
+    if isinstance(event, AgentTurnCompleted):
+        return TurnFacts(deferred=event.deferred)
+    if isinstance(event, AgentTurnInterrupted):
+        return TurnFacts(reason=event.interruption.reason, interrupted_at=event.interruption.interrupted_at)
+    return None
 
 
 _LEAVES: Final = frozenset({str, int, float, bool, type(None), bytes})
@@ -214,7 +262,7 @@ class Encoded(msgspec.Struct):
 
     def finish(self, key: bytes) -> bytes:
         crc = zlib.crc32(key, self.crc_partial)
-        return (_PREFIX.pack(FORMAT, self.prefix_flags, self.dict_id, crc, 0)[:10] + self.head_and_body
+        return (PREFIX.pack(FORMAT, self.prefix_flags, self.dict_id, crc, 0)[:10] + self.head_and_body
                 + zlib.crc32(key, self.body_crc_partial).to_bytes(4, "big"))
 
 
@@ -306,12 +354,14 @@ class Codec:
                 f"{type(event).__name__} does not match the event schema: {msg}", path=at.rstrip("`") or "$"
             ) from exc
         facts = facts_of(event)
-        header = self._enc.encode(Header(kind, event_id, recorded_at, facts))
+        turn = turn_facts_of(event)
+        header = self._enc.encode(Header(kind, event_id, recorded_at, None, turn) if turn is not None
+                                  else _Header4(kind, event_id, recorded_at, facts))
         if len(header) > 0xFFFF:
             raise LimitExceededError(f"event {event_id}: too many tool calls/returns in one message")
         flags, dict_id, stored, blob = self._pack_body(body)
         hlen = struct.pack(">H", len(header))
-        crc = zlib.crc32(header, zlib.crc32(hlen))
+        crc = zlib.crc32(header, zlib.crc32(hlen, HEADER_CRC_SEED[FORMAT]))
         return Encoded(
             event=event,
             event_id=event_id,
@@ -367,11 +417,12 @@ class Codec:
 
     def check_header(self, key: bytes, value: bytes, *,
                      where: tuple[str | None, int | None] = (None, None)) -> None:
-        """Verify what :meth:`header` reads: a format-2 value's header CRC (the body is
+        """Verify what :meth:`header` reads: a format-2/3 value's header CRC (the body is
         verified when it is read); a format-1 value has one CRC, over everything."""
         end = PREFIX_SIZE + ((value[10] << 8) | value[11]) if len(value) >= PREFIX_SIZE + 4 else len(value)
-        if (value[:1] == b"\x02" and not value[1] & ~(F_COMPRESSED | F_BLOB) and end <= len(value) - 4
-                and zlib.crc32(key, zlib.crc32(memoryview(value)[10:end])) == _U32.unpack_from(value, 6)[0]):
+        if (value[:1] in (b"\x03", b"\x02") and not value[1] & ~(F_COMPRESSED | F_BLOB) and end <= len(value) - 4
+                and zlib.crc32(key, zlib.crc32(value[10:end], HEADER_CRC_SEED[value[0]]))
+                == _U32.unpack_from(value, 6)[0]):
             return
         if value[:1] == b"\x01":
             self.check(key, value, where=where)
@@ -380,11 +431,12 @@ class Codec:
 
     @staticmethod
     def _fail(value: bytes, where: tuple[str | None, int | None], *, body: bool = True) -> NoReturn:
-        if len(value) < PREFIX_SIZE + (4 if value[:1] == b"\x02" else 0) or value[0] not in FORMATS or (
+        split = value[:1] in (b"\x03", b"\x02")
+        if len(value) < PREFIX_SIZE + (4 if split else 0) or value[0] not in FORMATS or (
             value[1] & ~(F_COMPRESSED | F_BLOB)
-        ) or 12 + ((value[10] << 8) | value[11]) > len(value) - (4 if value[0] == 2 else 0):
+        ) or 12 + ((value[10] << 8) | value[11]) > len(value) - (4 if split else 0):
             raise CorruptionError("stored value is truncated or of an unknown format", thread_id=where[0], seq=where[1])
-        what = "header " if value[0] == 2 and not body else ""
+        what = "header " if split and not body else ""
         raise CorruptionError(f"stored value failed its {what}CRC-32 check", thread_id=where[0], seq=where[1])
 
     def header(self, value: bytes, *, where: tuple[str | None, int | None] = (None, None)) -> Header:
@@ -452,10 +504,10 @@ class Codec:
         does this for every event."""
         mv = memoryview(value)
         n = len(value) - 4
-        if n > PREFIX_SIZE and value[0] == 2 and not value[1] & ~(F_COMPRESSED | F_BLOB):  # format 2, inlined
+        if n > PREFIX_SIZE and value[0] in SPLIT_CRC and not value[1] & ~(F_COMPRESSED | F_BLOB):  # inlined
             end = PREFIX_SIZE + ((value[10] << 8) | value[11])
             crc32 = zlib.crc32
-            if (end > n or crc32(key, crc32(mv[10:end])) != _U32.unpack_from(value, 6)[0]
+            if (end > n or crc32(key, crc32(mv[10:end], HEADER_CRC_SEED[value[0]])) != _U32.unpack_from(value, 6)[0]
                     or crc32(key, crc32(mv[end:n])) != _U32.unpack_from(value, n)[0]):
                 self._fail(value, where)
             stored = mv[end:n]
@@ -501,10 +553,11 @@ def value_ok(key: bytes, value: bytes, mv: memoryview) -> bool:
     if len(value) < PREFIX_SIZE or value[1] & ~(F_COMPRESSED | F_BLOB):
         return False
     crc32 = zlib.crc32
-    if value[0] == 2:
+    if value[0] in SPLIT_CRC:
         end = 12 + ((value[10] << 8) | value[11])
         n = len(value) - 4
-        return (end <= n and crc32(key, crc32(mv[10:end])) == int.from_bytes(value[6:10], "big")
+        return (end <= n
+                and crc32(key, crc32(mv[10:end], HEADER_CRC_SEED[value[0]])) == int.from_bytes(value[6:10], "big")
                 and crc32(key, crc32(mv[end:n])) == int.from_bytes(value[n:], "big"))
     return value[0] == 1 and crc32(key, crc32(mv[10:])) == int.from_bytes(value[6:10], "big")
 
@@ -512,7 +565,7 @@ def value_ok(key: bytes, value: bytes, mv: memoryview) -> bool:
 def stored_body(value: bytes) -> memoryview:
     """The stored body of a well-formed value (compressed, raw, or a blob's SHA-256): a view."""
     start = PREFIX_SIZE + ((value[10] << 8) | value[11])
-    return memoryview(value)[start : len(value) - 4] if value[0] == 2 else memoryview(value)[start:]
+    return memoryview(value)[start : len(value) - 4] if value[0] in SPLIT_CRC else memoryview(value)[start:]
 
 
 def blob_refcount(blob: bytes) -> int:

@@ -34,7 +34,7 @@ import msgspec
 from msgspec import UNSET
 
 from tplog import _model as m
-from tplog._codec import Facts, facts_of
+from tplog._codec import Facts, TurnFacts, facts_of
 from tplog._events import (
     KIND_CODE,
     AgentRegistered,
@@ -274,12 +274,13 @@ def fold(events: Iterable[Event]) -> FoldResult:
 
 class Item(msgspec.Struct, frozen=True):
     """One event as the id-only folds see it: ``event`` is ``None`` for messages
-    (their ``facts`` carry what is needed)."""
+    (their ``facts`` carry what is needed); for an agent-turn boundary it is the
+    event or, read from a format-3 header, its :class:`TurnFacts`."""
 
     seq: int
     kind: int
     facts: Facts | None
-    event: Event | None
+    event: Event | TurnFacts | None
 
 
 def items_from_events(events: Iterable[Event]) -> Iterator[Item]:
@@ -295,7 +296,7 @@ _K_INT = KIND_CODE[AgentTurnInterrupted]
 _K_USER = KIND_CODE[UserTurnSubmitted]
 
 
-class TurnInterrupt(msgspec.Struct, frozen=True, kw_only=True):
+class TurnInterrupt(msgspec.Struct, frozen=True, kw_only=True, gc=False):
     """One interruption fact. ``turn`` is the agent turn's index among the
     thread's turns; ``source``: ``"turn"`` (an AgentTurnInterrupted event),
     ``"response"`` (a response whose finish reason says aborted) or ``"tool"``
@@ -319,7 +320,7 @@ class InterruptState(msgspec.Struct, frozen=True, kw_only=True):
     facts: list[TurnInterrupt]
 
 
-class PendingCall(msgspec.Struct, frozen=True, kw_only=True):
+class PendingCall(msgspec.Struct, frozen=True, kw_only=True, gc=False):
     """A tool call without a return. ``state``: ``deferred`` | ``executing`` |
     ``abandoned``; ``kind``: ``approval`` | ``external`` when recorded."""
 
@@ -356,59 +357,63 @@ def feed(st: ThreadState, it: Item) -> None:
     """Advance ``st`` by one event (mutates it). ``st.seq`` becomes the event's
     seq only when the event changes the state (so an unchanged state encodes to
     the same bytes, and the ``state`` projection skips the write)."""
-    kind = it.kind
+    step(st, it.seq, it.kind, it.facts, it.event)
+
+
+def step(st: ThreadState, seq: int, kind: int, f: Facts | None, ev: Event | TurnFacts | None) -> None:
+    """:func:`feed` with the item's fields as arguments (a rebuild makes no Item per event)."""
     if kind == _K_MSG:
-        f = it.facts
         if f is None or not (f.calls or f.returns or (f.message_type == "response" and f.finish_reason == ABORTED)):
             return
-        st.seq = it.seq
+        st.seq = seq
         for call_id, name in f.calls:
             st.open_calls[call_id] = PendingCall(tool_call_id=call_id, tool_name=name, state="executing",
-                                                 turn=st.turn, seq=it.seq)
+                                                 turn=st.turn, seq=seq)
             st.turn_calls.append(call_id)
         for call_id, status in f.returns:
             st.open_calls.pop(call_id, None)
             if status == ABORTED:
                 st.facts.append(TurnInterrupt(turn=st.turn, agent_id=st.agent, source="tool", reason=ABORTED,
-                                              interrupted_at=None, seq=it.seq, tool_call_id=call_id))
+                                              interrupted_at=None, seq=seq, tool_call_id=call_id))
                 st.interrupted = True
         if f.message_type == "response" and f.finish_reason == ABORTED:
             st.facts.append(TurnInterrupt(turn=st.turn, agent_id=st.agent, source="response", reason=ABORTED,
-                                          interrupted_at=None, seq=it.seq))
+                                          interrupted_at=None, seq=seq))
             st.interrupted = True
     elif kind == _K_USER:
-        st.seq = it.seq
+        st.seq = seq
         st.turn += 1
-        if it.facts is not None:  # a user turn may carry tool results (approvals, external results)
-            for call_id, _status in it.facts.returns:
+        if f is not None:  # a user turn may carry tool results (approvals, external results)
+            for call_id, _status in f.returns:
                 st.open_calls.pop(call_id, None)
     elif kind == _K_START:
-        st.seq = it.seq
-        assert isinstance(it.event, AgentTurnStarted)
+        st.seq = seq
+        assert isinstance(ev, (AgentTurnStarted, TurnFacts))
         st.turn += 1
-        st.agent = it.event.agent_id
+        st.agent = ev.agent_id
         st.turn_calls = []
         st.interrupted = False
     elif kind == _K_DONE:
-        st.seq = it.seq
-        assert isinstance(it.event, AgentTurnCompleted)
-        deferred = it.event.deferred
+        st.seq = seq
+        assert isinstance(ev, (AgentTurnCompleted, TurnFacts))
+        deferred = ev.deferred
         for cid in st.turn_calls:
             c = st.open_calls.get(cid)
             if c is not None:
                 st.open_calls[cid] = msgspec.structs.replace(c, state="deferred", kind=deferred.get(cid))
         st.turn_calls = []
     elif kind == _K_INT:
-        st.seq = it.seq
-        assert isinstance(it.event, AgentTurnInterrupted)
+        st.seq = seq
+        assert isinstance(ev, (AgentTurnInterrupted, TurnFacts))
         for cid in st.turn_calls:
             c = st.open_calls.pop(cid, None)
             if c is not None:
                 st.abandoned.append(msgspec.structs.replace(c, state="abandoned"))
         st.turn_calls = []
-        i = it.event.interruption
-        st.facts.append(TurnInterrupt(turn=st.turn, agent_id=st.agent, source="turn", reason=i.reason,
-                                      interrupted_at=i.interrupted_at, seq=it.seq))
+        reason, at = ((ev.reason, ev.interrupted_at) if isinstance(ev, TurnFacts)
+                      else (ev.interruption.reason, ev.interruption.interrupted_at))
+        st.facts.append(TurnInterrupt(turn=st.turn, agent_id=st.agent, source="turn", reason=reason,
+                                      interrupted_at=at, seq=seq))
         st.interrupted = True
 
 

@@ -44,17 +44,30 @@ from typing import Any, Final
 
 import msgspec
 
-from tplog._codec import F_BLOB, F_COMPRESSED, MSG_KIND, PREFIX_SIZE, Codec, Header
+from tplog._codec import (
+    F_BLOB,
+    F_COMPRESSED,
+    HEADER_CRC_SEED,
+    MSG_KIND,
+    PREFIX,
+    PREFIX_SIZE,
+    SPLIT_CRC,
+    Codec,
+    Header,
+)
 from tplog._errors import InvalidInputError, RebuildInProgressError, RebuildRequiredError
 from tplog._events import (
     KIND_CODE,
+    AgentRegistered,
     AgentTurnCompleted,
     AgentTurnInterrupted,
     AgentTurnStarted,
     LinkAdded,
     ThreadDeleted,
+    ThreadInfoChanged,
+    ThreadStarted,
 )
-from tplog._fold import Item, ThreadState, feed
+from tplog._fold import Item, ThreadState, feed, step
 from tplog._keys import TKEY_SIZE, from_u64, tkey, u64
 from tplog._storage import ReadTxn, WriteTxn
 
@@ -71,12 +84,21 @@ SPAWNED_FROM: Final = "spawned_from"
 C_LINK: Final = 1  # children flag: the child has a spawned_from link to the parent
 C_SPAWN: Final = 2  # children flag: the parent recorded a thread_spawn event naming the child
 _K_LINK = KIND_CODE[LinkAdded]
-#: The kinds whose body an id-only fold reads (agent turn boundaries, links);
-#: every other event is folded from its header alone.
+#: The kinds whose body an id-only fold reads: links, and agent turn boundaries
+#: written before format 3 (whose headers carry no ``turn`` facts); every other
+#: event is folded from its header alone.
 BODY_KINDS: Final = frozenset(KIND_CODE[c] for c in (AgentTurnStarted, AgentTurnCompleted, AgentTurnInterrupted,
                                                      LinkAdded))
 _K_DELETED = KIND_CODE[ThreadDeleted]
+#: The kinds no id-only fold reads (links come from LinkAdded events and spawn facts):
+#: a rebuild passes over them by their header's kind byte.
+UNREAD_KINDS: Final = frozenset(KIND_CODE[c] for c in (ThreadStarted, AgentRegistered, ThreadInfoChanged))
 STATE_PREFIX: Final = b"state\x00"
+#: Events a rebuild folds per read snapshot and per write transaction: each chunk
+#: costs one durable commit, and bounds the rebuild's memory and an append's wait.
+CHUNK: Final = 20_000
+#: Log positions per catch-up step (pass 2), each inside the writer's transaction.
+CATCH_UP: Final = 5_000
 
 _enc = msgspec.msgpack.Encoder()
 _child_dec = msgspec.msgpack.Decoder(tuple[str, int])
@@ -246,10 +268,10 @@ def _items_in(
     thread key, item, scope); how many entries were scanned, how many of them were
     read (not covered) and the last position scanned. Entries for which ``covered(event key, position)`` is true
     were folded already (by the key-order scan) and are passed over unread.
-    What is read is verified (the header's CRC; the body's when it is read); a message whose header has no facts
-    (no tool calls or returns, no spawned thread, not an aborted response:
-    nothing any id-only fold uses) is recognised from the header's bytes and
-    skipped without decoding."""
+    What is read is verified (the header's CRC; the body's when it is read); an event of
+    the ``UNREAD_KINDS``, or a message whose header has no facts (no tool calls or returns,
+    no spawned thread, not an aborted response: nothing any id-only fold uses), is
+    recognised from the header's bytes and skipped without decoding."""
     from tplog._store import _head_dec
 
     out: list[tuple[int, str, bytes, Item, str | None]] = []
@@ -278,15 +300,15 @@ def _items_in(
         name, scope = known
         where = (name, seq)
         check_header(key, value, where=where)
-        # Header = msgpack fixarray(4) [kind, event_id, recorded_at, facts]: a message
-        # (kind byte) whose facts are nil (the header's last byte; an encoded Facts
-        # never ends in 0xC0, which no UTF-8 string holds and omit_defaults never ends on).
+        # Header = msgpack fixarray(4) [kind, event_id, recorded_at, facts]: a kind no
+        # id-only fold reads, or a message (kind byte) whose facts are nil (the header's
+        # last byte; an encoded Facts ends with its ``spawned`` list, never with 0xC0).
         hlen = (value[10] << 8) | value[11]
-        if value[12] == 0x94 and value[13] == MSG_KIND and value[11 + hlen] == 0xC0:
+        if value[12] == 0x94 and (value[13] in UNREAD_KINDS or (value[13] == MSG_KIND and value[11 + hlen] == 0xC0)):
             continue
         hdr: Header = header(value, where=where)
-        ev = None
-        if hdr.kind in BODY_KINDS:
+        ev: Any = hdr.turn
+        if ev is None and hdr.kind in BODY_KINDS:
             check(key, value, where=where)  # the body is read: verify it too
             ev = codec.decode_event(codec.body_bytes(value, txn, where=where), where=where)
         out.append((last, name, tk, Item(seq, hdr.kind, hdr.facts, ev), scope))
@@ -309,8 +331,8 @@ def _scan_keys(txn: ReadTxn, codec: Codec, after: bytes, limit: int, do_links: b
                carry: tuple[bytes, ThreadState] | None) -> _Chunk:
     """Up to ``limit`` events of ``events`` after key ``after``, in key order (thread by
     thread, seq by seq), folded in one snapshot. ``carry`` is the state of the thread
-    the previous chunk stopped inside. What is read is verified (as :func:`_items_in`); fact-less
-    messages are skipped by their header's bytes (see :func:`_items_in`)."""
+    the previous chunk stopped inside. What is read is verified, and what no fold uses is
+    skipped by its header's bytes, as in :func:`_items_in`."""
     from tplog._store import _head_dec
 
     end = txn.last("global")
@@ -320,20 +342,20 @@ def _scan_keys(txn: ReadTxn, codec: Codec, after: bytes, limit: int, do_links: b
     check, check_header, header = codec.check, codec.check_header, codec.header
     body_bytes, decode_event = codec.body_bytes, codec.decode_event
     header_decode = codec.header_decoder.decode
-    crc32 = zlib.crc32
-    current = b""
+    crc32, prefix, seeds = zlib.crc32, PREFIX.unpack_from, HEADER_CRC_SEED
+    current = last = b""
     st = ThreadState()
     name: str = ""
     scope: str | None = None
     n = 0
     # The loop runs once per event of the log: the CRC check and header decode are
-    # inlined (on a mismatch, codec.check / codec.header raise the typed error).
+    # inlined (on a mismatch, codec.check_header / codec.header raise the typed error).
     for key, value in txn.range("events", after + b"\x00" if after else b""):
         if n >= limit:
             chunk.done = False
             break
         n += 1
-        chunk.last_key = key
+        last = key
         tk = key[:TKEY_SIZE]
         if tk != current:
             current = tk
@@ -343,17 +365,22 @@ def _scan_keys(txn: ReadTxn, codec: Codec, after: bytes, limit: int, do_links: b
             st = carry[1] if carry is not None and carry[0] == tk else ThreadState()
             if do_state:
                 states[tk] = st
-        # Inlined check_header for a format-2 value (format 1, or a mismatch: the method).
-        hend = PREFIX_SIZE + ((value[10] << 8) | value[11]) if len(value) > PREFIX_SIZE + 4 else len(value)
-        if not (value[0] == 2 and not value[1] & ~(F_COMPRESSED | F_BLOB) and PREFIX_SIZE < hend <= len(value) - 4
-                and crc32(key, crc32(memoryview(value)[10:hend])) == int.from_bytes(value[6:10], "big")):
+        # Inlined check_header for a format-2/3 value (format 1, or a mismatch: the method).
+        if len(value) > PREFIX_SIZE + 4:
+            fmt, flags, _, crc, hlen = prefix(value)
+            hend = PREFIX_SIZE + hlen
+            if not (fmt in SPLIT_CRC and not flags & ~(F_COMPRESSED | F_BLOB) and hend <= len(value) - 4
+                    and crc32(key, crc32(value[10:hend], seeds[fmt])) == crc):
+                check_header(key, value, where=(name, from_u64(key, TKEY_SIZE)))
+        else:
             check_header(key, value, where=(name, from_u64(key, TKEY_SIZE)))
-        hlen = (value[10] << 8) | value[11]
-        if value[12] == 0x94 and value[13] == MSG_KIND and value[11 + hlen] == 0xC0:
-            continue
+            hlen = (value[10] << 8) | value[11]
+            hend = PREFIX_SIZE + hlen
+        if value[12] == 0x94 and (value[13] in UNREAD_KINDS or (value[13] == MSG_KIND and value[11 + hlen] == 0xC0)):
+            continue  # see _items_in
         seq = int.from_bytes(key[TKEY_SIZE:], "big")
         try:
-            hdr: Header = header_decode(value[PREFIX_SIZE : PREFIX_SIZE + hlen])
+            hdr: Header = header_decode(value[PREFIX_SIZE:hend])
         except (msgspec.DecodeError, UnicodeDecodeError):
             hdr = header(value, where=(name, seq))
         kind = hdr.kind
@@ -363,8 +390,8 @@ def _scan_keys(txn: ReadTxn, codec: Codec, after: bytes, limit: int, do_links: b
                 chunk.dropped.append(tk)
             continue
         facts = hdr.facts
-        ev = None
-        if kind in BODY_KINDS:
+        ev: Any = hdr.turn
+        if ev is None and kind in BODY_KINDS:
             check(key, value, where=(name, seq))  # the body is read: verify it too
             ev = decode_event(body_bytes(value, txn, where=(name, seq)), where=(name, seq))
             if do_links and kind == _K_LINK:
@@ -372,7 +399,8 @@ def _scan_keys(txn: ReadTxn, codec: Codec, after: bytes, limit: int, do_links: b
         elif do_links and facts is not None and facts.spawned:
             links.append((name, tk, seq, ev, facts.spawned, scope))
         if do_state:
-            feed(st, Item(seq, kind, facts, ev))
+            step(st, seq, kind, facts, ev)
+    chunk.last_key = last or after
     chunk.events = n
     return chunk
 
@@ -536,7 +564,7 @@ def rebuild(
     names: str | list[str],
     *,
     verify: bool = False,
-    chunk: int = 5000,
+    chunk: int = CHUNK,
     progress: Callable[[int, int], None] | None = None,
     force: bool = False,
 ) -> list[RebuildReport]:
@@ -610,10 +638,11 @@ def _rebuild(engine: Any, codec: Codec, names: list[str], verify: bool, chunk: i
     # compares them) in that same transaction, while no append can interleave.
     cursor = positions[0]
     reports: list[RebuildReport] | None = None
+    catch_up = min(chunk, CATCH_UP)  # these steps hold the writer's lock: appends wait behind them
 
     def step(txn: WriteTxn) -> tuple[int, int, list[RebuildReport] | None]:
         _check_claim(txn, names, token)
-        batch, scanned, read, last = _items_in(txn, codec, cursor + 1, chunk, covered)
+        batch, scanned, read, last = _items_in(txn, codec, cursor + 1, catch_up, covered)
         tables = _Tables(txn, shadow=True)
         states: dict[bytes, ThreadState] = {}
         for _pos, thread_id, tk, it, scope in batch:
@@ -632,7 +661,7 @@ def _rebuild(engine: Any, codec: Codec, names: list[str], verify: bool, chunk: i
                 feed(st, it)
         for tk, st in states.items():
             save_state(tables, tk, st)
-        if scanned >= chunk:
+        if scanned >= catch_up:
             return last, read, None
         # The end of the log, inside the writer's transaction: finish here.
         out: list[RebuildReport] = []

@@ -1102,7 +1102,8 @@ class Store:
         return res.thread
 
     def _items(self, thread_id: str) -> list[Item]:
-        """Headers; bodies only of the kinds an id-only fold reads (proj.BODY_KINDS)."""
+        """Headers; bodies only of the kinds an id-only fold reads (proj.BODY_KINDS) when
+        the header has no ``turn`` facts (values written before format 3)."""
         self._check_open()
         tk = self._tk(thread_id)
         out: list[Item] = []
@@ -1114,8 +1115,8 @@ class Store:
                 where = (thread_id, seq)
                 self.codec.check_header(k, v, where=where)
                 hdr = self.codec.header(v, where=where)
-                ev = None
-                if hdr.kind in proj.BODY_KINDS:
+                ev: Any = hdr.turn
+                if ev is None and hdr.kind in proj.BODY_KINDS:
                     self.codec.check(k, v, where=where)
                     ev = self.codec.decode_event(self.codec.body_bytes(v, txn,
                                                                        where=where), where=where)
@@ -1149,18 +1150,21 @@ class Store:
         verify: bool = False,
         progress: Callable[[str, int, int], None] | None = None,
         force: bool = False,
+        chunk: int = proj.CHUNK,
     ) -> list[RebuildReport]:
         """Rebuild one projection (or all) from the log; safe while other threads and
         processes append. With ``verify`` the live projection is left alone and every
         difference from a fresh rebuild is reported instead. One rebuild of a projection
         runs at a time (:class:`RebuildInProgressError` otherwise); ``force`` takes over
         the claim of another one that is believed running (e.g. its process id was
-        reused), which then stops without swapping anything in."""
+        reused), which then stops without swapping anything in. ``chunk``: events folded
+        per read snapshot and per write transaction (bounds memory and how long an
+        append waits behind the rebuild; each chunk costs one commit)."""
         self._check_open()
         names = [projection] if projection is not None else list(proj.PROJECTIONS)
         label = "+".join(names)
         cb = None if progress is None else (lambda done, total: progress(label, done, total))
-        return proj.rebuild(self.engine, self.codec, names, verify=verify, progress=cb, force=force)
+        return proj.rebuild(self.engine, self.codec, names, verify=verify, progress=cb, force=force, chunk=chunk)
 
     def projections(self) -> dict[str, dict[str, Any]]:
         """Each projection's fold version, status and the log position it covers."""
