@@ -262,12 +262,21 @@ def main(argv: list[str] | None = None) -> int:
         systems.append(("raw LMDB scan, zero-copy (bytes only)", lambda: B.lmdb_scan(root / "lmdb")))
         report.add(run_interleaved(W2, systems, R))
 
-        g_id = report.goal("id-only rebuild (header scan) ÷ full typed decode", 5, (W2, HEADER_SCAN), (W2, FULL_DECODE))
-        g_rb = None
+        # The goal is the store's own rebuild; the header scan (this module's reimplementation
+        # on the public engine and codec, one Item per event) stands in where there is none.
+        g_id = g_rb = None
         if has_rebuild:
             g_rb = report.goal(
                 "id-only rebuild (Store.rebuild) ÷ full typed decode", 5, (W2, REBUILD), (W2, FULL_DECODE)
             )
+            report.notes.append(
+                f"The id-only goal is `Store.rebuild()`'s; \"{HEADER_SCAN}\" is this module's own reimplementation "
+                "on the public engine and codec (an `Item` per event, `pending`/`interrupts` per thread), kept as "
+                "a reference row."
+            )
+        else:
+            g_id = report.goal("id-only rebuild (header scan) ÷ full typed decode", 5, (W2, HEADER_SCAN),
+                               (W2, FULL_DECODE))
 
         # 3 ------------------------------------------------------------ peak memory
         mem_goal = None
@@ -333,7 +342,7 @@ def main(argv: list[str] | None = None) -> int:
         # profiles ----------------------------------------------------- missed goals
         if Store is not None and not args.no_profile:
             with Store(tp, durability="relaxed") as s:
-                if g_id.status == "NOT met":
+                if g_id is not None and g_id.status == "NOT met":
                     report.profile(f"{W2}, {HEADER_SCAN}", lambda: header_scan(s))
                     report.profile(f"{W2}, {FULL_DECODE} (the denominator)", lambda: full_decode_scan(s))
                 if g_rb is not None and g_rb.status == "NOT met":

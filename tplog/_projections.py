@@ -37,6 +37,7 @@ import bisect
 import contextlib
 import itertools
 import os
+import struct
 import time
 import zlib
 from collections.abc import Callable, Iterable, Iterator
@@ -51,7 +52,6 @@ from tplog._codec import (
     MSG_KIND,
     PREFIX,
     PREFIX_SIZE,
-    SPLIT_CRC,
     Codec,
     Header,
 )
@@ -90,6 +90,7 @@ _K_LINK = KIND_CODE[LinkAdded]
 BODY_KINDS: Final = frozenset(KIND_CODE[c] for c in (AgentTurnStarted, AgentTurnCompleted, AgentTurnInterrupted,
                                                      LinkAdded))
 _K_DELETED = KIND_CODE[ThreadDeleted]
+_FLAGS: Final = F_COMPRESSED | F_BLOB  # every flag bit a value may have
 #: The kinds no id-only fold reads (links come from LinkAdded events and spawn facts):
 #: a rebuild passes over them by their header's kind byte.
 UNREAD_KINDS: Final = frozenset(KIND_CODE[c] for c in (ThreadStarted, AgentRegistered, ThreadInfoChanged))
@@ -342,20 +343,16 @@ def _scan_keys(txn: ReadTxn, codec: Codec, after: bytes, limit: int, do_links: b
     check, check_header, header = codec.check, codec.check_header, codec.header
     body_bytes, decode_event = codec.body_bytes, codec.decode_event
     header_decode = codec.header_decoder.decode
-    crc32, prefix, seeds = zlib.crc32, PREFIX.unpack_from, HEADER_CRC_SEED
-    current = last = b""
+    crc32, prefix, seed = zlib.crc32, PREFIX.unpack_from, HEADER_CRC_SEED[3]
+    current = key = b""
     st = ThreadState()
     name: str = ""
     scope: str | None = None
     n = 0
+    rows = txn.range("events", after + b"\x00" if after else b"")
     # The loop runs once per event of the log: the CRC check and header decode are
     # inlined (on a mismatch, codec.check_header / codec.header raise the typed error).
-    for key, value in txn.range("events", after + b"\x00" if after else b""):
-        if n >= limit:
-            chunk.done = False
-            break
-        n += 1
-        last = key
+    for n, (key, value) in enumerate(itertools.islice(rows, limit), 1):  # noqa: B007 (n, key: read after it)
         tk = key[:TKEY_SIZE]
         if tk != current:
             current = tk
@@ -365,17 +362,16 @@ def _scan_keys(txn: ReadTxn, codec: Codec, after: bytes, limit: int, do_links: b
             st = carry[1] if carry is not None and carry[0] == tk else ThreadState()
             if do_state:
                 states[tk] = st
-        # Inlined check_header for a format-2/3 value (format 1, or a mismatch: the method).
-        if len(value) > PREFIX_SIZE + 4:
+        # Inlined check_header for a format-3 value (an older format, or a mismatch: the method).
+        try:
             fmt, flags, _, crc, hlen = prefix(value)
-            hend = PREFIX_SIZE + hlen
-            if not (fmt in SPLIT_CRC and not flags & ~(F_COMPRESSED | F_BLOB) and hend <= len(value) - 4
-                    and crc32(key, crc32(value[10:hend], seeds[fmt])) == crc):
-                check_header(key, value, where=(name, from_u64(key, TKEY_SIZE)))
-        else:
+        except struct.error:
+            check_header(key, value, where=(name, from_u64(key, TKEY_SIZE)))  # too short: raises
+            raise
+        hend = PREFIX_SIZE + hlen
+        if not (fmt == 3 and flags <= _FLAGS and hend <= len(value) - 4
+                and crc32(key, crc32(value[10:hend], seed)) == crc):
             check_header(key, value, where=(name, from_u64(key, TKEY_SIZE)))
-            hlen = (value[10] << 8) | value[11]
-            hend = PREFIX_SIZE + hlen
         if value[12] == 0x94 and (value[13] in UNREAD_KINDS or (value[13] == MSG_KIND and value[11 + hlen] == 0xC0)):
             continue  # see _items_in
         seq = int.from_bytes(key[TKEY_SIZE:], "big")
@@ -400,8 +396,9 @@ def _scan_keys(txn: ReadTxn, codec: Codec, after: bytes, limit: int, do_links: b
             links.append((name, tk, seq, ev, facts.spawned, scope))
         if do_state:
             step(st, seq, kind, facts, ev)
-    chunk.last_key = last or after
+    chunk.last_key = key or after
     chunk.events = n
+    chunk.done = n < limit or next(rows, None) is None
     return chunk
 
 
