@@ -637,7 +637,7 @@ def _rebuild(engine: Any, codec: Codec, names: list[str], verify: bool, chunk: i
     reports: list[RebuildReport] | None = None
     catch_up = min(chunk, CATCH_UP)  # these steps hold the writer's lock: appends wait behind them
 
-    def step(txn: WriteTxn) -> tuple[int, int, list[RebuildReport] | None]:
+    def catch_up_step(txn: WriteTxn) -> tuple[int, int, list[RebuildReport] | None]:
         _check_claim(txn, names, token)
         batch, scanned, read, last = _items_in(txn, codec, cursor + 1, catch_up, covered)
         tables = _Tables(txn, shadow=True)
@@ -682,7 +682,7 @@ def _rebuild(engine: Any, codec: Codec, names: list[str], verify: bool, chunk: i
         return last, read, out
 
     while reports is None:
-        cursor, n, reports = engine.run_write(step)
+        cursor, n, reports = engine.run_write(catch_up_step)
         events += n
         if progress is not None:  # in events too: those done, plus the log positions still to catch up on
             with engine.read() as txn:
