@@ -17,7 +17,7 @@ import pytest
 from tplog import _model as m
 from tplog import _projections as proj
 from tplog._cli import main
-from tplog._errors import RebuildInProgressError, RebuildRequiredError
+from tplog._errors import InvalidInputError, RebuildInProgressError, RebuildRequiredError
 from tplog._events import (
     AgentTurnCompleted,
     AgentTurnStarted,
@@ -132,6 +132,32 @@ def test_cli_rebuild_and_verify(tmp_path: Path, capsys: pytest.CaptureFixture[st
     assert out[0]["projection"] == "links" and out[0]["differences"] == []
     assert main(["verify", path]) == 0
     assert json.loads(capsys.readouterr().out)["ok"] is True
+
+
+def test_cli_rebuild_chunk(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """``--chunk N`` folds the log in chunks of N events (each its own snapshot and commit) to
+    the same projections; a chunk that is not a positive number is a clear error, nothing written."""
+    path = str(tmp_path / "s")
+    with Store(path) as s:
+        populate(s, 4)
+        events = s.stats()["events"]
+    assert main(["rebuild", path, "--chunk", "3"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert {r["projection"] for r in out} == {"links", "state"} and all(r["events"] == events for r in out)
+    assert main(["rebuild", path, "--verify", "--chunk", "5"]) == 0  # the same rows as one big chunk
+    assert all(r["differences"] == [] for r in json.loads(capsys.readouterr().out))
+    for bad in ("0", "-2"):
+        assert main(["rebuild", path, "--chunk", bad]) == 2
+        _, err = capsys.readouterr()
+        assert "chunk must be a positive number of events" in err and "Traceback" not in err
+    with Store(path) as s:
+        with pytest.raises(InvalidInputError, match="chunk"):
+            s.rebuild(chunk=0)
+        assert s.projections()["links"]["status"] == "live"
+        done: list[int] = []
+        s.rebuild("links", chunk=4, progress=lambda _name, n, _total: done.append(n))
+        assert done[: events // 4] == [4 * (i + 1) for i in range(events // 4)]  # one call per chunk of 4
+    assert main(["verify", path]) == 0
 
 
 def test_verify_names_a_corrupted_event(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

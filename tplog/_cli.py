@@ -245,9 +245,10 @@ def cmd_rebuild(args: argparse.Namespace) -> int:
         from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
     except ImportError:  # pragma: no cover - rich is in the cli extra
         Progress = None  # type: ignore[assignment,misc]
+    chunk = {} if args.chunk is None else {"chunk": args.chunk}
     with _store(args, readonly=False) as s:
         if Progress is None or not sys.stderr.isatty():
-            reports = s.rebuild(args.projection, verify=args.verify, force=args.force)
+            reports = s.rebuild(args.projection, verify=args.verify, force=args.force, **chunk)
         else:  # pragma: no cover - needs a terminal
             with Progress(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
                           TimeRemainingColumn(), transient=True) as bar:
@@ -258,7 +259,8 @@ def cmd_rebuild(args: argparse.Namespace) -> int:
                         tasks[name] = bar.add_task(f"rebuild {name}", total=total)
                     bar.update(tasks[name], completed=done, total=total)
 
-                reports = s.rebuild(args.projection, verify=args.verify, progress=progress, force=args.force)
+                reports = s.rebuild(args.projection, verify=args.verify, progress=progress, force=args.force,
+                                    **chunk)
     _emit([{"projection": r.projection, "verify": r.verify, "events": r.events, "seconds": round(r.seconds, 3),
             "events_per_second": round(r.events_per_second), "position": r.position,
             "differences": r.differences} for r in reports])
@@ -365,6 +367,9 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("--force", action="store_true",
                     help="take over the claim of another rebuild believed running (its process id names "
                          "something else); that rebuild then stops without swapping anything in")
+    sp.add_argument("--chunk", type=int, default=None, metavar="N",
+                    help="events folded per read snapshot and per commit (default 20,000): smaller keeps "
+                         "appends waiting less and memory lower, larger commits less often")
     sp = add("verify", cmd_verify, "Check every value, the indexes and the projections; exit 1 on any problem.")
     sp.add_argument("--no-projections", action="store_true", help="skip comparing projections with a rebuild")
     return p

@@ -570,6 +570,8 @@ def rebuild(
     those folded so far, and that plus what is left (the events table's entries during
     the key-order pass, then the log positions not yet caught up on).
     """
+    if isinstance(chunk, bool) or not isinstance(chunk, int) or chunk < 1:
+        raise InvalidInputError(f"chunk must be a positive number of events, not {chunk!r}")
     names = [names] if isinstance(names, str) else list(names)
     for name in names:
         if name not in VERSIONS:
