@@ -965,6 +965,105 @@ def test_a_group_that_fails_outside_the_engine_fails_its_appends(tmp_path: Path)
         assert s.append("after", [started("after")]).last_position == 3
 
 
+class _Staged(Store):
+    """Commit groups held until enough appends queue behind them: group 1 is ``u0``
+    alone, group 2 is ``u1``..``u4``, group 3 is ``u5``, ``u6``. ``fail`` makes group 3
+    raise before it reaches the engine; else its transaction, once built, stays open
+    until the four callers of group 2 have returned (at most 10 s)."""
+
+    fail = False
+
+    def __init__(self, *a: Any, **kw: Any) -> None:
+        super().__init__(*a, **kw)
+        self.groups = 0
+        self.told = 0  # callers of group 2 returned
+        self.told_at: tuple[int, int] | None = None  # (before, after) group 3's build
+
+    def _commit(self, batch: list[Any]) -> None:
+        self.groups += 1
+        want = {1: 4, 2: 2}.get(self.groups)
+        deadline = time.monotonic() + 10
+        while want is not None and len(self._gc.queue) < want and time.monotonic() < deadline:
+            time.sleep(0.001)
+        if self.groups != 3:
+            return super()._commit(batch)
+        if self.fail:
+            raise RuntimeError("boom")
+        run_write = self.engine.run_write
+
+        def held(fn: Any) -> Any:
+            def build(txn: Any) -> Any:
+                before = self.told
+                out = fn(txn)
+                while self.told < 4 and time.monotonic() < deadline + 10:
+                    time.sleep(0.001)
+                self.told_at = (before, self.told)
+                return out
+
+            return run_write(build)
+
+        self.engine.run_write = held  # type: ignore[method-assign]
+        try:
+            super()._commit(batch)
+        finally:
+            self.engine.run_write = run_write  # type: ignore[method-assign]
+
+
+def _staged_appends(s: _Staged) -> dict[int, Any]:
+    """u0..u6, each from its own thread, started so that they form _Staged's groups."""
+    outcome: dict[int, Any] = {}
+    lock = threading.Lock()
+
+    def one(i: int) -> None:
+        try:
+            outcome[i] = s.append(f"u{i}", [started(f"u{i}")])
+        except BaseException as exc:
+            outcome[i] = exc
+        if 1 <= i <= 4:
+            with lock:
+                s.told += 1
+
+    ts = [threading.Thread(target=one, args=(i,)) for i in range(7)]
+    for i, t in enumerate(ts):
+        t.start()
+        if i in (0, 4):  # u0's group, then u1..u4's, is taken before the next appends start
+            deadline = time.monotonic() + 10
+            while s.groups < (1 if i == 0 else 2) and time.monotonic() < deadline:
+                time.sleep(0.001)
+    for t in ts:
+        t.join(30)
+    assert not any(t.is_alive() for t in ts), "an append was never told its result"
+    return outcome
+
+
+def test_a_group_is_told_when_the_next_leader_has_built_its_transaction(tmp_path: Path) -> None:
+    """The waiting callers of a committed group are woken by the next leader once its
+    transaction is built (so they run during its fsync, not during its LMDB calls):
+    when group 3's build starts, at most group 2's leader has returned; when it ends,
+    all four of group 2 have."""
+    with _Staged(tmp_path / "s", auto_dictionary=0) as s:
+        outcome = _staged_appends(s)
+        assert s.groups == 3
+        assert s.told_at is not None and s.told_at[0] <= 1 and s.told_at[1] == 4, s.told_at
+        assert all(isinstance(r, AppendResult) for r in outcome.values()), outcome
+        assert sorted(r.last_position for r in outcome.values()) == list(range(1, 8))
+
+
+def test_a_group_is_told_even_when_the_next_group_fails(tmp_path: Path) -> None:
+    """Waking a committed group's callers is left to the next leader; when that leader's
+    group fails before it reaches the engine, the committed group still hears its results
+    (and is not failed with the next group's error)."""
+    with _Staged(tmp_path / "s", auto_dictionary=0) as s:
+        s.fail = True
+        outcome = _staged_appends(s)
+        assert s.groups == 3
+        ok = {i for i, r in outcome.items() if isinstance(r, AppendResult)}
+        failed = {i for i, r in outcome.items() if isinstance(r, RuntimeError)}
+        assert ok == {0, 1, 2, 3, 4} and failed == {5, 6}, outcome
+        assert sorted(outcome[i].last_position for i in ok) == [1, 2, 3, 4, 5]
+        assert s.append("after", [started("after")]).last_position == 6
+
+
 _NOW = "2025-01-20T10:00:00Z"
 
 
