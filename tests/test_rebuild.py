@@ -325,6 +325,16 @@ print("done", flush=True)
 """
 
 
+def _hold(path: str, flag: Path) -> subprocess.Popen[str]:
+    """A rebuild of ``links`` in another process, stopped in its first progress call
+    until ``flag`` exists."""
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
+    holder = subprocess.Popen([sys.executable, "-c", _HOLDER, path, str(flag)], env=env, stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True)
+    assert holder.stdout is not None and holder.stdout.readline().strip() == "holding"
+    return holder
+
+
 def test_a_rebuild_running_in_another_process_is_refused_then_a_dead_ones_marker_taken_over(
     tmp_path: Path,
 ) -> None:
@@ -332,11 +342,8 @@ def test_a_rebuild_running_in_another_process_is_refused_then_a_dead_ones_marker
     with Store(path) as s:
         populate(s, 5)
     flag = tmp_path / "go"
-    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
-    holder = subprocess.Popen([sys.executable, "-c", _HOLDER, path, str(flag)], env=env, stdout=subprocess.PIPE,
-                              text=True)
+    holder = _hold(path, flag)
     try:
-        assert holder.stdout is not None and holder.stdout.readline().strip() == "holding"
         with Store(path) as s:
             with pytest.raises(RebuildInProgressError, match=rf"already running \(process {holder.pid}, started"):
                 s.rebuild("links")
@@ -388,10 +395,10 @@ def test_a_failed_rebuild_releases_its_claim(tmp_path: Path) -> None:
         assert all(r.differences == [] for r in s.rebuild(verify=True))
 
 
-def test_force_takes_over_a_claim_whose_process_is_something_else(tmp_path: Path,
-                                                                  capsys: pytest.CaptureFixture[str]) -> None:
-    """A claim naming a live process that is not a rebuild (its pid was reused) holds
-    rebuilds off until an operator passes --force."""
+def test_a_claim_whose_process_id_now_names_another_process_is_taken_over(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A rebuild that died left its claim; its process id has since been reused. The
+    lock it held went with it, so the next rebuild takes the claim over by itself."""
     path = str(tmp_path / "s")
     with Store(path) as s:
         populate(s, 5)
@@ -399,20 +406,54 @@ def test_force_takes_over_a_claim_whose_process_is_something_else(tmp_path: Path
         try:
             s.engine.run_write(lambda txn: txn.put("meta", b"rebuild:links",
                                                    msgspec.msgpack.encode((sleeper.pid, b"z" * 16, time.time_ns()))))
-            with pytest.raises(RebuildInProgressError, match="--force"):
-                s.rebuild("links")
+            assert all(r.differences == [] for r in s.rebuild("links"))
+            assert _marker(s, "links") is None
         finally:
             sleeper.kill()
             sleeper.wait()
-        # Through the CLI: process 1 is always there.
+        # Through the CLI, naming process 1 (always there).
         s.engine.run_write(lambda txn: txn.put("meta", b"rebuild:links",
                                                msgspec.msgpack.encode((1, b"z" * 16, time.time_ns()))))
-    assert main(["rebuild", path, "--projection", "links"]) != 0
-    assert "already running (process 1" in capsys.readouterr().err
-    assert main(["rebuild", path, "--projection", "links", "--force"]) == 0
+    assert main(["rebuild", path, "--projection", "links"]) == 0
     assert json.loads(capsys.readouterr().out)[0]["differences"] == []
     with Store(path) as s:
         assert _marker(s, "links") is None
+
+
+def test_a_rebuild_killed_mid_way_is_taken_over_and_force_takes_over_a_running_one(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = str(tmp_path / "s")
+    with Store(path) as s:
+        parent, _ = populate(s, 5)
+    # Killed with SIGKILL mid-rebuild: no cleanup ran, its claim is still in meta.
+    holder = _hold(path, tmp_path / "never")
+    holder.kill()
+    holder.wait()
+    with Store(path) as s:
+        marker = _marker(s, "links")
+        assert marker is not None and marker[0] == holder.pid
+        s.append(parent, tool_turn("after-kill"))
+        assert all(r.differences == [] for r in s.rebuild("links"))
+        assert _marker(s, "links") is None
+        assert all(r.differences == [] for r in s.rebuild(verify=True))
+    # A rebuild that still runs (here: waiting) is refused, and --force takes it over.
+    flag = tmp_path / "go"
+    holder = _hold(path, flag)
+    try:
+        assert main(["rebuild", path, "--projection", "links"]) != 0
+        assert f"already running (process {holder.pid}, started" in capsys.readouterr().err
+        assert main(["rebuild", path, "--projection", "links", "--force"]) == 0
+        assert json.loads(capsys.readouterr().out)[0]["differences"] == []
+        flag.touch()
+        _, err = holder.communicate(timeout=60)
+        assert holder.returncode != 0 and "took this one over" in err
+    finally:
+        if holder.poll() is None:
+            holder.kill()
+    with Store(path) as s:
+        assert _marker(s, "links") is None
+        assert all(r.differences == [] for r in s.rebuild(verify=True))
+        assert len(s.children(parent)) == 5
 
 
 def test_progress_counts_events_up_to_the_total(tmp_path: Path) -> None:

@@ -1,12 +1,16 @@
 """The storage contract every engine must meet (tplog/_storage.py ``Engine``).
 
 Written against the contract only — named ordered tables of bytes, ``read()``
-snapshots, ``run_write(fn)`` all-or-nothing — and parametrized over engines;
+snapshots, ``run_write(fn)`` all-or-nothing, ``try_lock(name)`` advisory locks
+that die with their holder — and parametrized over engines;
 LMDB is the only one today. A new engine is added to ``ENGINES``.
 """
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -275,3 +279,59 @@ def test_closed_engine(make_engine: Callable[..., Any]) -> None:
         e.run_write(lambda txn: None)
     with pytest.raises(StoreClosedError), e.read():
         pass
+
+
+_LOCK_HOLDER = """
+import sys, time
+from pathlib import Path
+sys.path.insert(0, sys.argv[1])
+from test_storage_contract import ENGINES
+engine = ENGINES[sys.argv[2]](Path(sys.argv[3]))
+lock = engine.try_lock("job")
+print("held" if lock is not None else "busy", flush=True)
+time.sleep(60)
+"""
+
+
+def test_try_lock_is_exclusive_until_released_or_its_holder_dies(
+        make_engine: Callable[..., Any], request: pytest.FixtureRequest, tmp_path: Path) -> None:
+    e = make_engine()
+    first = e.try_lock("job")
+    assert first is not None
+    assert e.try_lock("job") is None  # held, even by this process
+    other = e.try_lock("other-job")  # names are independent
+    assert other is not None
+    first.release()
+    first.release()  # twice is harmless
+    again = e.try_lock("job")
+    assert again is not None
+    again.release()
+    other.release()
+    with pytest.raises(ValueError, match="lock name"):
+        e.try_lock("../escape")
+
+    # Another process: its lock holds this one off; killed, it holds nothing.
+    engine_name = request.node.callspec.params["make_engine"]
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
+    holder = subprocess.Popen([sys.executable, "-c", _LOCK_HOLDER, str(Path(__file__).parent), engine_name,
+                               str(tmp_path / "e")], env=env, stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout is not None and holder.stdout.readline().strip() == "held"
+        assert e.try_lock("job") is None
+    finally:
+        holder.kill()
+        holder.wait()
+    after = e.try_lock("job")
+    assert after is not None
+    after.release()
+
+
+def test_try_lock_on_a_readonly_or_closed_engine(make_engine: Callable[..., Any]) -> None:
+    w = make_engine("ro")
+    _fill(w)
+    w.close()
+    with pytest.raises(StoreClosedError):
+        w.try_lock("job")
+    r = make_engine("ro", readonly=True)
+    with pytest.raises(ReadOnlyError):
+        r.try_lock("job")

@@ -365,8 +365,8 @@ def build_parser() -> argparse.ArgumentParser:
                     help="rebuild into a shadow copy and report every difference from the live projection; "
                          "exit 1 if any")
     sp.add_argument("--force", action="store_true",
-                    help="take over the claim of another rebuild believed running (its process id names "
-                         "something else); that rebuild then stops without swapping anything in")
+                    help="take over the claim of another rebuild that still holds its lock (e.g. a stopped or stuck "
+                         "process); that rebuild then stops without swapping anything in")
     sp.add_argument("--chunk", type=int, default=None, metavar="N",
                     help="events folded per read snapshot and per commit (default 20,000): smaller keeps "
                          "appends waiting less and memory lower, larger commits less often")

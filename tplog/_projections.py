@@ -29,6 +29,9 @@ folded it loses its link rows). The step that reaches the end of the log swaps
 shadow → live (or, with ``verify=True``, compares them and reports every
 difference) in that same transaction, while no append can interleave: no update
 is lost or applied twice. Memory is one chunk's worth, whatever the log's size.
+One rebuild of a projection runs at a time: it holds the engine's lock
+``rebuild-<name>`` (see :meth:`Engine.try_lock`) for as long as it runs and claims
+the projection in ``meta``; the claim of a rebuild that died is taken over.
 """
 
 from __future__ import annotations
@@ -500,8 +503,6 @@ def _write_chunk(txn: WriteTxn, found: _Chunk, names: list[str], token: bytes) -
         tables.delete("proj", STATE_PREFIX + tk)
 
 
-#: Tokens of the rebuilds running in this process (see :func:`_claim`).
-_RUNNING: set[bytes] = set()
 _marker_dec = msgspec.msgpack.Decoder(tuple[int, bytes, int])
 
 
@@ -509,37 +510,33 @@ def _marker_key(name: str) -> bytes:
     return b"rebuild:" + name.encode()
 
 
-def _running(pid: int, token: bytes) -> bool:
-    """Whether the rebuild that wrote marker (pid, token) still runs: in this process, by
-    its token; in another, by whether that process exists (LMDB shares a store only
-    between processes of one host)."""
-    if pid == os.getpid():
-        return token in _RUNNING
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:  # it exists, under another user
-        return True
-    return True
+def _lock_name(name: str) -> str:
+    return "rebuild-" + name
 
 
-def _claim(txn: WriteTxn, names: list[str], token: bytes, force: bool = False) -> None:
-    """Mark projections ``names`` as being rebuilt by this rebuild (``meta`` key
-    ``rebuild:<name>`` = msgpack [pid, token, started ns]) and clear their shadow rows,
-    unless another rebuild of one of them is running (``force``: take it over anyway). A
-    marker left by a rebuild that died is taken over."""
-    for name in names:
+def _in_progress(engine: Any, name: str) -> RebuildInProgressError:
+    """The error for a rebuild of ``name`` that another one (whose lock is held) runs."""
+    with engine.read() as txn:
         raw = txn.get("meta", _marker_key(name))
-        if raw is not None:
-            pid, other, since = _marker_dec.decode(raw)
-            if other != token and not force and _running(pid, other):
-                started = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(since / 1e9))
-                raise RebuildInProgressError(
-                    f"a rebuild of projection {name!r} is already running (process {pid}, started {started}); "
-                    "wait for it to finish (two rebuilds would fold the same events into the same shadow rows), or, "
-                    "if that process is not a tplog rebuild, take its claim over with --force"
-                )
+    if raw is None:  # between its lock and its claim, or between its swap and its unlock
+        who = "another process or thread is starting or finishing one"
+    else:
+        pid, _token, since = _marker_dec.decode(raw)
+        started = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(since / 1e9))
+        who = f"process {pid}, started {started}"
+    return RebuildInProgressError(
+        f"a rebuild of projection {name!r} is already running ({who}); wait for it to finish (two rebuilds "
+        "would fold the same events into the same shadow rows), or, if it is stuck, take its claim over with "
+        "--force (it then stops without swapping anything in)"
+    )
+
+
+def _claim(txn: WriteTxn, names: list[str], token: bytes) -> None:
+    """Mark projections ``names`` as being rebuilt by this rebuild (``meta`` key
+    ``rebuild:<name>`` = msgpack [pid, token, started ns]) and clear their shadow rows.
+    The caller holds each one's lock (or was told to ``force``): a marker found here
+    is then one a dead rebuild left, or one being taken over."""
+    for name in names:
         txn.put("meta", _marker_key(name), _enc.encode((os.getpid(), token, time.time_ns())))
         _clear_shadow(txn, name)
 
@@ -577,9 +574,23 @@ def rebuild(
         if name not in VERSIONS:
             raise InvalidInputError(f"unknown projection {name!r}; expected one of {list(PROJECTIONS)}")
     token = os.urandom(16)
-    _RUNNING.add(token)
+    # Whether another rebuild runs is its lock's business (the kernel drops it when
+    # that process dies, however it dies), never a process id: ids are reused, and
+    # differ between containers sharing the store's directory.
+    held: list[Any] = []
     try:
-        return _rebuild(engine, codec, names, verify, chunk, progress, token, force)
+        for name in names:
+            lock = engine.try_lock(_lock_name(name))
+            if lock is None and not force:
+                raise _in_progress(engine, name)
+            if lock is not None:
+                held.append(lock)
+    except BaseException:
+        for lock in held:
+            lock.release()
+        raise
+    try:
+        return _rebuild(engine, codec, names, verify, chunk, progress, token)
     except BaseException:
         def release(txn: WriteTxn) -> None:  # so that the next rebuild need not find this one gone
             for name in names:
@@ -591,13 +602,14 @@ def rebuild(
             engine.run_write(release)
         raise
     finally:
-        _RUNNING.discard(token)
+        for lock in held:
+            lock.release()
 
 
 def _rebuild(engine: Any, codec: Codec, names: list[str], verify: bool, chunk: int,
-             progress: Callable[[int, int], None] | None, token: bytes, force: bool) -> list[RebuildReport]:
+             progress: Callable[[int, int], None] | None, token: bytes) -> list[RebuildReport]:
     t0 = time.perf_counter()
-    engine.run_write(lambda txn: _claim(txn, names, token, force))
+    engine.run_write(lambda txn: _claim(txn, names, token))
     do_links, do_state = LINKS in names, STATE in names
     events = 0
     deleted: set[bytes] = set()

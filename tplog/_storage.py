@@ -20,12 +20,19 @@ LMDB hazards handled here (see README "Operating tplog"):
 - **fork**: a handle used in a child process raises :class:`StoreClosedError`.
 - **stale reader slots** left by killed processes are cleared on open
   (``reader_check``).
+
+Besides the tables, an engine offers named advisory locks (:meth:`Engine.try_lock`)
+that the kernel releases when their holder dies, however it dies: a projection
+rebuild holds one for as long as it runs, so that whether a rebuild still runs
+never depends on process ids (which get reused, and differ between containers
+sharing the store's directory).
 """
 
 from __future__ import annotations
 
 import contextlib
 import errno
+import fcntl
 import os
 import shutil
 import threading
@@ -101,6 +108,31 @@ class Engine(Protocol):
     def backup(self, dest: str, *, compact: bool = True) -> None: ...
 
     def info(self) -> dict[str, Any]: ...
+
+    def try_lock(self, name: str) -> Held | None:
+        """Take the advisory lock ``name`` if no one (this process included) holds
+        it; ``None`` if someone does. Held until released or the holder dies."""
+        ...
+
+
+class Held(Protocol):
+    """An advisory lock taken with :meth:`Engine.try_lock`."""
+
+    def release(self) -> None: ...
+
+
+class _FileLock:
+    """``flock`` on a file of its own: per open file description, so a second
+    ``try_lock`` in the same process conflicts with the first, and released by the
+    kernel when the process exits or is killed."""
+
+    def __init__(self, fd: int) -> None:
+        self._fd: int | None = fd
+
+    def release(self) -> None:
+        if self._fd is not None:
+            fd, self._fd = self._fd, None
+            os.close(fd)  # drops the flock
 
 
 class _RWLock:
@@ -454,6 +486,27 @@ class LmdbEngine:
             "num_readers": info["num_readers"],
             "tables": tables,
         }
+
+    def try_lock(self, name: str) -> _FileLock | None:
+        """``flock`` on ``<store>/<name>.lock`` (created if missing), not blocking."""
+        self._check()
+        if not name or not all(c.isascii() and (c.isalnum() or c in "-_") for c in name):
+            raise ValueError(f"lock name must be ASCII letters, digits, '-' or '_', not {name!r}")
+        if self.readonly:
+            raise ReadOnlyError(f"{self.path}: the store was opened read-only")
+        try:
+            fd = os.open(os.path.join(self.path, name + ".lock"), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        except OSError as exc:
+            raise StorageError(f"{self.path}: cannot open the lock file {name}.lock: {exc}") from exc
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            return None
+        except OSError as exc:
+            os.close(fd)
+            raise StorageError(f"{self.path}: cannot lock {name}.lock: {exc}") from exc
+        return _FileLock(fd)
 
     # ------------------------------------------------------------------ short scans (links queries)
 

@@ -1182,9 +1182,10 @@ class Store:
         """Rebuild one projection (or all) from the log; safe while other threads and
         processes append. With ``verify`` the live projection is left alone and every
         difference from a fresh rebuild is reported instead. One rebuild of a projection
-        runs at a time (:class:`RebuildInProgressError` otherwise); ``force`` takes over
-        the claim of another one that is believed running (e.g. its process id was
-        reused), which then stops without swapping anything in. ``chunk``: events folded
+        runs at a time (:class:`RebuildInProgressError` otherwise; the claim of one
+        that died, however it died, is taken over); ``force`` takes over the claim of
+        another one that still runs (e.g. stuck), which then stops without swapping
+        anything in. ``chunk``: events folded
         per read snapshot and per write transaction (bounds memory and how long an
         append waits behind the rebuild; each chunk costs one commit)."""
         self._check_open()
