@@ -245,6 +245,45 @@ def _depth_ok(obj: Any, limit: int) -> bool:
     return True
 
 
+def _raw_mirror(tp: Any, made: dict[type, Any]) -> Any:
+    """``tp`` with every ``Any`` replaced by :class:`msgspec.Raw` and every Struct by a
+    mirror of it (same tag, field names, encoded names, defaults and field order):
+    decoding into it checks every typed field exactly as decoding into ``tp`` does,
+    but leaves ``Any`` values (tool arguments and returns, metadata: the bulk of a
+    large event) as undecoded slices instead of building them."""
+    if tp is Any:
+        return msgspec.Raw
+    if isinstance(tp, type) and issubclass(tp, msgspec.Struct):
+        if tp in made:
+            if made[tp] is None:
+                raise TypeError(f"{tp.__name__} refers to itself")  # not in tplog's schema
+            return made[tp]
+        made[tp] = None
+        cfg = tp.__struct_config__
+        fields = []
+        for f in msgspec.structs.fields(tp):
+            default = (msgspec.field(default=f.default, name=f.encode_name) if f.default is not msgspec.NODEFAULT
+                       else msgspec.field(default_factory=f.default_factory, name=f.encode_name)
+                       if f.default_factory is not msgspec.NODEFAULT else msgspec.field(name=f.encode_name))
+            fields.append((f.name, _raw_mirror(f.type, made), default))
+        mirror = msgspec.defstruct(tp.__name__, fields, kw_only=True, tag=cfg.tag, tag_field=cfg.tag_field,
+                                   array_like=cfg.array_like, forbid_unknown_fields=cfg.forbid_unknown_fields)
+        made[tp] = mirror
+        return mirror
+    origin = typing.get_origin(tp)
+    if origin is None or origin is typing.Literal:
+        return tp
+    args = typing.get_args(tp)
+    if origin is typing.Annotated:
+        return typing.Annotated[(_raw_mirror(args[0], made), *tp.__metadata__)]
+    if origin in (typing.Union, types.UnionType) and Any in args:
+        return msgspec.Raw  # a union with Any takes anything (msgspec ignores Raw in a union)
+    new = tuple(a if a is Ellipsis else _raw_mirror(a, made) for a in args)
+    if origin in (typing.Union, types.UnionType):
+        return typing.Union[new]
+    return origin[new if len(new) > 1 else new[0]]
+
+
 class Encoded(msgspec.Struct):
     """An event encoded outside the writer: all but the key-dependent CRC."""
 
@@ -273,6 +312,8 @@ class Codec:
         self.limits = limits or Limits()
         self._enc = msgspec.msgpack.Encoder()
         self._event_dec: msgspec.msgpack.Decoder[Event] = msgspec.msgpack.Decoder(Event)
+        #: The schema check of an append: ``Event`` with ``Any`` left undecoded.
+        self._check_dec: msgspec.msgpack.Decoder[Any] = msgspec.msgpack.Decoder(_raw_mirror(Event, {}))
         self.header_decoder = msgspec.msgpack.Decoder(Header)
         self._dicts: dict[int, zstandard.ZstdCompressionDict] = {}
         self._dict_bytes: dict[int, bytes] = {}
@@ -323,7 +364,9 @@ class Codec:
         except RecursionError as exc:
             raise LimitExceededError(f"event nests deeper than max_depth={self.limits.max_depth}") from exc
 
-    def encode(self, event: Event, event_id: str, recorded_at: int) -> Encoded:
+    def encode(self, event: Event, event_id: str, recorded_at: int, body: bytes | None = None) -> Encoded:
+        """The stored form of ``event``, checked against the limits and the schema.
+        ``body``: its :meth:`encode_body`, if the caller has it already."""
         kind = KIND_CODE.get(type(event))
         if kind is None:
             raise InvalidInputError(
@@ -331,7 +374,8 @@ class Codec:
                 f"{[c.__name__ for c in EVENT_TYPES]}"
             )
         self._check_limits(event)
-        body = self.encode_body(event)
+        if body is None:
+            body = self.encode_body(event)
         # Every container encodes to one header byte of these values, so a body with
         # few of them cannot nest deep (most events): only the others are walked.
         if len(body.translate(None, _NOT_CONTAINER_BYTES)) > self.limits.max_depth + 8 and not _depth_ok(
@@ -346,8 +390,9 @@ class Codec:
         # msgspec does not check field types when a Struct is built, so a wrongly typed
         # field (an int where the protocol says str) encodes fine and then never decodes:
         # decode it now, as every reader will, and refuse it before anything is written.
+        # ``Any`` values are left undecoded: whatever msgspec encoded there decodes.
         try:
-            self._event_dec.decode(body)
+            self._check_dec.decode(body)
         except (msgspec.DecodeError, UnicodeDecodeError) as exc:
             msg, _, at = str(exc).partition(" - at `")
             raise InvalidInputError(
