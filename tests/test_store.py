@@ -1147,3 +1147,8 @@ def test_generated_event_ids_are_uuid7_and_unique_across_threads_and_fork() -> N
     for i in every:
         u = uuid.UUID(i)
         assert u.version == 7 and u.variant == uuid.RFC_4122 and str(u) == i
+    # In order below the millisecond too (rand_a holds the sub-millisecond time), so
+    # new ids go last in the eventids index and fill its pages.
+    for made in out:
+        assert made == sorted(made)
+        assert len({i[:14] for i in made}) < len(made)  # many share a millisecond: the ms alone does not order them

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import CountingStore, exchange, ids, started, user
+from conftest import CountingStore, agent_start, exchange, ids, started, user
 
 from tplog import (
     IdempotencyError,
@@ -178,4 +178,53 @@ def test_store_closed_with_pending_async_appends_completes_them(tmp_path: Path) 
         with Store(tmp_path / "s") as again:
             assert again.last_position == len(committed)
 
+    asyncio.run(main())
+
+
+class _WhereEncoded(Store):
+    """Records the thread each append's events were checked and compressed in."""
+
+    def __init__(self, *args: Any, **kw: Any) -> None:
+        super().__init__(*args, **kw)
+        self.encoded_in: list[str] = []
+
+    def _encode(self, *args: Any, **kw: Any) -> Any:
+        self.encoded_in.append(threading.current_thread().name)
+        return super()._encode(*args, **kw)
+
+
+def test_a_large_append_is_checked_and_compressed_off_the_loop(tmp_path: Path) -> None:
+    """Checking, compressing and hashing a 1 MB tool return takes tens of milliseconds:
+    past ASYNC_INLINE_BYTES that runs in a worker thread, and the loop serves others."""
+    from tplog import MessageRecorded
+    from tplog import _model as m
+    from tplog._store import ASYNC_INLINE_BYTES
+
+    rows = [{"id": i, "name": f"row {i} " * 4, "tags": ["a", "b"]} for i in range(20_000)]
+    part = m.ToolReturnPart(tool_name="query", tool_call_id="c1", status="success", content={"rows": rows})
+    big = MessageRecorded(message=m.RequestMessage(timestamp="2026-01-01T00:00:00Z", agent_id="a1", parts=[part]))
+    bad = MessageRecorded(message=m.RequestMessage(timestamp="2026-01-01T00:00:00Z", agent_id=7,  # type: ignore[arg-type]
+                                                   parts=[part]))
+
+    async def main() -> None:
+        store = _WhereEncoded(tmp_path / "s")
+        a = AsyncStore(store)
+        loop_thread = threading.current_thread().name
+        try:
+            await a.append("t", [started("t"), user(), agent_start()])
+            assert store.encoded_in == [loop_thread]  # small: on the loop, no thread hop
+            res = await a.append("t", [big])
+            assert len(store.encoded_in) == 2 and store.encoded_in[1] != loop_thread
+            assert res.first_seq == 4
+            got = (await a.read("t"))[-1].event
+            assert got == big
+            # Errors from the worker are the same typed errors, naming thread and event.
+            with pytest.raises(InvalidInputError, match=r"thread t: events\[1\].*agent_id") as exc:
+                await a.append("t", [big, bad])
+            assert exc.value.path == "$.message.agent_id"
+            assert (await a.head("t")).version == 4  # nothing written
+        finally:
+            await a.close()
+
+    assert len(big.message.parts[0].content["rows"]) * 40 > ASYNC_INLINE_BYTES
     asyncio.run(main())
