@@ -39,6 +39,7 @@ A blob value (table ``blobs``) is ``refcount u32 | flags u8 | dict u32 | crc u32
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import struct
 import threading
@@ -284,6 +285,12 @@ def _raw_mirror(tp: Any, made: dict[type, Any]) -> Any:
     return origin[new if len(new) > 1 else new[0]]
 
 
+@functools.cache
+def _check_type() -> Any:
+    """The append's schema-check type: ``Event`` mirrored by :func:`_raw_mirror` (built once)."""
+    return _raw_mirror(Event, {})
+
+
 class Encoded(msgspec.Struct):
     """An event encoded outside the writer: all but the key-dependent CRC."""
 
@@ -313,7 +320,7 @@ class Codec:
         self._enc = msgspec.msgpack.Encoder()
         self._event_dec: msgspec.msgpack.Decoder[Event] = msgspec.msgpack.Decoder(Event)
         #: The schema check of an append: ``Event`` with ``Any`` left undecoded.
-        self._check_dec: msgspec.msgpack.Decoder[Any] = msgspec.msgpack.Decoder(_raw_mirror(Event, {}))
+        self._check_dec: msgspec.msgpack.Decoder[Any] = msgspec.msgpack.Decoder(_check_type())
         self.header_decoder = msgspec.msgpack.Decoder(Header)
         self._dicts: dict[int, zstandard.ZstdCompressionDict] = {}
         self._dict_bytes: dict[int, bytes] = {}
