@@ -43,6 +43,7 @@ from typing import Any, Protocol, TypeVar
 import lmdb
 
 from tplog._errors import (
+    InvalidInputError,
     ReadOnlyError,
     StorageError,
     StorageFullError,
@@ -491,7 +492,7 @@ class LmdbEngine:
         """``flock`` on ``<store>/<name>.lock`` (created if missing), not blocking."""
         self._check()
         if not name or not all(c.isascii() and (c.isalnum() or c in "-_") for c in name):
-            raise ValueError(f"lock name must be ASCII letters, digits, '-' or '_', not {name!r}")
+            raise InvalidInputError(f"lock name must be ASCII letters, digits, '-' or '_', not {name!r}")
         if self.readonly:
             raise ReadOnlyError(f"{self.path}: the store was opened read-only")
         try:
