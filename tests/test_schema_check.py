@@ -47,8 +47,8 @@ def _outcome(dec: msgspec.msgpack.Decoder[Any], body: bytes) -> tuple[str, str]:
     return "ok", ""
 
 
-_new_values = st.one_of(json_values, st.integers(min_value=-(2**63), max_value=2**64 - 1), st.binary(max_size=4),
-                        st.lists(st.integers(), max_size=2))
+_msgpack_ints = st.integers(min_value=-(2**63), max_value=2**64 - 1)  # what msgpack can hold
+_new_values = st.one_of(json_values, _msgpack_ints, st.binary(max_size=4), st.lists(_msgpack_ints, max_size=2))
 
 
 @THREAD_SETTINGS
