@@ -193,8 +193,8 @@ def run_threads(work: Sequence[Callable[[], None]]) -> float:
 # --------------------------------------------------------------------------- raw LMDB
 
 
-def _open_lmdb(path: pathlib.Path, mode: str) -> lmdb.Environment:
-    return lmdb.open(str(path), map_size=MAP_SIZE, max_dbs=0, max_readers=256, **LMDB_MODES[mode])
+def _open_lmdb(path: pathlib.Path, mode: str, max_dbs: int = 0) -> lmdb.Environment:
+    return lmdb.open(str(path), map_size=MAP_SIZE, max_dbs=max_dbs, max_readers=256, **LMDB_MODES[mode])
 
 
 def lmdb_append(path: pathlib.Path, items: Sequence[Item], *, per_txn: int, mode: str) -> tuple[int, float]:
@@ -211,6 +211,31 @@ def lmdb_append(path: pathlib.Path, items: Sequence[Item], *, per_txn: int, mode
     finally:
         env.close()
     return len(items), secs
+
+
+#: One recorded row operation: (named database, key, value), value ``None`` for a delete.
+Op = tuple[str, bytes, bytes | None]
+
+
+def lmdb_replay(path: pathlib.Path, txns: Sequence[Sequence[Op]], events: int, *, mode: str) -> tuple[int, float]:
+    """One writer replaying recorded row operations into named databases, one write
+    transaction per entry of ``txns``; ``events``: how many events those rows hold."""
+    names = sorted({table for ops in txns for table, _, _ in ops})
+    env = _open_lmdb(path, mode, max_dbs=len(names))
+    try:
+        dbs = {n: env.open_db(n.encode()) for n in names}
+        t0 = time.perf_counter()
+        for ops in txns:
+            with env.begin(write=True) as txn:
+                for table, k, v in ops:
+                    if v is None:
+                        txn.delete(k, db=dbs[table])
+                    else:
+                        txn.put(k, v, db=dbs[table])
+        secs = time.perf_counter() - t0
+    finally:
+        env.close()
+    return events, secs
 
 
 def lmdb_append_threads(path: pathlib.Path, per_writer: Sequence[Sequence[Item]], *, mode: str) -> tuple[int, float]:

@@ -37,9 +37,10 @@ import random
 import shutil
 import sqlite3
 import sys
+import threading
 import time
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, TypeVar
 
 from benchmarks import _baselines as B
 from benchmarks._common import Report, freeze_heap, machine_info, parse_args, run_interleaved, tplog_store_api, workdir
@@ -56,6 +57,9 @@ W5 = "read one thread (all threads, each once)"
 W6 = "read the global log"
 
 WRITERS = 16
+ROWS1 = "raw LMDB replaying tplog's own rows (every table), 1 append per durable txn"
+
+T = TypeVar("T")
 
 # (quick, full)
 SIZES = {
@@ -115,6 +119,16 @@ class Dirs:
 
         return run
 
+    def once(self, fn: Callable[[pathlib.Path], T]) -> T:
+        """``fn`` in a fresh directory, removed after it (untimed setup)."""
+        self.n += 1
+        d = self.root / f"m{self.n}"
+        d.mkdir()
+        try:
+            return fn(d)
+        finally:
+            shutil.rmtree(d, ignore_errors=True)
+
 
 # --------------------------------------------------------------------------- tplog rows
 
@@ -160,6 +174,62 @@ def tplog_append_threads(
     finally:
         store.close()
     return sum(map(len, per_writer)), secs
+
+
+class _Recording:
+    """A write transaction (the storage contract's ``WriteTxn``) that records every
+    row tplog puts or deletes, in order."""
+
+    def __init__(self, txn: Any, ops: list[B.Op]) -> None:
+        self._txn, self._ops = txn, ops
+        self.get, self.range, self.last, self.id = txn.get, txn.range, txn.last, txn.id
+
+    def put(self, table: str, key: bytes, value: bytes) -> None:
+        self._ops.append((table, bytes(key), bytes(value)))
+        self._txn.put(table, key, value)
+
+    def delete(self, table: str, key: bytes) -> bool:
+        self._ops.append((table, bytes(key), None))
+        return bool(self._txn.delete(table, key))
+
+
+def tplog_rows(Store: Any, path: pathlib.Path, evs: Sequence[Ev]) -> list[list[B.Op]]:
+    """The rows each ``append(tid, [event])`` of ``evs`` writes (every table: event,
+    head, global position, event id, by-update index, projections), recorded from an
+    untimed run of one writer; for the raw LMDB replay of tplog's own rows."""
+    store = Store(path / "rows", durability="relaxed")
+    me = threading.get_ident()
+    out: list[list[B.Op]] = []
+    run_write = store.engine.run_write
+
+    def recording(fn: Callable[[Any], Any]) -> Any:
+        if threading.get_ident() != me:  # e.g. the dictionary trainer: not an append's rows
+            return run_write(fn)
+        ops: list[B.Op] = []
+
+        def wrapped(txn: Any) -> Any:
+            ops.clear()  # a retried transaction (map growth) records afresh
+            return fn(_Recording(txn, ops))
+
+        result = run_write(wrapped)
+        out.append(ops)
+        return result
+
+    store.engine.run_write = recording
+    try:
+        for e in evs:
+            store.append(e.tid, [e.obj])
+    finally:
+        store.engine.run_write = run_write
+        store.close()
+    if len(out) != len(evs):
+        raise RuntimeError(f"recorded {len(out)} write transactions for {len(evs)} appends")
+    return out
+
+
+def grouped(rows: list[list[B.Op]], per_txn: int) -> list[list[B.Op]]:
+    """Appends' rows, ``per_txn`` appends per transaction."""
+    return [list(itertools.chain.from_iterable(rows[i : i + per_txn])) for i in range(0, len(rows), per_txn)]
 
 
 def mean_group(label: str) -> float:
@@ -295,7 +365,11 @@ def main(argv: list[str] | None = None) -> int:
         lines = [(e.tid, e.json) for e in evs]
         systems: list[tuple[str, Callable[[], tuple[int, float]]]] = []
         if Store is not None:
-            systems.append(("tplog, durable", F(lambda d: tplog_append(Store, d, evs, "durable"))))
+            rows1 = dirs.once(lambda d: tplog_rows(Store, d, evs))
+            systems += [
+                ("tplog, durable", F(lambda d: tplog_append(Store, d, evs, "durable"))),
+                (ROWS1, F(lambda d: B.lmdb_replay(d, rows1, len(evs), mode="durable"))),
+            ]
         systems += [
             ("raw LMDB, 1 put per durable txn", F(lambda d: B.lmdb_append(d, items, per_txn=1, mode="durable"))),
             (
@@ -318,6 +392,10 @@ def main(argv: list[str] | None = None) -> int:
         per = split_writers(threads, size["w2_per_writer"])
         flat = list(itertools.chain.from_iterable(per))
         items2 = [e.item for e in flat]
+        # The writers' events taken in turn: the order in which concurrent appends reach
+        # a group (each group mixes writers, so its puts land in different threads).
+        turns = [w[j] for j in range(max(map(len, per))) for w in per if j < len(w)]
+        items_turns = [e.item for e in turns]
         items_w = [[e.item for e in w] for w in per]
         rows_w = [[(e.tid, e.seq, e.text) for e in w] for w in per]
         lines_w = [[(e.tid, e.json) for e in w] for w in per]
@@ -338,6 +416,21 @@ def main(argv: list[str] | None = None) -> int:
             f"raw LMDB, {g} puts per durable txn (tplog's mean group, 1 writer)",
             F(lambda d: B.lmdb_append(d, items2, per_txn=g, mode="durable")),
         )
+        same_turns = (
+            f"raw LMDB, {g} puts per durable txn, the writers' events in turn (1 writer)",
+            F(lambda d: B.lmdb_append(d, items_turns, per_txn=g, mode="durable")),
+        )
+        own: list[tuple[str, Callable[[], tuple[int, float]]]] = []
+        if Store is not None:
+            # tplog's rows for the writers' appends taken in turn (as a group mixes writers),
+            # g appends per transaction: the same batching with tplog's own layout.
+            rows2 = grouped(dirs.once(lambda d: tplog_rows(Store, d, turns)), g)
+            own.append(
+                (
+                    f"raw LMDB replaying tplog's own rows, {g} appends per durable txn (1 writer)",
+                    F(lambda d: B.lmdb_replay(d, rows2, len(turns), mode="durable")),
+                )
+            )
         systems = []
         if Store is not None:
             systems.append(
@@ -345,6 +438,8 @@ def main(argv: list[str] | None = None) -> int:
             )
         systems += [
             same,
+            same_turns,
+            *own,
             lmdb100,
             (
                 # 16 writers waiting on their acknowledgement can fill a group of at most 16
@@ -373,6 +468,8 @@ def main(argv: list[str] | None = None) -> int:
             systems.append(("tplog AsyncStore, durable, 16 tasks", F(lambda d: tplog_append_async(AsyncStore, d, per))))
         systems += [
             same,
+            same_turns,
+            *own,
             lmdb100,
             ("SQLite WAL FULL, 16 tasks via asyncio.to_thread", F(lambda d: sqlite_append_async(d, per, "FULL"))),
             sqlite16,
