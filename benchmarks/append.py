@@ -6,14 +6,21 @@ Workloads (each system gets a fresh store per repeat; only the work is timed):
 
 1. durable append, 1 writer, 1 event per call — tplog ``Store.append(tid, [event])``
    vs raw LMDB one put per durable transaction (goal: ≥ 0.9x), raw LMDB with
-   ``metasync=False``, SQLite WAL FULL / NORMAL one commit per event, JSONL with fsync.
+   ``metasync=False``, SQLite WAL FULL / NORMAL one commit per event, JSONL with fsync;
+   and raw LMDB replaying tplog's own rows (every table's puts and deletes of each
+   append, recorded from an untimed tplog run), one append per durable transaction:
+   the layout's floor, so the gap splits into what the required indexes cost and what
+   tplog's code costs.
 2. durable append, 16 writer threads — each thread appends its own threads' events one
    per call to one shared ``Store`` (group commit) vs raw LMDB with the same batching:
    as many puts per durable transaction as tplog's groups held (the mean group of an
    untimed calibration run of tplog; goal ≥ 0.5x); for reference 100 and 16 puts per
    durable transaction (16 is the most a group of 16 one-event appends can hold), raw
    LMDB 16 threads one put per durable transaction, SQLite WAL FULL (goal ≥ 8x) /
-   NORMAL with 16 threads each committing each append, JSONL 16 threads with fsync.
+   NORMAL with 16 threads each committing each append, JSONL 16 threads with fsync;
+   and, with tplog's group size, raw LMDB putting the writers' events in turn (as a
+   group mixes writers, so its puts land in different threads) and raw LMDB replaying
+   tplog's own rows of those appends.
 3. durable append, 16 asyncio writers — ``AsyncStore`` with 16 tasks vs the same
    raw LMDB rows and SQLite WAL FULL behind ``asyncio.to_thread`` (16 tasks).
 4. relaxed append — ``Store(durability="relaxed")`` (LMDB ``metasync=False``), 1 writer
