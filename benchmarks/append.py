@@ -115,19 +115,10 @@ class Dirs:
         self.n = 0
 
     def fresh(self, fn: Callable[[pathlib.Path], tuple[int, float]]) -> Callable[[], tuple[int, float]]:
-        def run() -> tuple[int, float]:
-            self.n += 1
-            d = self.root / f"m{self.n}"
-            d.mkdir()
-            try:
-                return fn(d)
-            finally:
-                shutil.rmtree(d, ignore_errors=True)
-
-        return run
+        return lambda: self.once(fn)
 
     def once(self, fn: Callable[[pathlib.Path], T]) -> T:
-        """``fn`` in a fresh directory, removed after it (untimed setup)."""
+        """``fn`` in a fresh directory, removed after it."""
         self.n += 1
         d = self.root / f"m{self.n}"
         d.mkdir()

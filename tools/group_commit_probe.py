@@ -32,6 +32,15 @@ from benchmarks._data import make_corpus
 from tplog import Store
 
 
+def append_loop(store: Any, mine: list[tuple[str, list[Any]]], appends: int, barrier: threading.Barrier) -> None:
+    """One writer thread: after ``barrier``, ``appends`` one-event appends alternating
+    between its two threads, cycling through their events after the first."""
+    barrier.wait()
+    for j in range(appends):
+        tid, events = mine[j % 2]
+        store.append(tid, [events[1 + (j // 2) % (len(events) - 1)]])
+
+
 def probe(path: str, threads: int, appends: int) -> dict[str, Any]:
     corpus = make_corpus(threads * 2)
     own = [(t.thread_id, t.events) for t in corpus.threads]
@@ -62,15 +71,10 @@ def probe(path: str, threads: int, appends: int) -> dict[str, Any]:
     engine.run_write = timed_run_write  # type: ignore[method-assign]
     store._commit = timed_commit  # type: ignore[method-assign]
     barrier = threading.Barrier(threads + 1)
-
-    def writer(i: int) -> None:
-        mine = own[2 * i : 2 * i + 2]
-        barrier.wait()
-        for j in range(appends):
-            tid, events = mine[j % 2]
-            store.append(tid, [events[1 + (j // 2) % (len(events) - 1)]])
-
-    workers = [threading.Thread(target=writer, args=(i,)) for i in range(threads)]
+    workers = [
+        threading.Thread(target=append_loop, args=(store, own[2 * i : 2 * i + 2], appends, barrier))
+        for i in range(threads)
+    ]
     for w in workers:
         w.start()
     cpu0 = os.times()

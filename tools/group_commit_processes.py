@@ -29,6 +29,7 @@ sys.path.insert(0, ROOT)
 def _worker(path: str, procs: int, p: int, threads: int, appends: int, go: Any, q: Any) -> None:
     sys.path.insert(0, ROOT)
     from benchmarks._data import make_corpus
+    from tools.group_commit_probe import append_loop
     from tplog import Store
 
     corpus = make_corpus(procs * threads * 2)
@@ -38,15 +39,10 @@ def _worker(path: str, procs: int, p: int, threads: int, appends: int, go: Any, 
         store.append(tid, events[:1])  # ThreadStarted: every timed append is one message-sized event
     before = store.stats()["group_commit"]
     barrier = threading.Barrier(threads + 1)
-
-    def writer(i: int) -> None:
-        mine = own[2 * i : 2 * i + 2]
-        barrier.wait()
-        for j in range(appends):
-            tid, events = mine[j % 2]
-            store.append(tid, [events[1 + (j // 2) % (len(events) - 1)]])
-
-    workers = [threading.Thread(target=writer, args=(i,)) for i in range(threads)]
+    workers = [
+        threading.Thread(target=append_loop, args=(store, own[2 * i : 2 * i + 2], appends, barrier))
+        for i in range(threads)
+    ]
     for w in workers:
         w.start()
     q.put("ready")
