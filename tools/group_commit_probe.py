@@ -41,6 +41,21 @@ def append_loop(store: Any, mine: list[tuple[str, list[Any]]], appends: int, bar
         store.append(tid, [events[1 + (j // 2) % (len(events) - 1)]])
 
 
+def start_writers(
+    store: Any, own: list[tuple[str, list[Any]]], threads: int, appends: int
+) -> tuple[threading.Barrier, list[threading.Thread]]:
+    """``threads`` started writer threads (writer i owns threads 2i and 2i+1 of ``own``),
+    waiting on the returned barrier, which the caller passes last."""
+    barrier = threading.Barrier(threads + 1)
+    workers = [
+        threading.Thread(target=append_loop, args=(store, own[2 * i : 2 * i + 2], appends, barrier))
+        for i in range(threads)
+    ]
+    for w in workers:
+        w.start()
+    return barrier, workers
+
+
 def probe(path: str, threads: int, appends: int) -> dict[str, Any]:
     corpus = make_corpus(threads * 2)
     own = [(t.thread_id, t.events) for t in corpus.threads]
@@ -70,13 +85,7 @@ def probe(path: str, threads: int, appends: int) -> dict[str, Any]:
 
     engine.run_write = timed_run_write  # type: ignore[method-assign]
     store._commit = timed_commit  # type: ignore[method-assign]
-    barrier = threading.Barrier(threads + 1)
-    workers = [
-        threading.Thread(target=append_loop, args=(store, own[2 * i : 2 * i + 2], appends, barrier))
-        for i in range(threads)
-    ]
-    for w in workers:
-        w.start()
+    barrier, workers = start_writers(store, own, threads, appends)
     cpu0 = os.times()
     barrier.wait()
     t0 = time.perf_counter()

@@ -17,7 +17,6 @@ import multiprocessing as mp
 import shutil
 import sys
 import tempfile
-import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -29,7 +28,7 @@ sys.path.insert(0, ROOT)
 def _worker(path: str, procs: int, p: int, threads: int, appends: int, go: Any, q: Any) -> None:
     sys.path.insert(0, ROOT)
     from benchmarks._data import make_corpus
-    from tools.group_commit_probe import append_loop
+    from tools.group_commit_probe import start_writers
     from tplog import Store
 
     corpus = make_corpus(procs * threads * 2)
@@ -38,13 +37,7 @@ def _worker(path: str, procs: int, p: int, threads: int, appends: int, go: Any, 
     for tid, events in own:
         store.append(tid, events[:1])  # ThreadStarted: every timed append is one message-sized event
     before = store.stats()["group_commit"]
-    barrier = threading.Barrier(threads + 1)
-    workers = [
-        threading.Thread(target=append_loop, args=(store, own[2 * i : 2 * i + 2], appends, barrier))
-        for i in range(threads)
-    ]
-    for w in workers:
-        w.start()
+    barrier, workers = start_writers(store, own, threads, appends)
     q.put("ready")
     go.wait()
     t0 = time.time()
