@@ -42,6 +42,7 @@ def _report(tally: Any, seed: int) -> None:
 
 def test_crash_harness_100_kills(tmp_path: Path) -> None:
     seed = _seed()
+    print(f"crash harness seed {seed} (rerun with TPLOG_TEST_SEED={seed})")  # shown if the run raises (a hung round)
     tally = ch.run(str(tmp_path / "crash"), 100, seed=seed, writers=3, threads=4, max_wait=0.3,
                    rounds_per_store=6, backup_every=4, max_seconds=120)
     _report(tally, seed)
