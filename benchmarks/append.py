@@ -420,8 +420,7 @@ def main(argv: list[str] | None = None) -> int:
         )
         own: list[tuple[str, Callable[[], tuple[int, float]]]] = []
         if Store is not None:
-            # tplog's rows for the writers' appends taken in turn (as a group mixes writers),
-            # g appends per transaction: the same batching with tplog's own layout.
+            # tplog's rows for those appends, g per transaction: the same batching and order with tplog's layout.
             rows2 = grouped(dirs.once(lambda d: tplog_rows(Store, d, turns)), g)
             own.append(
                 (
