@@ -75,6 +75,11 @@ from typing import Any
 
 import msgspec
 
+if __name__ == "__main__" and ("--writer" in sys.argv or "--backup-worker" in sys.argv):
+    import faulthandler  # a hung round asks every live child for its Python stacks (SIGUSR1, to stderr)
+
+    faulthandler.register(signal.SIGUSR1, all_threads=True)
+
 ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:  # runnable from a checkout without installing
     sys.path.insert(0, str(ROOT))
@@ -128,6 +133,7 @@ SHARED = ("shared-0", "shared-1", "shared-2")
 RELATIONS = ("spawned_from", "referenced", "reply_to")
 WRITER_LIMITS = Limits(blob_threshold=2048)  # small, so blobs (and shared blobs) are common
 SEP = "~"
+ROUND_DEADLINE = 60.0  # seconds; a round normally takes 1-3 s
 NS = uuid.UUID("6f1c3f1e-8a43-4d0e-9c55-6f0f00c0ffee")
 
 # --------------------------------------------------------------------------- events from ids
@@ -632,6 +638,39 @@ class _Proc:
     dests: list[tuple[str, bool]] = field(default_factory=list)
 
 
+def _proc_state(pid: int) -> str:
+    """The kernel's view of a process: state (R, S, D, Z) and what it waits in."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+        state = stat[stat.rindex(")") + 2:].split()[0]
+        wchan = Path(f"/proc/{pid}/wchan").read_text().strip() or "-"
+        return f"state {state}, wchan {wchan}"
+    except OSError as exc:
+        return f"no /proc entry ({exc.strerror})"
+
+
+def _hang_report(procs: list[_Proc]) -> str:
+    """Why a round did not end: each child still holding its pipe open, with its Python stacks
+    (children dump them on SIGUSR1) and stderr. Kills them all."""
+    live = [pr for pr in procs if not pr.eof]
+    for pr in live:
+        if pr.p.poll() is None and not pr.killed:
+            os.kill(pr.p.pid, signal.SIGUSR1)
+    time.sleep(2.0)
+    lines = []
+    for pr in live:
+        lines.append(f"- {pr.kind} pid {pr.p.pid}: ready={pr.ready} killed={pr.killed} last_op={pr.last_op!r} "
+                     f"kill_at={pr.kill_at} returncode={pr.p.poll()} {_proc_state(pr.p.pid)}")
+    for pr in procs:
+        if pr.p.poll() is None:
+            pr.p.kill()
+    for pr in live:
+        pr.p.wait()
+        err = pr.p.stderr.read().decode(errors="replace") if pr.p.stderr else ""
+        lines.append(f"stderr of pid {pr.p.pid}:\n{err[-6000:]}")
+    return "\n".join(lines)
+
+
 def _setup(path: str, ledger: Ledger) -> None:
     with Store(path, durability="durable", map_size=256 << 10) as s:
         for tid in SHARED:
@@ -663,12 +702,12 @@ def _round(path: str, rnd: int, rng: random.Random, ledger: Ledger, tally: Tally
         assert pr.p.stdout is not None
         os.set_blocking(pr.p.stdout.fileno(), False)
         sel.register(pr.p.stdout, selectors.EVENT_READ, pr)
-    hard_deadline = start + 60
+    hard_deadline = start + ROUND_DEADLINE
     try:
         while any(not pr.eof for pr in procs):
             now = time.monotonic()
             if now > hard_deadline:
-                raise RuntimeError("crash harness round hung")
+                raise RuntimeError(f"crash harness round {rnd} hung ({path}):\n" + _hang_report(procs))
             for pr in procs:
                 if not pr.killed and pr.kill_at is not None and now >= pr.kill_at:
                     if pr.p.poll() is None:
