@@ -1152,3 +1152,33 @@ def test_generated_event_ids_are_uuid7_and_unique_across_threads_and_fork() -> N
     for made in out:
         assert made == sorted(made)
         assert len({i[:14] for i in made}) < len(made)  # many share a millisecond: the ms alone does not order them
+
+
+def test_iter_all_streams_the_global_log_in_chunks(tmp_path: Path, rng: random.Random) -> None:
+    with Store(tmp_path / "s") as s:
+        names = [f"t{i}" for i in range(6)]
+        for n in names:
+            s.append(n, [started(n)])
+        for _ in range(80):
+            s.append(rng.choice(names), [user() for _ in range(rng.randint(1, 3))])
+        s.delete_thread("t2")  # its events leave gaps; its tombstone stays
+        log = s.read_all()
+        assert [e.position for e in log] != list(range(1, len(log) + 1))  # the gaps are there
+        for chunk in (1, 3, 7, 256):
+            assert list(s.iter_all(chunk=chunk)) == log, chunk
+        assert list(s.iter_all(start=log[20].position, chunk=5)) == log[20:]
+        assert list(s.iter_all(start=log[-1].position + 1)) == []
+
+        # events committed while iterating are included once their positions are reached
+        it = s.iter_all(chunk=4)
+        first = [next(it) for _ in range(4)]
+        extra = s.append("t0", [user("late")])
+        rest = list(it)
+        assert first + rest == s.read_all()
+        assert rest[-1].position == extra.last_position and rest[-1].event_id == extra.event_ids[0]
+
+        for bad in (0, -1, 1.5, True, "9"):
+            with pytest.raises(InvalidInputError, match="chunk must be an int > 0"):
+                s.iter_all(chunk=bad)  # type: ignore[arg-type]
+    with pytest.raises(StoreClosedError):
+        s.iter_all()

@@ -228,3 +228,35 @@ def test_a_large_append_is_checked_and_compressed_off_the_loop(tmp_path: Path) -
 
     assert len(big.message.parts[0].content["rows"]) * 40 > ASYNC_INLINE_BYTES
     asyncio.run(main())
+
+
+def test_iter_all_streams_the_log_and_sees_a_delete_between_chunks(tmp_path: Path) -> None:
+    async def main() -> None:
+        a = await AsyncStore.open(tmp_path / "s")
+        try:
+            for i in range(3):
+                await a.append(f"t{i}", [started(f"t{i}")])
+            for _ in range(5):
+                for i in range(3):
+                    await a.append(f"t{i}", [user()])
+            log = await a.read_all()
+            assert [e async for e in a.iter_all(chunk=4)] == log
+            assert [e async for e in a.iter_all(start=log[7].position, chunk=2)] == log[7:]
+
+            it = a.iter_all(chunk=3)
+            first = [await it.__anext__() for _ in range(3)]
+            assert first == log[:3]  # t0, t1, t2 started
+            tomb = await a.delete_thread("t1")
+            rest = [e async for e in it]
+            # the next chunks are read after the delete: none of t1's later events, its tombstone last
+            assert [e.thread_id for e in rest if e.thread_id == "t1"] == ["t1"]
+            assert rest[-1].position == tomb.last_position and isinstance(rest[-1].event, ThreadDeleted)
+            assert rest == [e for e in log[3:] if e.thread_id != "t1"] + [rest[-1]]
+            with pytest.raises(InvalidInputError, match="chunk must be an int > 0"):
+                a.iter_all(chunk=0)
+        finally:
+            await a.close()
+        with pytest.raises(StoreClosedError):
+            a.iter_all()
+
+    asyncio.run(main())

@@ -39,7 +39,7 @@ import os
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from typing import Any, Final, Literal, Union, cast
 
 import msgspec
@@ -1004,6 +1004,24 @@ class Store:
                 out.append(self._decode_value(txn, key, value, name, from_u64(key, TKEY_SIZE), from_u64(pk)))
         return out
 
+    def iter_all(self, *, start: int = 1, chunk: int = 256) -> Iterator[RecordedEvent]:
+        """The store-wide log from position ``start``, streamed: what :meth:`read_all`
+        returns, read ``chunk`` events per read transaction, so memory and the time a
+        read transaction is held stay bounded on a store of any size.
+
+        Runs to the end of the log as each chunk finds it: events committed while
+        iterating are included once their positions are reached. Each chunk is its own
+        snapshot: a thread deleted between chunks leaves the rest of its events out.
+        """
+        _check_chunk(chunk)
+        self._check_open()
+        return self._iter_all(start, chunk)
+
+    def _iter_all(self, pos: int, chunk: int) -> Iterator[RecordedEvent]:
+        while page := self.read_all(start=pos, limit=chunk):
+            pos = page[-1].position + 1
+            yield from _drain(page)
+
     @property
     def last_position(self) -> int:
         """The newest position in the store-wide log (re-read from disk)."""
@@ -1371,6 +1389,19 @@ def _resolve(fut: asyncio.Future[AppendResult], req: _Request) -> None:
         fut.set_result(req.result)  # type: ignore[arg-type]
 
 
+def _check_chunk(chunk: object) -> None:
+    if isinstance(chunk, bool) or not isinstance(chunk, int) or chunk <= 0:
+        raise InvalidInputError(f"chunk must be an int > 0, not {chunk!r}")
+
+
+def _drain(page: list[RecordedEvent]) -> Iterator[RecordedEvent]:
+    """``page``'s events in order, each dropped from the list as it is handed over
+    (the caller decides how long an event lives, not the chunk)."""
+    page.reverse()
+    while page:
+        yield page.pop()
+
+
 class AsyncStore:
     """The same verbs as :class:`Store`, for asyncio. Never blocks the event loop.
 
@@ -1452,6 +1483,18 @@ class AsyncStore:
 
     async def read_all(self, **kw: Any) -> list[RecordedEvent]:
         return await asyncio.to_thread(self.store.read_all, **kw)
+
+    def iter_all(self, *, start: int = 1, chunk: int = 256) -> AsyncIterator[RecordedEvent]:
+        """As :meth:`Store.iter_all` (``async for``): each chunk is read in the default executor."""
+        _check_chunk(chunk)
+        self.store._check_open()
+        return self._iter_all(start, chunk)
+
+    async def _iter_all(self, pos: int, chunk: int) -> AsyncIterator[RecordedEvent]:
+        while page := await asyncio.to_thread(self.store.read_all, start=pos, limit=chunk):
+            pos = page[-1].position + 1
+            for ev in _drain(page):
+                yield ev
 
     async def head(self, thread_id: str) -> ThreadHead:
         return await asyncio.to_thread(self.store.head, thread_id)
