@@ -288,7 +288,7 @@ def tplog_read_all(Store: Any, path: pathlib.Path, page: int = 1000) -> tuple[in
 
 
 def tplog_iter_all(Store: Any, path: pathlib.Path) -> tuple[int, float]:
-    """The global log streamed with ``Store.iter_all`` (chunks of 256, each event dropped once seen)."""
+    """The global log streamed with ``Store.iter_all`` (its default chunk, each event dropped once seen)."""
     store = Store(path, durability="relaxed")
     try:
         t0 = time.perf_counter()

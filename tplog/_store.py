@@ -1004,7 +1004,7 @@ class Store:
                 out.append(self._decode_value(txn, key, value, name, from_u64(key, TKEY_SIZE), from_u64(pk)))
         return out
 
-    def iter_all(self, *, start: int = 1, chunk: int = 256) -> Iterator[RecordedEvent]:
+    def iter_all(self, *, start: int = 1, chunk: int = 64) -> Iterator[RecordedEvent]:
         """The store-wide log from position ``start``, streamed: what :meth:`read_all`
         returns, read ``chunk`` events per read transaction, so memory and the time a
         read transaction is held stay bounded on a store of any size.
@@ -1484,7 +1484,7 @@ class AsyncStore:
     async def read_all(self, **kw: Any) -> list[RecordedEvent]:
         return await asyncio.to_thread(self.store.read_all, **kw)
 
-    def iter_all(self, *, start: int = 1, chunk: int = 256) -> AsyncIterator[RecordedEvent]:
+    def iter_all(self, *, start: int = 1, chunk: int = 64) -> AsyncIterator[RecordedEvent]:
         """As :meth:`Store.iter_all` (``async for``): each chunk is read in the default executor."""
         _check_chunk(chunk)
         self.store._check_open()
