@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import argparse
 import copy
+import io
 import json
 import re
 import subprocess
@@ -428,15 +429,20 @@ def test_missing_file(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> Non
     fails(capsys, "import", str(tmp_path / "s"), missing, match="cannot read")
 
 
-def test_malformed_json(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+def test_malformed_json(capsys: pytest.CaptureFixture[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The error names the input file (``<stdin>`` for ``-``) and, for a document, the JSON path;
+    a failed import creates no store."""
     p = tmp_path / "broken.json"
     p.write_text("{not json")
-    fails(capsys, "hash", str(p), match="(?i)json")
-    fails(capsys, "import", str(tmp_path / "s"), str(p), match="(?i)json")
+    fails(capsys, "hash", str(p), match=rf"^error: {re.escape(str(p))}: (?i:.*json)")
+    fails(capsys, "import", str(tmp_path / "s"), str(p), match=rf"^error: {re.escape(str(p))}: (?i:.*json)")
     q = tmp_path / "wrong.json"
     q.write_text(json.dumps({"version": "0.0.4", "thread_id": 5}))
-    fails(capsys, "import", str(tmp_path / "s"), str(q))
+    fails(capsys, "import", str(tmp_path / "s"), str(q), match=rf"^error: {re.escape(str(q))}: .*\(at \$\.thread_id\)$")
     fails(capsys, "hash", str(q))
+    monkeypatch.setattr("sys.stdin", io.TextIOWrapper(io.BytesIO(b"[1,")))
+    fails(capsys, "import", str(tmp_path / "s"), "-", match=r"^error: <stdin>: (?i:.*json)")
+    assert not (tmp_path / "s").exists()
 
 
 def test_unknown_thread(capsys: pytest.CaptureFixture[str], loaded: str) -> None:

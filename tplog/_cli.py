@@ -8,9 +8,10 @@ validation report with errors). Run ``tplog COMMAND --help`` for each.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
 import msgspec
@@ -64,6 +65,16 @@ def _read_input(path: str) -> bytes:
         raise InvalidInputError(f"cannot read {path}: {exc.strerror}") from exc
 
 
+@contextlib.contextmanager
+def _input_named(path: str) -> Iterator[None]:
+    """Errors about the input's content name the input (``<stdin>`` for ``-``)."""
+    try:
+        yield
+    except InvalidInputError as exc:
+        exc.args = (f"{'<stdin>' if path == '-' else path}: {exc.args[0] if exc.args else ''}", *exc.args[1:])
+        raise
+
+
 def _store(args: argparse.Namespace, *, readonly: bool = True, create: bool = False) -> Any:
     from tplog._store import Store
 
@@ -88,7 +99,10 @@ def cmd_validate(args: argparse.Namespace) -> int:
 def cmd_hash(args: argparse.Namespace) -> int:
     from tplog._canonical import hash_json
 
-    print(hash_json(_read_input(args.file), exclude_noncanonical=not args.include_noncanonical))
+    data = _read_input(args.file)
+    with _input_named(args.file):
+        digest = hash_json(data, exclude_noncanonical=not args.include_noncanonical)
+    print(digest)
     return 0
 
 
@@ -124,7 +138,8 @@ def _import_events(args: argparse.Namespace) -> list[list[Event]]:
 
         if args.request is not None:
             raise InvalidInputError("--request only goes with --format vercel-ui")
-        return [events_from_thread(upgrade(from_json(data, m.Thread)))]
+        with _input_named(args.file):
+            return [events_from_thread(upgrade(from_json(data, m.Thread)))]
     try:
         from tplog.integrations.importers import load_events
     except ModuleNotFoundError as exc:
@@ -132,7 +147,8 @@ def _import_events(args: argparse.Namespace) -> list[list[Event]]:
             f"--format {args.format} needs the Pydantic AI integration: pip install 'tplog[pydantic-ai]' ({exc})"
         ) from exc
     request = _read_input(args.request) if args.request is not None else None
-    return [list(events) for events in load_events(args.format, data, request=request)]
+    with _input_named(args.file if args.request is None else f"{args.file} (with --request {args.request})"):
+        return [list(events) for events in load_events(args.format, data, request=request)]
 
 
 def cmd_import(args: argparse.Namespace) -> int:
