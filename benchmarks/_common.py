@@ -273,8 +273,8 @@ def tplog_bulk_load(
                     for i in range(0, len(threads), batch):
                         await asyncio.gather(*(astore.append(tid, evs) for tid, evs in threads[i : i + batch]))
                 finally:
-                    astore._stop = True
-                    astore._wake.set()
+                    astore._leader.stop = True  # the leader thread only: the store is closed below
+                    astore._leader.wake.set()
 
             asyncio.run(main())
         store.sync()

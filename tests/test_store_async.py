@@ -7,16 +7,19 @@ Each test drives its own event loop with ``asyncio.run`` (no plugin needed).
 from __future__ import annotations
 
 import asyncio
+import inspect
 import random
 import threading
 import time
 from pathlib import Path
 from typing import Any
 
+import msgspec
 import pytest
-from conftest import CountingStore, agent_start, exchange, ids, started, user
+from conftest import CountingStore, T, agent_start, exchange, ids, link, register, spawn_message, started, user
 
 from tplog import (
+    AgentTurnInterrupted,
     IdempotencyError,
     InvalidInputError,
     StoreClosedError,
@@ -25,6 +28,7 @@ from tplog import (
     TplogError,
     WrongExpectedVersionError,
 )
+from tplog import _model as m
 from tplog._store import AppendResult, AsyncStore, Store
 
 
@@ -258,5 +262,92 @@ def test_iter_all_streams_the_log_and_sees_a_delete_between_chunks(tmp_path: Pat
             await a.close()
         with pytest.raises(StoreClosedError):
             a.iter_all()
+
+    asyncio.run(main())
+
+
+#: Store's public names that AsyncStore does not mirror, and why.
+NOT_MIRRORED = {
+    "iter_thread_values": "raw values with one read transaction held for the iteration: an in-process tool",
+}
+
+
+def test_async_store_mirrors_every_store_verb() -> None:
+    """Every public verb of Store is on AsyncStore; those that touch the store are coroutines."""
+    for name, member in inspect.getmembers(Store):
+        if name.startswith("_") or name in NOT_MIRRORED:
+            continue
+        assert hasattr(AsyncStore, name), f"AsyncStore has no {name}"
+        mirror = getattr(AsyncStore, name)
+        if name in ("scoped", "scope", "iter_all"):  # a view, a property, an async iterator
+            continue
+        assert inspect.iscoroutinefunction(mirror), f"AsyncStore.{name} is not a coroutine function"
+        if callable(member):  # the same parameters, kinds and defaults (last_position is a property on Store)
+            want = [p for n, p in inspect.signature(member).parameters.items() if not n.startswith("_")]
+            got = list(inspect.signature(mirror).parameters.values())
+            assert [(p.name, p.kind, p.default) for p in got] == [(p.name, p.kind, p.default) for p in want], name
+
+
+def test_async_read_verbs_match_the_store(tmp_path: Path) -> None:
+    store = Store(tmp_path / "s")
+    store.append("p", [started("p"), register(), *exchange(), agent_start(), spawn_message("c"), link("r"),
+                       AgentTurnInterrupted(interruption=m.Interruption(reason="user_cancelled", interrupted_at=T))])
+    store.append("c", [started("c")])
+
+    async def main() -> None:
+        a = AsyncStore(store)
+        try:
+            assert await a.exists("p") and not await a.exists("nope")
+            assert await a.load("p") == store.load("p")
+            assert await a.thread("p") == store.thread("p") == await a.export("p")
+            assert await a.pending("p") == store.pending("p")
+            assert (await a.interrupts("p")) == store.interrupts("p") and store.interrupts("p").interrupted
+            assert await a.links("p") == store.links("p") != []
+            assert await a.children("p") == store.children("p") == ["c"]
+            assert await a.children("p", limit=1, after="c") == []
+            assert await a.incoming("r") == store.incoming("r") == [("p", "referenced")]
+            assert await a.incoming("r", relation="nope") == []
+            assert await a.descendants("p", max_depth=1) == store.descendants("p", max_depth=1)
+            assert await a.last_position() == store.last_position
+            stats = await a.stats()
+            assert stats["threads"] == store.stats()["threads"]
+            assert await a.projections() == store.projections()
+            thread = await a.export("p")
+            res = await a.import_thread(msgspec.structs.replace(thread, thread_id="q"))
+            assert res.first_seq == 1 and (await a.thread("q")).turns == thread.turns
+            with pytest.raises(WrongExpectedVersionError):
+                await a.import_thread(msgspec.structs.replace(thread, thread_id="q"))
+            seen: list[tuple[str, int, int]] = []
+            reports = await a.rebuild("links", progress=lambda name, done, total: seen.append((name, done, total)))
+            assert [r.projection for r in reports] == ["links"] and seen
+            await a.sync()
+            await a.backup(str(tmp_path / "b"))
+            with Store(tmp_path / "b", readonly=True) as b:
+                assert b.thread("p") == store.thread("p")
+            with pytest.raises(TplogError):
+                await a.thread("nope")
+        finally:
+            await a.close()
+
+    asyncio.run(main())
+
+
+def test_async_scoped_views_share_the_leader(tmp_path: Path) -> None:
+    """Views of one AsyncStore append through its one leader thread; closing a view does nothing."""
+
+    async def main() -> None:
+        async with await AsyncStore.open(tmp_path / "s") as a:
+            x, y = a.scoped("x"), a.scoped("y")
+            assert (x.scope, y.scope, a.scope) == ("x", "y", None)
+            results = await asyncio.gather(*(v.append(f"t{i}", [started(f"t{i}")]) for i in range(8) for v in (x, y)))
+            assert len({r.first_position for r in results}) == 16
+            await x.close()
+            await x.append("t0", [user()])  # still open: the view's close did nothing
+            assert [e.seq for e in await x.read("t0")] == [1, 2]
+            assert [e.seq for e in await y.read("t0")] == [1]
+            assert not await a.exists("t0")
+            assert [t.thread_id for t in (await y.threads(limit=100)).threads] != []
+        with pytest.raises(StoreClosedError):
+            await x.append("t9", [started("t9")])
 
     asyncio.run(main())

@@ -1402,6 +1402,31 @@ def _drain(page: list[RecordedEvent]) -> Iterator[RecordedEvent]:
         yield page.pop()
 
 
+class _AsyncLeader:
+    """The thread that leads group commits for async appends (async appends have
+    no thread of their own): one per :class:`AsyncStore`, shared by its views."""
+
+    def __init__(self, store: Store) -> None:
+        self.store = store
+        self.wake = threading.Event()
+        self.granted = False  # an async append found no leader and gave the lead to this thread
+        self.stop = False
+        self.thread = threading.Thread(target=self.run, name="tplog-async-leader", daemon=True)
+        self.thread.start()
+
+    def run(self) -> None:
+        s = self.store
+        while True:
+            self.wake.wait()
+            self.wake.clear()
+            with s._cond:
+                granted, self.granted = self.granted, False
+            if granted:
+                s._lead()
+            if self.stop:
+                return
+
+
 class AsyncStore:
     """The same verbs as :class:`Store`, for asyncio. Never blocks the event loop.
 
@@ -1415,28 +1440,27 @@ class AsyncStore:
 
     def __init__(self, store: Store) -> None:
         self.store = store
-        self._leader = threading.Thread(target=self._lead_loop, name="tplog-async-leader", daemon=True)
-        self._wake = threading.Event()
-        self._granted = False
-        self._stop = False
-        self._leader.start()
+        self._leader = _AsyncLeader(store)
+        self._view = False
 
     @classmethod
     async def open(cls, path: str | os.PathLike[str], **options: Any) -> AsyncStore:
         store = await asyncio.to_thread(Store, path, **options)
         return cls(store)
 
-    def _lead_loop(self) -> None:
-        s = self.store
-        while True:
-            self._wake.wait()
-            self._wake.clear()
-            with s._cond:
-                granted, self._granted = self._granted, False
-            if granted:  # an async append found no leader and gave the lead to this thread
-                s._lead()
-            if self._stop:
-                return
+    def scoped(self, scope: str) -> AsyncStore:
+        """As :meth:`Store.scoped`: a view confined to ``scope``, sharing this
+        store's connection, group commit and leader thread; closing a view does
+        nothing, close the store itself."""
+        view = copy.copy(self)
+        view.store = self.store.scoped(scope)
+        view._view = True
+        return view
+
+    @property
+    def scope(self) -> str | None:
+        """The scope of this view, or ``None`` for the unscoped store."""
+        return self.store.scope
 
     async def append(
         self,
@@ -1465,24 +1489,32 @@ class AsyncStore:
         fut: asyncio.Future[AppendResult] = loop.create_future()
         req = _Request(thread_id, encoded, expected_version, (loop, fut), scope=s._scope,
                        fresh_ids=event_ids is None)
+        leader = self._leader
         with s._cond:
             s._check_open()
-            if self._stop:
+            if leader.stop:
                 raise StoreClosedError(f"{s.path}: cannot use the store, as it has been closed")
             s._gc.queue.append(req)
             grant = not s._gc.leading
             if grant:
                 s._gc.leading = True
-                self._granted = True
+                leader.granted = True
         if grant:
-            self._wake.set()
+            leader.wake.set()
         return await fut
 
-    async def read(self, thread_id: str, **kw: Any) -> list[RecordedEvent]:
-        return await asyncio.to_thread(self.store.read, thread_id, **kw)
+    async def read(
+        self,
+        thread_id: str,
+        *,
+        start: int | None = None,
+        direction: Literal["forward", "backward"] = "forward",
+        limit: int | None = None,
+    ) -> list[RecordedEvent]:
+        return await asyncio.to_thread(self.store.read, thread_id, start=start, direction=direction, limit=limit)
 
-    async def read_all(self, **kw: Any) -> list[RecordedEvent]:
-        return await asyncio.to_thread(self.store.read_all, **kw)
+    async def read_all(self, *, start: int = 1, limit: int | None = None) -> list[RecordedEvent]:
+        return await asyncio.to_thread(self.store.read_all, start=start, limit=limit)
 
     def iter_all(self, *, start: int = 1, chunk: int = 64) -> AsyncIterator[RecordedEvent]:
         """As :meth:`Store.iter_all` (``async for``): each chunk is read in the default executor."""
@@ -1499,23 +1531,93 @@ class AsyncStore:
     async def head(self, thread_id: str) -> ThreadHead:
         return await asyncio.to_thread(self.store.head, thread_id)
 
-    async def threads(self, **kw: Any) -> ThreadPage:
-        return await asyncio.to_thread(self.store.threads, **kw)
+    async def threads(self, *, limit: int = 50, cursor: str | None = None, include_deleted: bool = False) -> ThreadPage:
+        return await asyncio.to_thread(self.store.threads, limit=limit, cursor=cursor, include_deleted=include_deleted)
 
-    async def delete_thread(self, thread_id: str, **kw: Any) -> AppendResult:
-        return await asyncio.to_thread(self.store.delete_thread, thread_id, **kw)
+    async def delete_thread(self, thread_id: str, *, reason: str | None = None) -> AppendResult:
+        return await asyncio.to_thread(self.store.delete_thread, thread_id, reason=reason)
 
-    async def wait_for_position(self, position: int, timeout: float | None = None) -> int:
+    async def wait_for_position(self, position: int, timeout: float | None = None, *, poll: float = 0.05) -> int:
         """As :meth:`Store.wait_for_position`. Each waiter holds a default-executor
         thread while it waits: for many live tails, run one watcher thread that
         waits and fans out (as ``tplog.integrations.server`` does)."""
-        return await asyncio.to_thread(self.store.wait_for_position, position, timeout)
+        return await asyncio.to_thread(self.store.wait_for_position, position, timeout, poll=poll)
+
+    async def exists(self, thread_id: str) -> bool:
+        return await asyncio.to_thread(self.store.exists, thread_id)
+
+    async def load(self, thread_id: str) -> FoldResult:
+        return await asyncio.to_thread(self.store.load, thread_id)
+
+    async def thread(self, thread_id: str) -> m.Thread:
+        return await asyncio.to_thread(self.store.thread, thread_id)
+
+    async def export(self, thread_id: str) -> m.Thread:
+        return await asyncio.to_thread(self.store.export, thread_id)
+
+    async def import_thread(self, thread: m.Thread, *, expected_version: ExpectedVersion = NO_STREAM) -> AppendResult:
+        return await asyncio.to_thread(self.store.import_thread, thread, expected_version=expected_version)
+
+    async def pending(self, thread_id: str) -> PendingState:
+        return await asyncio.to_thread(self.store.pending, thread_id)
+
+    async def interrupts(self, thread_id: str) -> InterruptState:
+        return await asyncio.to_thread(self.store.interrupts, thread_id)
+
+    async def links(self, thread_id: str) -> list[m.ThreadLink]:
+        return await asyncio.to_thread(self.store.links, thread_id)
+
+    async def incoming(self, thread_id: str, *, relation: str | None = None) -> list[tuple[str, str]]:
+        return await asyncio.to_thread(self.store.incoming, thread_id, relation=relation)
+
+    async def children(self, thread_id: str, *, limit: int | None = None, after: str | None = None) -> list[str]:
+        return await asyncio.to_thread(self.store.children, thread_id, limit=limit, after=after)
+
+    async def descendants(self, thread_id: str, *, max_depth: int | None = None) -> list[tuple[str, int]]:
+        return await asyncio.to_thread(self.store.descendants, thread_id, max_depth=max_depth)
+
+    async def last_position(self) -> int:
+        """As the :attr:`Store.last_position` property (a coroutine here: it reads the store)."""
+        return await asyncio.to_thread(lambda: self.store.last_position)
+
+    async def stats(self) -> dict[str, Any]:
+        return await asyncio.to_thread(self.store.stats)
+
+    async def projections(self) -> dict[str, dict[str, Any]]:
+        return await asyncio.to_thread(self.store.projections)
+
+    async def rebuild(
+        self,
+        projection: str | None = None,
+        *,
+        verify: bool = False,
+        progress: Callable[[str, int, int], None] | None = None,
+        force: bool = False,
+        chunk: int = proj.CHUNK,
+    ) -> list[RebuildReport]:
+        """As :meth:`Store.rebuild`, in a worker thread (``progress`` is called from it)."""
+        return await asyncio.to_thread(
+            self.store.rebuild, projection, verify=verify, progress=progress, force=force, chunk=chunk
+        )
+
+    async def backup(self, dest: str, *, compact: bool = True) -> None:
+        await asyncio.to_thread(self.store.backup, dest, compact=compact)
+
+    async def sync(self) -> None:
+        await asyncio.to_thread(self.store.sync)
+
+    async def train_dictionary(self, *, samples: int = 2000, size: int = 64 << 10) -> int:
+        return await asyncio.to_thread(self.store.train_dictionary, samples=samples, size=size)
 
     async def close(self) -> None:
+        """Close the store (pending appends finish first); on a view, nothing."""
+        if self._view:
+            return
+        leader = self._leader
         with self.store._cond:
-            self._stop = True
-        self._wake.set()
-        await asyncio.to_thread(self._leader.join, 5)
+            leader.stop = True
+        leader.wake.set()
+        await asyncio.to_thread(leader.thread.join, 5)
         await asyncio.to_thread(self.store.close)
 
     async def __aenter__(self) -> AsyncStore:
