@@ -369,6 +369,11 @@ def test_links(capsys: pytest.CaptureFixture[str], loaded: str) -> None:
         {"thread_id": TID, "relation": "referenced"}]
     assert ok_json(capsys, "links", loaded, PARENT, "--incoming", "--relation", "spawned_from") == [
         {"thread_id": TID, "relation": "spawned_from"}]
+    first = ok_json(capsys, "links", loaded, TID, "--incoming", "--limit", "1")
+    rest = ok_json(capsys, "links", loaded, TID, "--incoming", "--after", first[0]["thread_id"], first[0]["relation"])
+    assert len(first) == 1 and first + rest == incoming
+    fails(capsys, "links", loaded, TID, "--limit", "1", match="--incoming")
+    fails(capsys, "links", loaded, TID, "--incoming", "--limit", "-1", match="limit")
 
 
 def test_delete(capsys: pytest.CaptureFixture[str], loaded: str) -> None:

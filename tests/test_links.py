@@ -19,6 +19,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tplog import _model as m
+from tplog._errors import InvalidInputError
 from tplog._events import (
     AgentTurnCompleted,
     AgentTurnStarted,
@@ -157,6 +158,47 @@ def test_children_paging_after_an_id_that_is_not_a_child(store: Store) -> None:
 
 
 # --------------------------------------------------------------------------- merges, references, incoming
+
+
+def test_incoming_paging_covers_every_link_once(store: Store, rng: random.Random) -> None:
+    """Pages of ``incoming`` concatenate to the whole list, duplicates (a source that
+    added the same link twice) included; a page runs past ``limit`` only to finish
+    the links of its last pair, so the next page starts at a new pair."""
+    target = make(store, new_id(rng))
+    added = 0
+    for _ in range(14):
+        links = [link(target, rng.choice(["referenced", "spawned_from", "x-cites"])) for _ in range(rng.randint(1, 4))]
+        make(store, new_id(rng), *links)
+        added += len(links)
+    assert len(store.incoming(target)) == added
+    for relation in (None, "referenced", "x-cites"):
+        want = store.incoming(target, relation=relation)
+        assert len(set(want)) < len(want) or relation is not None  # duplicates are there to be paged over
+        for limit in (1, 2, 3, 5, 1000):
+            got: list[tuple[str, str]] = []
+            after: tuple[str, str] | None = None
+            while page := store.incoming(target, relation=relation, limit=limit, after=after):
+                assert len(page) >= limit or len(got) + len(page) == len(want), (limit, page)
+                assert all(pair == page[-1] for pair in page[limit - 1:]), (limit, page)  # past limit: one pair
+                assert page[0] != after
+                got += page
+                after = page[-1]
+            assert got == want, (relation, limit)
+    assert store.incoming(target, limit=0) == []
+    first = store.incoming(target)[0]
+    assert store.incoming(target, limit=1, after=first)[0] != first
+    stranger = (new_id(rng), "referenced")  # after a pair that is not there: the pairs that sort after it
+    order = lambda p: (p[1].encode(), tkey(p[0]))  # noqa: E731
+    want = [p for p in store.incoming(target) if order(p) > order(stranger)]
+    assert store.incoming(target, after=stranger) == want
+    for bad in ({"limit": -1}, {"limit": "3"}, {"limit": True}, {"after": ("x",)}, {"after": "x"},
+                {"after": ("", "referenced")}, {"relation": "referenced", "after": (target, "x-cites")}):
+        with pytest.raises(InvalidInputError):
+            store.incoming(target, **bad)
+    for bad_limit in (-1, 2.5):
+        with pytest.raises(InvalidInputError):
+            store.children(target, limit=bad_limit)  # type: ignore[arg-type]
+
 
 
 def test_merge_with_several_parents(store: Store) -> None:

@@ -236,7 +236,11 @@ def cmd_links(args: argparse.Namespace) -> int:
 
     with _store(args) as s:
         if args.incoming:
-            _emit([{"thread_id": t, "relation": r} for t, r in s.incoming(args.thread, relation=args.relation)])
+            after = tuple(args.after) if args.after is not None else None
+            rows = s.incoming(args.thread, relation=args.relation, limit=args.limit, after=after)
+            _emit([{"thread_id": t, "relation": r} for t, r in rows])
+        elif args.limit is not None or args.after is not None:
+            raise InvalidInputError("--limit and --after page the --incoming list; outgoing links are not paged")
         else:
             links = [lk for lk in s.links(args.thread) if args.relation is None or lk.relation == args.relation]
             _emit(to_builtins(links))
@@ -360,6 +364,9 @@ def build_parser() -> argparse.ArgumentParser:
              thread=True)
     sp.add_argument("--incoming", action="store_true", help="threads that link to this one")
     sp.add_argument("--relation", default=None, help="only links of this relation")
+    sp.add_argument("--limit", type=int, default=None, help="with --incoming: at most this many (see README)")
+    sp.add_argument("--after", nargs=2, default=None, metavar=("SOURCE_ID", "RELATION"),
+                    help="with --incoming, page on: the last pair of the previous page")
     sp = add("delete", cmd_delete, "Hard-delete a thread (a tombstone keeps its id from reuse).", thread=True)
     sp.add_argument("--reason", default=None, help="recorded in the tombstone")
     sp = add("serve", cmd_serve, "Serve the store over HTTP: Vercel AI chat (demo agent by default), thread "

@@ -288,6 +288,11 @@ def _wake(reqs: list[_Request]) -> None:
     reqs.clear()
 
 
+def _check_page_limit(limit: object) -> None:
+    if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 0):
+        raise InvalidInputError(f"limit must be None or an int ≥ 0, not {limit!r}")
+
+
 def _now_ns() -> int:
     return time.time_ns()
 
@@ -1083,13 +1088,41 @@ class Store:
 
     # ------------------------------------------------------------------ links (exact indexes)
 
-    def incoming(self, thread_id: str, *, relation: str | None = None) -> list[tuple[str, str]]:
-        """Threads that link to ``thread_id``: ``(source_thread_id, relation)`` pairs."""
+    def incoming(
+        self,
+        thread_id: str,
+        *,
+        relation: str | None = None,
+        limit: int | None = None,
+        after: tuple[str, str] | None = None,
+    ) -> list[tuple[str, str]]:
+        """Threads that link to ``thread_id``: ``(source_thread_id, relation)`` pairs,
+        one per link (a thread that added the same link twice is listed twice),
+        ordered by relation, then by source key.
+
+        Page with ``limit`` and ``after=<the last pair of the previous page>``: the
+        next page starts after every link of that pair, so a page never ends
+        between two links of one pair (it holds more than ``limit`` pairs then)."""
         self._check_open()
+        _check_page_limit(limit)
         tk = self._tk(thread_id)
         prefix = tk + (relation.encode() + b"\x00" if relation is not None else b"")
-        rows = self.engine.scan("links_in", prefix, prefix + b"\xff" * 40,
+        start = prefix
+        if after is not None:
+            if (not isinstance(after, tuple) or len(after) != 2
+                    or not all(isinstance(x, str) and x for x in after)):
+                raise InvalidInputError(f"after must be a (source_thread_id, relation) pair, not {after!r}")
+            if relation is not None and after[1] != relation:
+                raise InvalidInputError(f"after names relation {after[1]!r}, but relation={relation!r} was asked")
+            start = tk + after[1].encode() + b"\x00" + self._tk(after[0]) + b"\xff" * 8
+        rows = self.engine.scan("links_in", start, prefix + b"\xff" * 40,
+                                limit=None if limit is None else limit + 1,
                                 check=lambda txn: proj.require_live(txn, proj.LINKS, self.path))
+        if limit is not None and len(rows) > limit:
+            extra, rows = rows[limit], rows[:limit]
+            if rows and extra[0][:-8] == rows[-1][0][:-8]:  # the last pair goes on: take the rest of its links
+                pair = rows[-1][0][:-8]  # key = target + relation + NUL + source + seq (8 bytes)
+                rows += self.engine.scan("links_in", rows[-1][0] + b"\x00", pair + b"\xff" * 8 + b"\x00")
         out: list[tuple[str, str]] = []
         for k, v in rows:
             rel = k[TKEY_SIZE:].split(b"\x00", 1)[0].decode()
@@ -1102,6 +1135,7 @@ class Store:
         A deleted child stays listed while the parent's own log names it (its spawn
         event); its own ``spawned_from`` link went with its events."""
         self._check_open()
+        _check_page_limit(limit)
         tk = self._tk(thread_id)
         start = tk + (self._tk(after) + b"\x00" if after is not None else b"")
         # One short scan per query: engine.scan (not read() + range()), whose generator
@@ -1567,8 +1601,15 @@ class AsyncStore:
     async def links(self, thread_id: str) -> list[m.ThreadLink]:
         return await asyncio.to_thread(self.store.links, thread_id)
 
-    async def incoming(self, thread_id: str, *, relation: str | None = None) -> list[tuple[str, str]]:
-        return await asyncio.to_thread(self.store.incoming, thread_id, relation=relation)
+    async def incoming(
+        self,
+        thread_id: str,
+        *,
+        relation: str | None = None,
+        limit: int | None = None,
+        after: tuple[str, str] | None = None,
+    ) -> list[tuple[str, str]]:
+        return await asyncio.to_thread(self.store.incoming, thread_id, relation=relation, limit=limit, after=after)
 
     async def children(self, thread_id: str, *, limit: int | None = None, after: str | None = None) -> list[str]:
         return await asyncio.to_thread(self.store.children, thread_id, limit=limit, after=after)

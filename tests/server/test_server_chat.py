@@ -92,6 +92,16 @@ def test_threads_paging_and_links(server: ServerProcess) -> None:
         inc = c.get(f"/threads/{parent}/links", params={"incoming": 1, "relation": "spawned_from"}).json()
         assert sorted(x["thread_id"] for x in inc["incoming"]) == sorted(kids)
         assert {x["relation"] for x in inc["incoming"]} == {"spawned_from"}
+        pages: list[dict[str, str]] = []
+        after: dict[str, str] = {}
+        while page := c.get(f"/threads/{parent}/links", params={"incoming": 1, "limit": 2, **after}).json()["incoming"]:
+            assert len(page) <= 2
+            pages += page
+            after = {"after": page[-1]["thread_id"], "after_relation": page[-1]["relation"]}
+        assert pages == c.get(f"/threads/{parent}/links", params={"incoming": 1}).json()["incoming"]
+        assert len(pages) == len(kids)
+        bad = c.get(f"/threads/{parent}/links", params={"incoming": 1, "after": kids[0]})
+        assert bad.status_code == 400 and "after_relation" in bad.text
         out = c.get(f"/threads/{kids[0]}/links").json()["links"]
         assert out == [{"thread_id": parent, "relation": "spawned_from"}]
         rec = c.get(f"/threads/{parent}/children", params={"recursive": 1}).json()["descendants"]

@@ -983,7 +983,13 @@ def create_app(
         relation = request.query_params.get("relation") or None
         if _flag(request, "incoming"):
             await asyncio.to_thread(store.head, tid)
-            rows = await asyncio.to_thread(store.incoming, tid, relation=relation)
+            limit = _int_param(request, "limit", None, lo=1)
+            after_id = request.query_params.get("after") or None
+            after_rel = request.query_params.get("after_relation") or relation
+            if after_id is not None and after_rel is None:
+                raise HTTPError(400, "bad_after", "after needs after_relation (or relation): the pair to resume after")
+            after = (after_id, after_rel) if after_id is not None and after_rel is not None else None
+            rows = await asyncio.to_thread(store.incoming, tid, relation=relation, limit=limit, after=after)
             return _json({"thread_id": tid, "incoming": [{"thread_id": t, "relation": r} for t, r in rows]})
         lks = await asyncio.to_thread(store.links, tid)
         return _json(
