@@ -21,9 +21,19 @@ from tplog.integrations.pydantic_ai import events_from_messages, history_from_th
 from tplog.integrations.vercel import assemble_turn, parse_sse
 
 FIXTURES = {p.stem: p for p in FIXTURE_FILES}
-CANCELLED = {"cancel_during_text", "cancel_during_tool_args", "cancel_after_tool_cycle", "timeout", "model_error"}
+CANCELLED = {
+    "cancel_during_text",
+    "cancel_during_tool_args",
+    "cancel_after_tool_cycle",
+    "cancel_during_tool",
+    "timeout",
+    "model_error",
+    "tool_raises",
+}
 EXPECTED_REASON = {
     "cancel_during_text": "user_cancelled",
+    "cancel_during_tool": "user_cancelled",
+    "tool_raises": "error",
     "cancel_during_tool_args": "user_cancelled",
     "cancel_after_tool_cycle": "user_cancelled",
     "timeout": "timeout",
