@@ -6,6 +6,7 @@ runs (FunctionModel, no network) streamed through ``recorded_vercel_stream``.
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import pytest
@@ -18,6 +19,7 @@ from tplog._canonical import thread_hash
 from tplog._events import AgentTurnCompleted, AgentTurnInterrupted, MessageRecorded, UserTurnSubmitted
 from tplog._fold import fold, items_from_events, pending
 from tplog._validate import validate
+from tplog.integrations.importers import load_events
 from tplog.integrations.pydantic_ai import events_from_messages, history_from_thread
 from tplog.integrations.vercel import (
     ERRORED_TOOL_OUTPUT,
@@ -510,3 +512,48 @@ def test_plain_stream_system_messages() -> None:
     server = fold(fx["events"]).thread
     assert server is not None
     assert not [msg for t in server.turns for msg in getattr(t, "messages", []) if isinstance(msg, m.SystemMessage)]
+
+
+def _importable(name: str) -> bool:
+    """The last request body holds the client's whole history (one run, or the AI SDK's resend)."""
+    fx = load_fixture(FIXTURES[name])
+    return len(fx["runs"]) == 1 or len(fx["runs"][-1]["body"]["messages"]) > 1
+
+
+@pytest.mark.parametrize("strip", [True, False], ids=["plain", "data-tp"])
+@pytest.mark.parametrize("name", sorted(n for n in FIXTURES if _importable(n)))
+def test_vercel_ui_import_matches_server(name: str, strip: bool) -> None:
+    """`tplog import --format vercel-ui` of the last stream + its request body: same outcome as the
+    server recording (earlier turns come from the body's UI messages)."""
+    fx = load_fixture(FIXTURES[name])
+    run = fx["runs"][-1]
+    sse = run["sse"]
+    if strip:
+        sse = "".join(ln + "\n" for ln in sse.splitlines() if '"type":"data-tp-' not in ln)
+    events = load_events("vercel-ui", sse.encode(), request=json.dumps(run["body"]).encode(), agent_id="agent-1")[0]
+    _assert_valid(events)
+    server = _outcome(fx["events"])
+    expected = _server_seen_plainly(name, server) if strip else server
+    assert _user_texts(_outcome(events)) == _user_texts(expected)
+
+
+def test_json_lines_transcript_with_done_chunk() -> None:
+    """A JSON-lines transcript may end with Pydantic AI's DoneChunk written as {"type":"done"}; unknown
+    chunks are ignored wherever they come; a known chunk after the end is still refused."""
+    fx = load_fixture(FIXTURES["text"])
+    run = fx["runs"][0]
+    body = json.dumps(run["body"]).encode()
+    lines = [json.dumps({"type": "done"} if c == "[DONE]" else c) for c in parse_sse(run["sse"])]
+    unknown = json.dumps({"type": "some-future-chunk", "x": 1})
+    data = "\n".join([unknown, *lines, unknown]).encode()
+    events = load_events("vercel-ui", data, request=body, agent_id="agent-1")[0]
+    assert _user_texts(_outcome(events)) == _user_texts(_outcome(fx["events"]))
+    late = json.dumps({"type": "text-start", "id": "late"})
+    with pytest.raises(InvalidInputError, match="after \\[DONE\\]"):
+        load_events("vercel-ui", "\n".join([*lines, late]).encode(), request=body)
+
+
+def test_list_request_body_is_named_an_array() -> None:
+    fx = load_fixture(FIXTURES["text"])
+    with pytest.raises(InvalidInputError, match="request body is a JSON array, not an object"):
+        load_events("vercel-ui", fx["runs"][0]["sse"].encode(), request=b"[]")

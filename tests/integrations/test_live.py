@@ -439,8 +439,25 @@ def test_incomplete_parts_are_discarded_and_broken_stream_interrupts() -> None:
     )
     assert isinstance(events[-1], AgentTurnInterrupted)
     assert events[-1].interruption.reason == "network_failure"
-    msgs = [e.message for e in events if hasattr(e, "message")]
-    assert len(msgs) == 1 and [type(p).__name__ for p in msgs[0].parts] == ["TextPart"]
+    # the step never reached finish-step: not even its ended text part is a complete response
+    assert [e for e in events if hasattr(e, "message")] == []
+    finished = assemble_turn(
+        [
+            {"type": "start"},
+            {"type": "start-step"},
+            {"type": "text-start", "id": "t"},
+            {"type": "text-delta", "id": "t", "delta": "done"},
+            {"type": "text-end", "id": "t"},
+            {"type": "tool-input-start", "toolCallId": "c", "toolName": "f"},
+            {"type": "tool-input-delta", "toolCallId": "c", "inputTextDelta": '{"broken'},
+            {"type": "finish-step"},
+            {"type": "start-step"},
+            {"type": "reasoning-start", "id": "r"},
+        ],
+        agent_id="a",
+    )
+    msgs = [e.message for e in finished if hasattr(e, "message")]
+    assert len(msgs) == 1 and [type(p).__name__ for p in msgs[0].parts] == ["TextPart"]  # call never completed
 
 
 def test_plain_stream_data_and_sources_become_system_messages() -> None:

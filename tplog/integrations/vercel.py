@@ -271,6 +271,11 @@ class _StreamState:
         ctype = chunk.get("type")
         if not isinstance(ctype, str):
             raise MalformedChunkError("chunk lacks its 'type'")
+        if ctype == "done":  # Pydantic AI's DoneChunk as a JSON line: it is sent as [DONE]
+            self.done = True
+            return
+        if ctype not in _KNOWN_CHUNKS and not ctype.startswith("data-"):
+            return  # unknown chunk types are ignored wherever they come (forward compatibility)
         if self.done:
             raise ChunkOrderError(f"{ctype!r} chunk after [DONE]")
         if ctype == "start":
@@ -411,6 +416,36 @@ class _StreamState:
             self.steps_complete.append(complete)
         self.in_step_items = []
         self.step_open = False
+
+
+_KNOWN_CHUNKS: Final = frozenset(
+    {
+        "start",
+        "start-step",
+        "finish-step",
+        "text-start",
+        "text-delta",
+        "text-end",
+        "reasoning-start",
+        "reasoning-delta",
+        "reasoning-end",
+        "tool-input-start",
+        "tool-input-delta",
+        "tool-input-available",
+        "tool-input-error",
+        "tool-output-available",
+        "tool-output-error",
+        "tool-output-denied",
+        "tool-approval-request",
+        "file",
+        "source-url",
+        "source-document",
+        "message-metadata",
+        "finish",
+        "abort",
+        "error",
+    }
+)
 
 
 class _Cursor:
