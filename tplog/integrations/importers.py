@@ -359,7 +359,9 @@ def _answered_in(turn: list[Event]) -> set[str]:
     out: set[str] = set()
     for ev in turn:
         if isinstance(ev, MessageRecorded) and isinstance(ev.message, m.RequestMessage):
-            out |= {p.tool_call_id for p in ev.message.parts if isinstance(p, m.ToolReturnPart | m.RetryPromptPart)}
+            for p in ev.message.parts:
+                if isinstance(p, m.ToolReturnPart | m.RetryPromptPart) and isinstance(p.tool_call_id, str):
+                    out.add(p.tool_call_id)
     return out
 
 
