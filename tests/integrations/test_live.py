@@ -487,3 +487,46 @@ def test_bad_tp_notice_payload() -> None:
                 {"type": "finish"},
             ]
         )
+
+
+def test_closing_the_wrapper_stream_mid_run_is_clean(tmp_path: Path) -> None:
+    """aclose() of the data-tp stream mid-run: the turn is recorded as interrupted, and no task
+    fails behind the caller's back ("aclose(): asynchronous generator is already running")."""
+    import gc
+
+    from tplog.integrations.vercel import recorded_vercel_stream
+
+    async def stream(messages: list[Any], info: AgentInfo) -> Any:
+        yield "one "
+        yield "two "
+        yield "three"
+
+    agent = Agent(FunctionModel(stream_function=stream))
+    tid = "00000000-0000-4000-8000-0000000000a1"
+    problems: list[Any] = []
+
+    async def go() -> None:
+        asyncio.get_running_loop().set_exception_handler(lambda _loop, ctx: problems.append(ctx))
+        with Store(tmp_path / "db") as store:
+            rec = ThreadRecorder(lambda evs: store.append(tid, evs), tid)
+            await rec.start_thread()
+            await rec.register_agent("a1", "assistant")
+            body = {
+                "trigger": "submit-message",
+                "id": "c",
+                "messages": [{"id": "u", "role": "user", "parts": [{"type": "text", "text": "count"}]}],
+            }
+            gen = recorded_vercel_stream(rec, agent, body, agent_id="a1")
+            n = 0
+            async for _ in gen:
+                n += 1
+                if n == 3:
+                    break
+            await gen.aclose()
+            gc.collect()
+            await asyncio.sleep(0.05)
+            last = thread_of(store, tid).turns[-1]
+            assert isinstance(last, m.AgentTurn) and last.completion_status == "interrupted"
+
+    run(go())
+    assert problems == []

@@ -1054,20 +1054,26 @@ async def recorded_vercel_stream(
         async with recorder.iter_events(
             agent, user_prompt, agent_id=agent_id, raise_cancelled=True, **run_kwargs
         ) as native:
-            async for chunk in stream.transform_stream(native):
-                if (
-                    ended
-                    and not flushed
-                    and getattr(chunk, "type", None) in ("finish", "abort", "error", "finish-step", "done")
-                ):
-                    flushed = True
-                    for notice in _notices(recorded, state, body_parts):
-                        line = json.dumps(notice, separators=(",", ":"))
-                        state.feed(json.loads(line))
-                        yield f"data: {line}\n\n"
-                encoded = stream.encode_event(chunk)
-                for c in parse_sse(encoded):
-                    state.feed(c)
-                yield encoded
+            ui = stream.transform_stream(native)
+            try:
+                async for chunk in ui:
+                    if (
+                        ended
+                        and not flushed
+                        and getattr(chunk, "type", None) in ("finish", "abort", "error", "finish-step", "done")
+                    ):
+                        flushed = True
+                        for notice in _notices(recorded, state, body_parts):
+                            line = json.dumps(notice, separators=(",", ":"))
+                            state.feed(json.loads(line))
+                            yield f"data: {line}\n\n"
+                    encoded = stream.encode_event(chunk)
+                    for c in parse_sse(encoded):
+                        state.feed(c)
+                    yield encoded
+            finally:
+                # closed here, inside the run's context: left to the garbage collector, its own
+                # cleanup would close the native stream a second time, from another task
+                await ui.aclose()  # type: ignore[attr-defined]
     finally:
         recorder.listeners.remove(listener)
