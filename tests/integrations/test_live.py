@@ -14,7 +14,7 @@ from pydantic_ai.models.test import TestModel
 
 from tplog import InvalidInputError, Store
 from tplog import _model as m
-from tplog._events import AgentTurnInterrupted, LinkAdded
+from tplog._events import AgentRegistered, AgentTurnInterrupted, LinkAdded, ThreadStarted
 from tplog._fold import fold
 from tplog.integrations.pydantic_ai import (
     ThreadRecorder,
@@ -530,3 +530,73 @@ def test_closing_the_wrapper_stream_mid_run_is_clean(tmp_path: Path) -> None:
 
     run(go())
     assert problems == []
+
+
+def test_assembled_turn_that_breaks_message_order_is_refused() -> None:
+    """A data-tp stream whose messages go back in time: a typed error, no events to store."""
+    from tplog import ValidationError
+
+    def msg(ts: str, text: str) -> dict[str, Any]:
+        return {
+            "type": "data-tp-message",
+            "data": {
+                "message": {
+                    "message_type": "response",
+                    "timestamp": ts,
+                    "agent_id": "a",
+                    "parts": [{"part_kind": "text", "content": text}],
+                }
+            },
+        }
+
+    chunks = [
+        {"type": "start"},
+        {"type": "data-tp-turn_start", "data": {"agent_id": "a", "started_at": "2026-01-01T00:00:00Z"}},
+        msg("2026-01-01T00:00:05Z", "later"),
+        msg("2026-01-01T00:00:01Z", "earlier"),
+        {"type": "data-tp-turn_end", "data": {"deferred": {}, "completed_at": "2026-01-01T00:00:09Z"}},
+        {"type": "finish"},
+    ]
+    with pytest.raises(ValidationError, match=r"v3\.5-message-order") as info:
+        assemble_turn(chunks)
+    assert info.value.report.errors[0].rule == "v3.5-message-order"
+    chunks[3] = msg("2026-01-01T00:00:06Z", "in order")
+    assert len(assemble_turn(chunks)) == 4
+
+
+def test_plain_assembly_orders_messages_even_with_a_clock_going_back() -> None:
+    """Messages (system messages from source/data chunks included) never get a time earlier than the
+    messages recorded before them, whatever the clock says."""
+    from tplog._validate import validate
+
+    ticks = iter(f"2026-01-01T00:00:{s:02d}Z" for s in (30, 29, 20, 10, 5, 4, 3, 2, 1, 0))
+    events = assemble_turn(
+        [
+            {"type": "start"},
+            {"type": "start-step"},
+            {"type": "text-start", "id": "t"},
+            {"type": "text-delta", "id": "t", "delta": "see"},
+            {"type": "text-end", "id": "t"},
+            {"type": "source-url", "sourceId": "s", "url": "https://example.com"},
+            {"type": "data-x-note", "data": {"n": 1}},
+            {"type": "finish-step"},
+            {"type": "start-step"},
+            {"type": "text-start", "id": "u"},
+            {"type": "text-delta", "id": "u", "delta": "more"},
+            {"type": "text-end", "id": "u"},
+            {"type": "finish-step"},
+            {"type": "finish"},
+        ],
+        agent_id="a",
+        clock=lambda: next(ticks),
+    )
+    stamps = [e.message.timestamp for e in events if hasattr(e, "message")]
+    assert stamps == sorted(stamps) and len(stamps) == 4
+    th = fold(
+        [
+            ThreadStarted(thread_id="00000000-0000-4000-8000-0000000000b1", created_at="2026-01-01T00:00:00Z"),
+            AgentRegistered(agent=m.AgentConfig(agent_id="a", agent_name="a", created_at="2026-01-01T00:00:00Z")),
+            *events,
+        ]
+    ).thread
+    assert th is not None and validate(th).ok, validate(th).errors

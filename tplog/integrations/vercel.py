@@ -80,16 +80,20 @@ from datetime import UTC
 from typing import Any, Final, cast
 
 from tplog import _model as m
-from tplog._errors import InvalidInputError
+from tplog._errors import InvalidInputError, ValidationError
 from tplog._events import (
+    AgentRegistered,
     AgentTurnCompleted,
     AgentTurnInterrupted,
     AgentTurnStarted,
     Event,
     MessageRecorded,
+    ThreadStarted,
     UserTurnSubmitted,
 )
+from tplog._fold import fold
 from tplog._json import from_builtins, to_builtins
+from tplog._validate import ValidationReport, validate
 
 __all__ = [
     "ChunkOrderError",
@@ -675,9 +679,9 @@ class StreamAssembler:
         st = self.state
         st._close_step(complete=st.terminal is not None and st.terminal[0] == "finish")
         has_end = any(k == TP_TURN_END for k, _ in st.notices)
-        if st.notices and has_end:
-            return self._from_notices()
-        return self._plain()
+        out = self._from_notices() if st.notices and has_end else self._plain()
+        _check_turn(out)
+        return out
 
     # -- exact mode
 
@@ -833,6 +837,38 @@ class StreamAssembler:
                     deferred[cid] = "approval" if call.approval else "external"
             out.append(AgentTurnCompleted(completed_at=end, deferred=deferred))
         return out
+
+
+#: Rules a turn checked on its own cannot judge: its returns may answer calls of earlier turns.
+_NEEDS_EARLIER_TURNS: Final = frozenset({"v3.2-tool-call-id"})
+_CHECK_THREAD: Final = "00000000-0000-4000-8000-000000000000"
+
+
+def _check_turn(events: list[Event]) -> None:
+    """Raise :class:`~tplog.ValidationError` if the assembled turn, as a thread of its own, breaks a
+    protocol rule (message order, turn times, ...): such a turn must never be stored."""
+    times = [t for t in (ev.time() for ev in events) if isinstance(t, str)]
+    if not times:
+        return
+    agents: list[str] = []
+    for ev in events:
+        aid = ev.agent_id if isinstance(ev, AgentTurnStarted) else None
+        if isinstance(ev, MessageRecorded) and isinstance(ev.message, m.RequestMessage | m.ResponseMessage):
+            aid = ev.message.agent_id
+        if aid is not None and aid not in agents:
+            agents.append(aid)
+    head: list[Event] = [ThreadStarted(thread_id=_CHECK_THREAD, created_at=times[0])]
+    head += [AgentRegistered(agent=m.AgentConfig(agent_id=a, agent_name=a, created_at=times[0])) for a in agents]
+    thread = fold([*head, *events]).thread
+    if thread is None:  # pragma: no cover - ThreadStarted is first
+        return
+    errors = [f for f in validate(thread).errors if f.rule not in _NEEDS_EARLIER_TURNS]
+    if errors:
+        where = "; ".join(str(f).replace("$.turns", "$.turn") for f in errors[:3])
+        raise ValidationError(
+            f"the assembled turn breaks {len(errors)} protocol rule(s): {where}",
+            report=ValidationReport(errors=errors),
+        )
 
 
 def _complete_part_of(items: list[tuple[str, Any]], st: _StreamState) -> list[tuple[str, Any]]:
