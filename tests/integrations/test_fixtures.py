@@ -16,7 +16,13 @@ from pydantic_ai.messages import ModelMessagesTypeAdapter
 from tplog import InvalidInputError, to_builtins
 from tplog import _model as m
 from tplog._canonical import thread_hash
-from tplog._events import AgentTurnCompleted, AgentTurnInterrupted, MessageRecorded, UserTurnSubmitted
+from tplog._events import (
+    AgentTurnCompleted,
+    AgentTurnInterrupted,
+    AgentTurnStarted,
+    MessageRecorded,
+    UserTurnSubmitted,
+)
 from tplog._fold import fold, items_from_events, pending
 from tplog._validate import validate
 from tplog.integrations.importers import load_events
@@ -557,3 +563,72 @@ def test_list_request_body_is_named_an_array() -> None:
     fx = load_fixture(FIXTURES["text"])
     with pytest.raises(InvalidInputError, match="request body is a JSON array, not an object"):
         load_events("vercel-ui", fx["runs"][0]["sse"].encode(), request=b"[]")
+
+
+def _import_with_ui_history(name: str) -> list[Any]:
+    """Import a new turn whose request body carries the fixture's conversation as UI history (what a
+    client reloading the thread holds: Pydantic AI's own dump of it)."""
+    from pydantic_ai.ui.vercel_ai import VercelAIAdapter
+
+    server = fold(load_fixture(FIXTURES[name])["events"]).thread
+    assert server is not None
+    ui = VercelAIAdapter.dump_messages(history_from_thread(server), sdk_version=6)
+    new = load_fixture(FIXTURES["text"])["runs"][0]
+    body = {
+        "trigger": "submit-message",
+        "id": "chat-x",
+        "messages": [u.model_dump(mode="json", by_alias=True, exclude_none=True) for u in ui] + new["body"]["messages"],
+    }
+    sse = "".join(ln + "\n" for ln in new["sse"].splitlines() if '"type":"data-tp-' not in ln)
+    events = load_events("vercel-ui", sse.encode(), request=json.dumps(body).encode(), agent_id="agent-1")[0]
+    _assert_valid(events)
+    return events
+
+
+def test_ui_history_cannot_carry_an_interruption() -> None:
+    """Pinned (README, Decisions): a UI message has no interruption; the earlier turn reads as complete."""
+    server = _outcome(load_fixture(FIXTURES["cancel_after_tool_cycle"])["events"])[0]
+    imported = _outcome(_import_with_ui_history("cancel_after_tool_cycle"))[0][:-2]
+    assert server[1][1:3] == ("interrupted", "user_cancelled")
+    assert imported[1][1:3] == ("complete", None)
+    assert imported[0] == server[0] and imported[1][3] == server[1][3]
+
+
+def test_ui_history_cannot_carry_the_turn_boundary_of_a_resumed_run() -> None:
+    """Pinned (README, Decisions): a run that ended on deferred calls and the run that resumed it are
+    one assistant UI message; imported as history they are one agent turn."""
+    server = _outcome(load_fixture(FIXTURES["client_tool"])["events"])[0]
+    imported = _outcome(_import_with_ui_history("client_tool"))[0][:-2]
+    assert [t[0] for t in server] == ["user", "agent", "agent"]
+    assert [t[0] for t in imported] == ["user", "agent"]
+    assert imported[1][3] == server[1][3] + server[2][3]
+
+
+def test_plain_stream_cannot_carry_agent_identity() -> None:
+    """Pinned (README, Decisions): the plain stream names no agent and no model: the assembled turn
+    belongs to the agent_id the caller gives; the importer registers it as "assistant" without a model."""
+    fx = load_fixture(FIXTURES["text"])
+    run = fx["runs"][0]
+    server = fold(fx["events"]).thread
+    assert server is not None
+    assert to_builtins(server.agents["agent-1"]) | {"created_at": None} == {
+        "agent_id": "agent-1",
+        "agent_name": "assistant",
+        "model_name": "fn-model",
+        "created_at": None,
+    }
+    sse = "".join(ln + "\n" for ln in run["sse"].splitlines() if '"type":"data-tp-' not in ln)
+    events = assemble_turn(sse, run["body"], agent_id="someone-else")
+    assert {e.agent_id for e in events if isinstance(e, AgentTurnStarted)} == {"someone-else"}
+    thread = fold(
+        load_events("vercel-ui", sse.encode(), request=json.dumps(run["body"]).encode(), agent_id="x")[0]
+    ).thread
+    assert thread is not None
+    assert to_builtins(thread.agents["x"]) | {"created_at": None} == {
+        "agent_id": "x",
+        "agent_name": "assistant",
+        "created_at": None,
+    }
+    # with the data-tp chunks the turn is the server's, agent and model names included
+    exact = assemble_turn(run["sse"], run["body"], agent_id="someone-else")
+    assert {e.agent_id for e in exact if isinstance(e, AgentTurnStarted)} == {"agent-1"}
