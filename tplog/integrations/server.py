@@ -11,11 +11,16 @@ Endpoints
 
 ``POST /api/chat``
     A Vercel AI SDK UI request (``{"trigger": "submit-message", "id": CHAT_ID,
-    "messages": [...]}``; the chat id is the thread id). Runs the agent (the
+    "messages": [...]}``; the chat id names the thread: a UUID is the thread id,
+    any other id its :func:`~tplog.integrations.vercel.thread_id_for_chat` UUIDv5,
+    kept in the new thread's metadata as ``"vercel:chat_id"``; every endpoint
+    takes either). Runs the agent (the
     body's ``"agent"`` field or ``?agent=`` picks one of ``agents``; default: the
     first) on the *recorded* history of the thread (the store is the source of
     truth: only the request's last message is read -- the user's new message,
-    or, SDK v6, its ``approval-responded`` tool parts) and streams the UI
+    or, SDK v6, its ``approval-responded`` tool parts and the client-side tool
+    results of calls waiting for one, ``output-available``/``output-error``
+    tool parts from ``addToolOutput``) and streams the UI
     message stream with tplog's ``data-tp-*`` chunks (see
     :mod:`tplog.integrations.vercel`) while recording the run message by
     message. A new thread is created (``ThreadStarted`` + ``AgentRegistered``)
@@ -518,7 +523,7 @@ class _Server:
                     "awaiting_tool_results",
                     f"thread {thread_id} waits for decisions on deferred tool calls "
                     f"{[c.tool_call_id for c in calls]}; send them (POST /threads/{{id}}/approvals, or the SDK's "
-                    "tool approval responses) before a new message",
+                    "tool approval responses / client-side tool results) before a new message",
                     pending=[{"tool_call_id": c.tool_call_id, "tool_name": c.tool_name, "kind": c.kind} for c in calls],
                 )
             if deferred is not None and client_results:
