@@ -629,6 +629,11 @@ def test_plain_stream_cannot_carry_agent_identity() -> None:
         "agent_name": "assistant",
         "created_at": None,
     }
+    # nor which model answered, its usage or finish reason: the plain response has none of them
+    server_resp = to_builtins(server.turns[-1].messages[0])  # type: ignore[union-attr]
+    plain_resp = next(to_builtins(e.message) for e in events if isinstance(e, MessageRecorded))
+    assert server_resp["model_name"] == "fn-model" and "usage" in server_resp
+    assert {"model_name", "usage", "finish_reason"} & set(plain_resp) == set()
     # with the data-tp chunks the turn is the server's, agent and model names included
     exact = assemble_turn(run["sse"], run["body"], agent_id="someone-else")
     assert {e.agent_id for e in exact if isinstance(e, AgentTurnStarted)} == {"agent-1"}
