@@ -66,6 +66,10 @@ def test_corpus_is_complete() -> None:
         "deferred",
         "multimodal",
         "structured_output",
+        "approval_resume",
+        "client_tool",
+        "sources_data",
+        "output_retry",
         *CANCELLED,
     }
 
