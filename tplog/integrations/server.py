@@ -11,11 +11,16 @@ Endpoints
 
 ``POST /api/chat``
     A Vercel AI SDK UI request (``{"trigger": "submit-message", "id": CHAT_ID,
-    "messages": [...]}``; the chat id is the thread id). Runs the agent (the
+    "messages": [...]}``; the chat id names the thread: a UUID is the thread id,
+    any other id its :func:`~tplog.integrations.vercel.thread_id_for_chat` UUIDv5,
+    kept in the new thread's metadata as ``"vercel:chat_id"``; every endpoint
+    takes either). Runs the agent (the
     body's ``"agent"`` field or ``?agent=`` picks one of ``agents``; default: the
     first) on the *recorded* history of the thread (the store is the source of
     truth: only the request's last message is read -- the user's new message,
-    or, SDK v6, its ``approval-responded`` tool parts) and streams the UI
+    or, SDK v6, its ``approval-responded`` tool parts and the client-side tool
+    results of calls waiting for one, ``output-available``/``output-error``
+    tool parts from ``addToolOutput``) and streams the UI
     message stream with tplog's ``data-tp-*`` chunks (see
     :mod:`tplog.integrations.vercel`) while recording the run message by
     message. A new thread is created (``ThreadStarted`` + ``AgentRegistered``)
@@ -113,6 +118,7 @@ from tplog._events import (
 )
 from tplog._json import to_builtins, to_json
 from tplog._store import NO_STREAM, AsyncStore, ExpectedVersion, Store
+from tplog.integrations.vercel import CHAT_ID_KEY, client_tool_results, thread_id_for_chat
 
 __all__ = [
     "ENV_AGENTS",
@@ -455,8 +461,15 @@ class _Server:
         if_match: int | None,
         user_text: str | None,
         deferred: tuple[dict[str, Any], dict[str, Any]] | None,
+        client_results: bool = False,
+        metadata: dict[str, Any] | None = None,
     ) -> _Run:
-        """Check the thread, start the run, wait for its first append. Raises HTTPError."""
+        """Check the thread, start the run, wait for its first append. Raises HTTPError.
+
+        ``client_results``: the results in ``deferred`` are the tool parts of a UI message, which
+        also holds the results of calls answered long ago: only those of pending calls count.
+        ``metadata``: the new thread's metadata (the AI SDK chat id).
+        """
         if self.closing:
             raise HTTPError(503, "shutting_down", "the server is shutting down")
         from tplog.integrations.pydantic_ai import ThreadRecorder, history_from_thread
@@ -489,7 +502,14 @@ class _Server:
         now = _now()
         if head is None:
             title = (user_text or "").strip().splitlines()[0][:80] if (user_text or "").strip() else None
-            prefix.append(ThreadStarted(thread_id=thread_id, created_at=now, title=title if title else m.UNSET))
+            prefix.append(
+                ThreadStarted(
+                    thread_id=thread_id,
+                    created_at=now,
+                    title=title if title else m.UNSET,
+                    metadata=metadata if metadata else m.UNSET,
+                )
+            )
             registered: Mapping[str, Any] = {}
         else:
             thread = await asyncio.to_thread(store.thread, thread_id)
@@ -503,9 +523,12 @@ class _Server:
                     "awaiting_tool_results",
                     f"thread {thread_id} waits for decisions on deferred tool calls "
                     f"{[c.tool_call_id for c in calls]}; send them (POST /threads/{{id}}/approvals, or the SDK's "
-                    "tool approval responses) before a new message",
+                    "tool approval responses / client-side tool results) before a new message",
                     pending=[{"tool_call_id": c.tool_call_id, "tool_name": c.tool_name, "kind": c.kind} for c in calls],
                 )
+            if deferred is not None and client_results:
+                external = {c.tool_call_id for c in calls if c.kind != "approval"}
+                deferred = (deferred[0], {k: v for k, v in deferred[1].items() if k in external})
             if deferred is not None:
                 _check_decisions(thread_id, calls, *deferred)
         if head is None and deferred is not None:
@@ -615,6 +638,24 @@ class _Server:
                 "x-tplog-worker": str(os.getpid()),
             },
         )
+
+
+async def _thread_for(srv: _Server, chat_id: str) -> str:
+    """The thread an id names: a UUID names itself; any other id (an AI SDK chat id) names its
+    :func:`~tplog.integrations.vercel.thread_id_for_chat` UUID -- unless a thread is stored under
+    exactly that id (made before chat ids were mapped), which keeps its id."""
+    tid = thread_id_for_chat(chat_id)
+    if tid == chat_id:
+        return tid
+    try:
+        await asyncio.to_thread(srv.store.head, chat_id)
+    except (NotFoundError, InvalidInputError):
+        return tid
+    return chat_id
+
+
+async def _path_thread(srv: _Server, request: Request) -> str:
+    return await _thread_for(srv, request.path_params["thread_id"])
 
 
 def _header_safe(s: str) -> str:
@@ -838,33 +879,44 @@ def create_app(
                 "unsupported_trigger",
                 "regenerate-message is not supported: the thread's log is append-only; submit a new message instead",
             )
-        thread_id = run_input.id
-        if not thread_id or len(thread_id.encode()) > 512:
+        chat_id = run_input.id
+        if not chat_id or len(chat_id.encode()) > 512:
             raise HTTPError(422, "invalid_body", "id (the chat/thread id) must be a non-empty string ≤ 512 bytes")
+        thread_id = await _thread_for(srv, chat_id)
         agent_name, agent = srv.agent(body.get("agent", request.query_params.get("agent")))
         if_match = _if_match(request)
         msgs = run_input.messages
         last = msgs[-1] if msgs else None
         deferred: tuple[dict[str, Any], dict[str, Any]] | None = None
+        client_results = False
         user_text: str | None = None
         if last is not None and last.role == "user":
             user_text = " ".join(getattr(p, "text", "") for p in last.parts if getattr(p, "type", "") == "text")
         elif last is not None and last.role == "assistant":
+            from pydantic_ai import ToolFailed
+
             adapter = VercelAIAdapter(agent=agent, run_input=run_input, sdk_version=6)
             dtr = adapter.deferred_tool_results
-            if dtr is not None and dtr.approvals:
-                appr: dict[str, Any] = {}
-                for cid, dec in dtr.approvals.items():
-                    appr[cid] = (
-                        dec if isinstance(dec, bool) else {"approved": False, "reason": getattr(dec, "message", None)}
-                    )
-                deferred = (appr, {})
+            appr: dict[str, Any] = {}
+            for cid, dec in (dtr.approvals if dtr is not None else {}).items():
+                appr[cid] = (
+                    dec if isinstance(dec, bool) else {"approved": False, "reason": getattr(dec, "message", None)}
+                )
+            # AI SDK v6 addToolOutput: the browser ran the tool; its result is in the assistant message
+            results = {
+                cid: ToolFailed(value) if kind == "error" else value
+                for cid, (kind, value) in client_tool_results(body).items()
+                if cid not in appr
+            }
+            if appr or results:
+                deferred = (appr, results)
+                client_results = bool(results)
         if user_text is None and deferred is None:
             raise HTTPError(
                 422,
                 "nothing_to_run",
-                "the request's last message must be the user's new message or "
-                "an assistant message with tool approval responses",
+                "the request's last message must be the user's new message, or an assistant message with "
+                "tool approval responses or client-side tool results (output-available / output-error tool parts)",
             )
         # The run sees only the last message; the history is the thread's recorded one.
         run_body = {
@@ -873,12 +925,20 @@ def create_app(
             "messages": [body["messages"][-1]] if user_text is not None else [],
         }
         run = await srv.start_run(
-            thread_id, agent_name, agent, run_body, if_match=if_match, user_text=user_text, deferred=deferred
+            thread_id,
+            agent_name,
+            agent,
+            run_body,
+            if_match=if_match,
+            user_text=user_text,
+            deferred=deferred,
+            client_results=client_results,
+            metadata={CHAT_ID_KEY: chat_id} if chat_id != thread_id else None,
         )
         return srv.stream(run)
 
     async def approvals(request: Request) -> Response:
-        thread_id = request.path_params["thread_id"]
+        thread_id = await _path_thread(srv, request)
         body = await _json_body(request, srv.max_body)
         appr = body.get("approvals", {})
         results = body.get("results", {})
@@ -942,11 +1002,11 @@ def create_app(
         return _json({"threads": _plain(page.threads), "next_cursor": page.cursor})
 
     async def thread(request: Request) -> Response:
-        th = await asyncio.to_thread(srv.store.thread, request.path_params["thread_id"])
+        th = await asyncio.to_thread(srv.store.thread, await _path_thread(srv, request))
         return Response(to_json(th), media_type="application/json")
 
     async def turns(request: Request) -> Response:
-        tid = request.path_params["thread_id"]
+        tid = await _path_thread(srv, request)
         res = await asyncio.to_thread(srv.store.load, tid)
         if res.deleted or res.thread is None:
             raise HTTPError(410, "thread_deleted", f"thread {tid} was deleted")
@@ -960,13 +1020,13 @@ def create_app(
         )
 
     async def pending(request: Request) -> Response:
-        return _json(_plain(await asyncio.to_thread(srv.store.pending, request.path_params["thread_id"])))
+        return _json(_plain(await asyncio.to_thread(srv.store.pending, await _path_thread(srv, request))))
 
     async def interrupts(request: Request) -> Response:
-        return _json(_plain(await asyncio.to_thread(srv.store.interrupts, request.path_params["thread_id"])))
+        return _json(_plain(await asyncio.to_thread(srv.store.interrupts, await _path_thread(srv, request))))
 
     async def children(request: Request) -> Response:
-        tid = request.path_params["thread_id"]
+        tid = await _path_thread(srv, request)
         store = srv.store
         await asyncio.to_thread(store.head, tid)  # 404 for an unknown thread
         max_depth = _int_param(request, "max_depth", None, lo=1)
@@ -978,7 +1038,7 @@ def create_app(
         return _json({"thread_id": tid, "children": kids})
 
     async def links(request: Request) -> Response:
-        tid = request.path_params["thread_id"]
+        tid = await _path_thread(srv, request)
         store = srv.store
         relation = request.query_params.get("relation") or None
         if _flag(request, "incoming"):
@@ -997,7 +1057,7 @@ def create_app(
         )
 
     async def events(request: Request) -> Response:
-        tid = request.path_params["thread_id"]
+        tid = await _path_thread(srv, request)
         last_id = request.headers.get("last-event-id")
         if last_id is not None and last_id.strip():
             if not last_id.strip().isdigit():
@@ -1100,11 +1160,13 @@ def demo_agents() -> dict[str, Any]:
     - ``weather in CITY`` -> calls the ``get_weather`` tool, then answers with its result;
     - ``delete PATH`` -> calls ``delete_file``, which **requires approval**: the turn ends
       deferred; approve/deny it (``POST /threads/{id}/approvals``) and it goes on;
+    - ``where am i`` -> calls ``get_location``, a client-side tool: the turn ends deferred; the
+      browser's result (AI SDK v6 ``addToolOutput``, or ``results`` of ``/approvals``) resumes it;
     - ``slow N [MS]`` -> streams N words, one per MS milliseconds (default 20 x 50 ms);
     - ``fail`` -> streams a little, then the model raises (recorded as an ``error`` interruption);
     - anything else -> ``You said: ...``.
     """
-    from pydantic_ai import Agent, DeferredToolRequests
+    from pydantic_ai import Agent, CallDeferred, DeferredToolRequests
     from pydantic_ai import messages as pm
     from pydantic_ai.models.function import AgentInfo, DeltaToolCall, FunctionModel
 
@@ -1132,6 +1194,8 @@ def demo_agents() -> dict[str, Any]:
                     tool_call_id=f"call_{uuid.uuid4().hex[:12]}",
                 )
             }
+        elif "where am i" in low:
+            yield {0: DeltaToolCall(name="get_location", json_args="{}", tool_call_id=f"call_{uuid.uuid4().hex[:12]}")}
         elif mt := re.search(r"delete (\S+)", low):
             yield {
                 0: DeltaToolCall(
@@ -1166,6 +1230,11 @@ def demo_agents() -> dict[str, Any]:
     def delete_file(path: str) -> str:
         """Delete a file (needs the user's approval)."""
         return f"deleted {path}"
+
+    @agent.tool_plain  # type: ignore[untyped-decorator]
+    def get_location() -> str:
+        """Where the user is (a client-side tool: the browser runs it and sends the result)."""
+        raise CallDeferred
 
     return {"demo": agent}
 
