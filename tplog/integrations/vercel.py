@@ -860,14 +860,14 @@ def ui_request(body: Any) -> dict[str, Any]:
 
     if not isinstance(body, dict):
         raise InvalidInputError(f"a UI request body must be a JSON object, not {type(body).__name__}")
-    body = {"trigger": "submit-message", **body}
+    checked: dict[str, Any] = {"trigger": "submit-message", **body}
     try:
-        pydantic.TypeAdapter(RequestData).validate_python(body)
+        pydantic.TypeAdapter(RequestData).validate_python(checked)
     except pydantic.ValidationError as exc:
         err = exc.errors(include_url=False, include_input=False)[0]
         loc = "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in err["loc"])
         raise InvalidInputError(f"not a Vercel AI UI request: {err['msg']}", path=f"${loc}") from None
-    return body
+    return checked
 
 
 async def recorded_vercel_stream(
