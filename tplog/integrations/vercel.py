@@ -865,7 +865,10 @@ def ui_request(body: Any) -> dict[str, Any]:
         pydantic.TypeAdapter(RequestData).validate_python(checked)
     except pydantic.ValidationError as exc:
         err = exc.errors(include_url=False, include_input=False)[0]
-        loc = "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in err["loc"])
+        # pydantic's location also names the union members it tried (the trigger, model classes): not JSON keys
+        keys = [p for i, p in enumerate(err["loc"])
+                if not (i == 0 and p == checked.get("trigger")) and not (isinstance(p, str) and p[:1].isupper())]
+        loc = "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in keys)
         raise InvalidInputError(f"not a Vercel AI UI request: {err['msg']}", path=f"${loc}") from None
     return checked
 
