@@ -880,6 +880,9 @@ def create_app(
     tails look for appends by other processes; ``heartbeat``: SSE keep-alive comment interval.
     ``metrics``: an :class:`AppendTimings` (or anything with its ``append``/``request`` methods)
     timing every append; dumped to ``metrics_path.PID.json`` at shutdown when given.
+    ``shutdown_grace``: seconds running runs get at shutdown before they are interrupted
+    (``server_shutdown``), counted from the SIGTERM/SIGINT when the ASGI server runs the app in
+    its main thread with its own signal handlers (uvicorn does), else from the lifespan's end.
     """
     srv = _Server(
         store,
