@@ -202,9 +202,10 @@ def test_import_export_same_canonical_hash(capsys: pytest.CaptureFixture[str], l
 
 
 def test_import_twice_is_an_error(capsys: pytest.CaptureFixture[str], loaded: str, doc_file: Path) -> None:
-    """The advice is for CLI users (``tplog delete``), not the API's ``expected_version``."""
+    """The advice is for CLI users, not the API's ``expected_version``."""
     line = fails(capsys, "import", loaded, str(doc_file),
-                 match=rf"thread {TID} is already in .* \(version \d+\).*`tplog delete {re.escape(loaded)} {TID}`")
+                 match=rf"thread {TID} is already in {re.escape(loaded)} \(version \d+\); import never changes a "
+                       r"stored thread .*: import into another store, or give the document another thread_id$")
     assert "expected_version" not in line
 
 

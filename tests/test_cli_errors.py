@@ -256,3 +256,35 @@ def test_env_is_untouched_by_a_failed_serve(capsys: pytest.CaptureFixture[str], 
     before = {k for k in os.environ if k.startswith("TPLOG_SERVER_")}
     fails(capsys, "serve", str(tmp_path / "s"), "--agents", "nosuch_xyz:A")
     assert {k for k in os.environ if k.startswith("TPLOG_SERVER_")} == before
+
+
+def test_rebuild_says_which_extra_the_progress_bar_needs(tmp_path: Path) -> None:
+    """On a terminal without rich (the ``cli`` extra) rebuild still works and says what to install."""
+    import pty
+
+    fake = tmp_path / "fake"
+    (fake / "rich").mkdir(parents=True)
+    (fake / "rich" / "__init__.py").write_text("raise ImportError('rich is not installed')\n")
+    store = tmp_path / "s"
+    with Store(store) as s:
+        s.append(TID, [ThreadStarted(thread_id=TID, created_at="2025-01-20T10:00:00Z")])
+    master, slave = pty.openpty()
+    try:
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(fake), str(ROOT)])}
+        r = subprocess.run([sys.executable, "-m", "tplog", "rebuild", str(store)], stdout=subprocess.PIPE,
+                           stderr=slave, cwd=ROOT, env=env, timeout=120)
+        os.close(slave)
+        err = b""
+        while True:
+            try:
+                chunk = os.read(master, 4096)
+            except OSError:  # EIO: the terminal's other end is closed and drained
+                break
+            if not chunk:
+                break
+            err += chunk
+    finally:
+        os.close(master)
+    assert r.returncode == 0
+    assert [p["projection"] for p in json.loads(r.stdout)] == ["links", "state"]
+    assert err.decode().strip() == "tplog: no progress bar without rich: pip install 'tplog[cli]'"

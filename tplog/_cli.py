@@ -205,7 +205,8 @@ def cmd_import(args: argparse.Namespace) -> int:
             except WrongExpectedVersionError as exc:  # the library's advice (expected_version=...) is for API users
                 raise InvalidInputError(
                     f"thread {first.thread_id} is already in {args.store} (version {exc.actual}); import never "
-                    f"changes a stored thread: `tplog delete {args.store} {first.thread_id}` first to replace it"
+                    "changes a stored thread (and a deleted thread's id stays taken): import into another store, "
+                    "or give the document another thread_id"
                 ) from exc
             _emit(res)
     return 0
