@@ -883,6 +883,8 @@ def create_app(
     ``shutdown_grace``: seconds running runs get at shutdown before they are interrupted
     (``server_shutdown``), counted from the SIGTERM/SIGINT when the ASGI server runs the app in
     its main thread with its own signal handlers (uvicorn does), else from the lifespan's end.
+    Under your own uvicorn, set its ``timeout_graceful_shutdown`` above the grace (``serve`` uses
+    grace + 15 s): uvicorn cuts the responses still open when it runs out.
     """
     srv = _Server(
         store,
