@@ -949,8 +949,9 @@ class Store:
         self._check_open()
         if direction not in ("forward", "backward"):
             raise InvalidInputError(f"direction must be 'forward' or 'backward', not {direction!r}")
-        if (limit is not None and limit < 0) or (start is not None and start < 0):
-            raise InvalidInputError("start and limit must be ≥ 0")
+        for name, value in (("start", start), ("limit", limit)):
+            if value is not None and value < 0:
+                raise InvalidInputError(f"{name} must be ≥ 0, not {value}")
         tk = self._tk(thread_id)
         out: list[RecordedEvent] = []
         with self.engine.read() as txn:
@@ -1038,8 +1039,10 @@ class Store:
     def wait_for_position(self, position: int, timeout: float | None = None, *, poll: float = 0.05) -> int:
         """Block until the log holds ``position`` (or the timeout passes); returns the last position.
 
-        Appends in this process wake waiters at once; appends by other processes
-        are seen by polling every ``poll`` seconds.
+        On timeout it returns the last position it saw, which is then below
+        ``position`` (no exception): compare the result with ``position`` to
+        tell a timeout from a wake-up. Appends in this process wake waiters at
+        once; appends by other processes are seen by polling every ``poll`` seconds.
         """
         deadline = None if timeout is None else time.monotonic() + timeout
         while True:
@@ -1344,7 +1347,9 @@ class Store:
         """Train a zstd dictionary on up to ``samples`` stored event bodies; new values use it.
 
         Returns the new dictionary id (old values keep theirs). Returns 0 and
-        trains nothing when there are too few samples.
+        trains nothing when the store holds fewer than 64 event bodies (of at
+        most 64 KiB each): zstd's trainer needs many samples to find what recurs
+        across values; from fewer it fails or gives a dictionary that does not help.
         """
         bodies: list[bytes] = []
         with self.engine.read() as txn:

@@ -146,6 +146,7 @@ __all__ = [
     "client_tool_results",
     "recorded_vercel_stream",
     "thread_id_for_chat",
+    "ui_request",
     "user_turn_from_body",
 ]
 
@@ -1058,6 +1059,31 @@ def _notices(events: list[Event], st: _StreamState, body_parts: list[dict[str, A
     return chunks
 
 
+def ui_request(body: Any) -> dict[str, Any]:
+    """``body`` as a Vercel AI UI request, checked: ``trigger`` defaults to ``"submit-message"``
+    (as ``tplog serve`` does); :class:`~tplog.InvalidInputError` naming the field otherwise.
+
+    Call it before writing anything for the request (e.g. before starting the thread):
+    :func:`recorded_vercel_stream` checks the body only once it is iterated.
+    """
+    import pydantic
+    from pydantic_ai.ui.vercel_ai.request_types import RequestData
+
+    if not isinstance(body, dict):
+        raise InvalidInputError(f"a UI request body must be a JSON object, not {type(body).__name__}")
+    checked: dict[str, Any] = {"trigger": "submit-message", **body}
+    try:
+        pydantic.TypeAdapter(RequestData).validate_python(checked)
+    except pydantic.ValidationError as exc:
+        err = exc.errors(include_url=False, include_input=False)[0]
+        # pydantic's location also names the union members it tried (the trigger, model classes): not JSON keys
+        keys = [p for i, p in enumerate(err["loc"])
+                if not (i == 0 and p == checked.get("trigger")) and not (isinstance(p, str) and p[:1].isupper())]
+        loc = "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in keys)
+        raise InvalidInputError(f"not a Vercel AI UI request: {err['msg']}", path=f"${loc}") from None
+    return checked
+
+
 async def recorded_vercel_stream(
     recorder: Any,
     agent: Any,
@@ -1085,7 +1111,7 @@ async def recorded_vercel_stream(
     from pydantic_ai.ui.vercel_ai import VercelAIAdapter, VercelAIEventStream
     from pydantic_ai.ui.vercel_ai.request_types import RequestData
 
-    body = request_body or {"trigger": "submit-message", "id": "tplog", "messages": []}
+    body = ui_request(request_body or {"id": "tplog", "messages": []})
     run_input = pydantic.TypeAdapter(RequestData).validate_python(body)
     if user_prompt is None and _last_user_message(body) is not None:
         loaded = VercelAIAdapter.load_messages([run_input.messages[-1]])
