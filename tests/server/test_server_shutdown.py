@@ -82,6 +82,7 @@ def test_shutdown_gives_runs_the_grace_then_records_server_shutdown(tmp_path: Pa
 
     from server.server_harness import ROOT, free_port, sse_chunks, wait_until
     from tplog import AgentTurnInterrupted
+    from tplog.integrations.vercel import thread_id_for_chat
 
     (tmp_path / "slowagents.py").write_text(SLOW_AGENTS)
     store = tmp_path / "store"
@@ -106,9 +107,11 @@ def test_shutdown_gives_runs_the_grace_then_records_server_shutdown(tmp_path: Pa
         wait_until(up, timeout=60)
         streams: dict[str, list[str]] = {"slow": [], "quick": []}
         texting = {k: threading.Event() for k in streams}
+        chat_ids: dict[str, str] = {}
 
         def chat(agent: str) -> None:
-            body = {"id": f"t-{agent}-{uuid.uuid4()}", "agent": agent,
+            chat_ids[agent] = f"t-{agent}-{uuid.uuid4()}"
+            body = {"id": chat_ids[agent], "agent": agent,
                     "messages": [{"id": "m1", "role": "user", "parts": [{"type": "text", "text": "go"}]}]}
             with httpx.stream("POST", f"http://127.0.0.1:{port}/api/chat", json=body, timeout=60) as r:
                 assert r.status_code == 200
@@ -139,9 +142,7 @@ def test_shutdown_gives_runs_the_grace_then_records_server_shutdown(tmp_path: Pa
     assert grace <= exited <= grace + 8, exited  # not two separate waits
 
     with Store(store, readonly=True) as s:
-        by_agent = {}
-        for h in s.threads().threads:
-            by_agent[h.thread_id.split("-")[1]] = h.thread_id
+        by_agent = {agent: thread_id_for_chat(chat) for agent, chat in chat_ids.items()}
         quick = [e.event for e in s.read(by_agent["quick"])]
         slow = [e.event for e in s.read(by_agent["slow"])]
     # The quick run finished within the grace: complete, with its whole answer.
