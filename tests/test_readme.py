@@ -11,7 +11,7 @@ Conventions (the README's fences, by info string):
   directly (nothing but blank lines between) by an ```` ```output ```` (or ```` ```text ````) block
   must print exactly that; without one it may print anything but must not raise.
 - ```` ```console ````: a shell session. A line starting with ``$ `` is a command (a line ending in
-  ``\\`` continues it on the next line); the lines after it, up to the next ``$ `` line, are what it
+  ``\\``, or inside an open quote, continues on the next line); the lines after it, up to the next ``$ `` line, are what it
   must print (stdout and stderr together). A block's commands run as one bash script, so variables
   set by one command are seen by the next (as in a terminal); each command must exit 0: a session
   showing a failure says so itself (``... || echo "exit $?"``).
@@ -148,7 +148,7 @@ def parse_console(block: Block) -> list[Command]:
             continue
         start = i
         cmd = [lines[i][2:]]
-        while cmd[-1].endswith("\\") and i + 1 < len(lines):
+        while (cmd[-1].endswith("\\") or _open_quote("\n".join(cmd))) and i + 1 < len(lines):
             i += 1
             cmd.append(lines[i])
         i += 1
@@ -158,6 +158,15 @@ def parse_console(block: Block) -> list[Command]:
             i += 1
         commands.append(Command(block.line + 1 + start, "\n".join(cmd), "\n".join(out)))
     return commands
+
+
+def _open_quote(text: str) -> bool:
+    """A quoted string runs on past the end of the line (the shell reads on)."""
+    try:
+        shlex.split(text.replace("\\\n", " "))
+    except ValueError:
+        return True
+    return False
 
 
 def _free_port() -> int:
