@@ -2,7 +2,7 @@
 
 The README cannot drift from the code: this test runs its blocks in order, in one fresh temporary
 working directory, with the venv's ``bin`` first on ``PATH`` (so ``tplog`` is the installed console
-script), and compares what each prints with the text the README shows for it.
+script; ``curl`` must be installed), and compares what each prints with the text the README shows.
 
 Conventions (the README's fences, by info string):
 
@@ -11,10 +11,10 @@ Conventions (the README's fences, by info string):
   directly (nothing but blank lines between) by an ```` ```output ```` (or ```` ```text ````) block
   must print exactly that; without one it may print anything but must not raise.
 - ```` ```console ````: a shell session. A line starting with ``$ `` is a command (a line ending in
-  ``\\``, or inside an open quote, continues on the next line); the lines after it, up to the next ``$ `` line, are what it
-  must print (stdout and stderr together). A block's commands run as one bash script, so variables
-  set by one command are seen by the next (as in a terminal); each command must exit 0: a session
-  showing a failure says so itself (``... || echo "exit $?"``).
+  ``\\``, or inside an open quote, continues on the next line); the lines after it, up to the next
+  ``$ `` line, are what it must print (stdout and stderr together). A block's commands run as one
+  bash script, so variables set by one command are seen by the next (as in a terminal); each command
+  must exit 0: a session showing a failure says so itself (``... || echo "exit $?"``).
   A command ending in ``&`` is a server: it starts in the background in a session of its own (its
   output goes to ``.server-PORT.log``, and the README shows none), the script waits until the port
   named by its ``--port N`` answers, and the server is stopped (SIGTERM to its session) when the README
@@ -248,13 +248,14 @@ class ReadmeRun:
             raise AssertionError(f"README.md:{cmd.line}: a background command's output is not compared: show none")
         self.ports[m.group(1)] = port = str(_free_port())
         log = f".server-{port}.log"
+        answers = f"(echo >/dev/tcp/127.0.0.1/{port}) 2>/dev/null"
         return "\n".join([
             f"setsid {self._ports(text)} >{log} 2>&1 &",
             f"echo $! >>{SERVERS}",
             f"for _ in $(seq {SERVER_WAIT * 10}); do",
-            f"  (echo >/dev/tcp/127.0.0.1/{port}) 2>/dev/null && break; kill -0 $! 2>/dev/null || break; sleep 0.1",
+            f"  {answers} && break; kill -0 $! 2>/dev/null || break; sleep 0.1",
             "done",
-            f"(echo >/dev/tcp/127.0.0.1/{port}) 2>/dev/null || {{ echo 'no answer on port {port}:'; cat {log}; false; }}",
+            f"{answers} || {{ echo 'no answer on port {port}:'; cat {log}; false; }}",
         ])
 
     def make(self, block: Block) -> None:
@@ -322,7 +323,7 @@ def test_blocks_pair_python_with_its_output_and_refuse_a_stray_one() -> None:
     assert (py.lang, py.line, py.body, py.expected) == ("python", 2, "print(1)\n", "1\n")
     assert [(c.line, c.text, c.expected) for c in parse_console(console)] == [
         (10, "echo a \\\n  b", "a b"), (13, "true", "")]
-    with pytest.raises(AssertionError, match="README.md:1: an output block"):
+    with pytest.raises(AssertionError, match=r"README\.md:1: an output block"):
         parse_blocks("```output\n1\n```\n")
     with pytest.raises(AssertionError, match="must directly follow"):
         parse_blocks("```python\nprint(1)\n```\nprose\n```output\n1\n```\n")
@@ -358,3 +359,19 @@ def test_a_console_session_keeps_its_variables_and_runs_a_server_on_a_free_port(
     finally:
         run.close()
     assert not _alive(pid)
+
+
+DOCS = ["README.md", "tplog/FORMAT.md", "tools/RELIABILITY.md", "benchmarks/README.md",
+        "tplog/integrations/DECISIONS.md"]
+
+
+@pytest.mark.parametrize("doc", DOCS)
+def test_every_relative_link_of_the_docs_resolves_in_a_clone(doc: str) -> None:
+    path = ROOT / doc
+    targets = re.findall(r"\]\(([^)#\s]+)(?:#[^)]*)?\)", path.read_text())
+    relative = [t for t in targets if not re.match(r"[a-z]+:", t)]
+    missing = [t for t in relative if not (path.parent / t).exists()]
+    assert not missing, f"{doc} links to files that are not in the repository: {missing}"
+    if doc == "README.md":  # the spec, the format, the tallies, the benchmarks and the decisions
+        assert {"tests/fixtures/spec/docs/README.md", "tplog/FORMAT.md", "tools/RELIABILITY.md",
+                "benchmarks/README.md", "tplog/integrations/DECISIONS.md"} <= set(relative)
