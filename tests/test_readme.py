@@ -375,3 +375,12 @@ def test_every_relative_link_of_the_docs_resolves_in_a_clone(doc: str) -> None:
     if doc == "README.md":  # the spec, the format, the tallies, the benchmarks and the decisions
         assert {"tests/fixtures/spec/docs/README.md", "tplog/FORMAT.md", "tools/RELIABILITY.md",
                 "benchmarks/README.md", "tplog/integrations/DECISIONS.md"} <= set(relative)
+
+
+def test_sh_blocks_hold_make_targets_the_makefile_has(tmp_path: Path) -> None:
+    run = ReadmeRun(tmp_path)
+    run.run(parse_blocks("```sh\nmake demo   # comment\n\nmake test\n```\n")[0])
+    with pytest.raises(AssertionError, match=r"README\.md:3: the Makefile has no target 'nope'"):
+        run.run(parse_blocks("```sh\nmake demo\nmake nope\n```\n")[0])
+    with pytest.raises(AssertionError, match="only `make TARGET` lines"):
+        run.run(parse_blocks("```sh\nrm -rf /tmp/x\n```\n")[0])
