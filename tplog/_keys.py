@@ -1,4 +1,4 @@
-"""Key layouts shared by the log and the projections (README "Storage format")."""
+"""Key layouts shared by the log and the projections (tplog/FORMAT.md)."""
 
 from __future__ import annotations
 

@@ -1192,7 +1192,13 @@ def create_app(
             except HTTPError as exc:
                 return _error_response(exc)
             except TplogError as exc:
-                return _error_response(http_error(exc))
+                err = http_error(exc)
+                path_id = request.path_params.get("thread_id")
+                if isinstance(path_id, str) and isinstance(exc, (NotFoundError, ThreadDeletedError)):
+                    # name the id the client sent, not the UUIDv5 a chat id was mapped to
+                    err = HTTPError(err.status, err.code, err.message.replace(thread_id_for_chat(path_id), path_id),
+                                    **err.extra)
+                return _error_response(err)
 
         wrapper.__name__ = fn.__name__
         return wrapper
