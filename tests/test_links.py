@@ -19,7 +19,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tplog import _model as m
-from tplog._errors import InvalidInputError
+from tplog._errors import InvalidInputError, NotFoundError
 from tplog._events import (
     AgentTurnCompleted,
     AgentTurnStarted,
@@ -248,9 +248,15 @@ def test_links_to_unknown_threads_are_allowed_and_answered(store: Store) -> None
     assert store.children(ghost_parent) == [t]
     assert store.incoming(ghost_ref) == [(t, "referenced")]
     assert store.descendants(ghost_parent) == [(t, 1)]
-    assert store.children("never-heard-of") == []
-    assert store.incoming("never-heard-of") == []
-    assert store.descendants("never-heard-of") == []
+    assert store.children(ghost_ref) == []  # linked to (by a referenced link): known, no children
+    assert store.incoming(ghost_parent) == [(t, "spawned_from")]
+
+
+def test_a_thread_neither_stored_nor_linked_to_is_not_found(store: Store) -> None:
+    make(store, new_id(), link(new_id(), "referenced"))
+    for query in (store.children, store.incoming, store.descendants, store.links):
+        with pytest.raises(NotFoundError, match="never-heard-of does not exist"):
+            query("never-heard-of")
 
 
 def test_uuid_case_is_one_thread(store: Store) -> None:
@@ -392,6 +398,15 @@ def test_generated_graph_matches_brute_force(tmp_path: Path) -> None:
             list(pool.map(lambda i: store.append(ids[i], events_of(i)), range(n)))
         built = time.monotonic() - began
 
+        # Ids never stored nor named by any link or spawn event are not found.
+        named = set(incoming_bf) | {c for kids in spawn_events.values() for c in kids}
+        unknown, never = [u for u in unknown if u in named], [u for u in unknown if u not in named]
+        assert unknown and never
+        for tid in never:
+            with pytest.raises(NotFoundError):
+                store.children(tid)
+            with pytest.raises(NotFoundError):
+                store.incoming(tid)
         # children: every thread and every unknown target, exact order (by key).
         for tid in ids + unknown:
             assert store.children(tid) == by_key(children_bf.get(tid, set())), tid
