@@ -235,7 +235,7 @@ def apply_links(tables: _Tables, thread_id: str, tk: bytes, seq: int, event: Any
     """Index one event: a LinkAdded, a ThreadStarted declaring links, or a message
     naming spawned threads (unless that thread was deleted: it is nobody's child).
     Idempotent. Targets are keyed within the source thread's scope."""
-    for ordinal, lk in outgoing(seq, event):
+    for ordinal, lk in outgoing(seq, event) if isinstance(event, (LinkAdded, ThreadStarted)) else ():
         target = lk.thread_id
         tables.put("links_in", link_key(target, lk.relation, tk, ordinal, scope), _enc.encode([thread_id, target]))
         if lk.relation == SPAWNED_FROM:

@@ -107,6 +107,7 @@ EXISTS: Final = "exists"
 ExpectedVersion = Union[int, Literal["any", "no_stream", "exists"]]
 
 _EVENT_CLASSES = tuple(KIND_CODE)
+_LINKING = (LinkAdded, ThreadStarted)  # the events that may record links (proj.outgoing)
 MAX_RELATION_BYTES: Final = 400  # links_in keys must stay under LMDB's 511-byte key limit
 
 
@@ -486,7 +487,7 @@ class Store:
                     f"thread {thread_id}: events[{i}] is a {type(ev).__name__}, not a tplog event "
                     f"(one of {', '.join(c.__name__ for c in _EVENT_CLASSES)})"
                 )
-            for j, (_, lk) in enumerate(proj.outgoing(0, ev)):
+            for j, (_, lk) in enumerate(proj.outgoing(0, ev) if isinstance(ev, _LINKING) else ()):
                 # The relation is part of the links_in key (NUL-terminated, under LMDB's key limit).
                 at = "link" if isinstance(ev, LinkAdded) else f"relationships.links[{j}]"
                 if "\x00" in lk.relation:
