@@ -1122,7 +1122,6 @@ class Store:
         self._check_open()
         _check_page_limit(limit)
         tk = self._tk(thread_id)
-        check = self._graph_check(thread_id, tk)
         prefix = tk + (relation.encode() + b"\x00" if relation is not None else b"")
         start = prefix
         if after is not None:
@@ -1133,7 +1132,10 @@ class Store:
                 raise InvalidInputError(f"after names relation {after[1]!r}, but relation={relation!r} was asked")
             start = tk + after[1].encode() + b"\x00" + self._tk(after[0]) + b"\xff" * 8
         rows = self.engine.scan("links_in", start, prefix + b"\xff" * 40,
-                                limit=None if limit is None else limit + 1, check=check)
+                                limit=None if limit is None else limit + 1,
+                                check=lambda txn: proj.require_live(txn, proj.LINKS, self.path))
+        if not rows:
+            self._require_known(thread_id, tk)
         if limit is not None and len(rows) > limit:
             extra, rows = rows[limit], rows[:limit]
             if rows and extra[0][:-8] == rows[-1][0][:-8]:  # the last pair goes on: take the rest of its links
@@ -1145,23 +1147,19 @@ class Store:
             out.append((_ids_dec.decode(v)[0], rel))
         return out
 
-    def _graph_check(self, thread_id: str, tk: bytes) -> Callable[[ReadTxn], None]:
-        """The check a links query runs in its snapshot: the links projection is live,
-        and the store knows the thread: it is stored (deleted or not: the links to a
-        deleted thread are its sources' history), or some thread links to it or names
-        it as spawned (a link may name a thread kept elsewhere). Else
-        :class:`NotFoundError`, as every verb says."""
-        path = self.path
-
-        def check(txn: ReadTxn) -> None:
-            proj.require_live(txn, proj.LINKS, path)
-            if txn.get("heads", tk) is None and not any(
-                next(iter(txn.range(table, lo, lo + b"\xff" * 40)), None) is not None
-                for table, lo in (("links_in", tk), ("children", tk), ("proj", proj.SPAWNER_PREFIX + tk))
-            ):
-                raise NotFoundError(f"thread {thread_id} does not exist, and no stored thread links to it")
-
-        return check
+    def _require_known(self, thread_id: str, tk: bytes) -> None:
+        """For a links query that found nothing: :class:`NotFoundError` unless the store
+        knows the thread: it is stored (deleted or not: the links to a deleted thread
+        are its sources' history), or a stored thread links to it or names it as
+        spawned (a link may name a thread kept elsewhere). Only an empty answer pays
+        for this check, in a snapshot of its own (what it finds is as current)."""
+        with self.engine.read() as txn:
+            if txn.get("heads", tk) is not None:
+                return
+            for table, lo in (("links_in", tk), ("children", tk), ("proj", proj.SPAWNER_PREFIX + tk)):
+                if next(iter(txn.range(table, lo, lo + b"\xff" * 40)), None) is not None:
+                    return
+        raise NotFoundError(f"thread {thread_id} does not exist, and no stored thread links to it")
 
     def children(self, thread_id: str, *, limit: int | None = None, after: str | None = None) -> list[str]:
         """Threads spawned from ``thread_id`` (by their ``spawned_from`` link or the
@@ -1176,7 +1174,9 @@ class Store:
         # One short scan per query: engine.scan (not read() + range()), whose generator
         # machinery cost more than the LMDB lookup itself (see benchmarks/links.py).
         rows = self.engine.scan("children", start, tk + b"\xff" * 17, limit=limit,
-                                check=self._graph_check(thread_id, tk))
+                                check=lambda txn: proj.require_live(txn, proj.LINKS, self.path))
+        if not rows:
+            self._require_known(thread_id, tk)
         dec = _child_dec.decode
         return [dec(v)[0] for _, v in rows]
 
@@ -1349,13 +1349,15 @@ class Store:
         def live(txn: ReadTxn) -> None:
             proj.require_live(txn, proj.LINKS, path)
 
-        known = self._graph_check(thread_id, root)  # the root's query also checks that it is known
         while frontier and (max_depth is None or depth < max_depth):
             depth += 1
             nxt: list[bytes] = []
             for tk in frontier:
                 self._check_open()
-                for k, v in scan("children", tk, tk + b"\xff" * 17, check=known if tk is root else live):
+                rows = scan("children", tk, tk + b"\xff" * 17, check=live)
+                if not rows and depth == 1:  # the root: is it known at all?
+                    self._require_known(thread_id, root)
+                for k, v in rows:
                     ck = k[TKEY_SIZE:]
                     if ck not in seen:
                         seen.add(ck)
