@@ -843,6 +843,8 @@ def test_verify_reports_a_missing_declared_link_and_rebuild_repairs_it(tmp_path:
         rep = verify_store(s)
         assert [p for p in rep.problems if "declared link 0" in p and "live absent" in p], rep.problems
     assert main(["verify", str(path)]) == 1
+    assert main(["rebuild", str(path), "--verify"]) == 1  # reports, repairs nothing
+    assert main(["verify", str(path)]) == 1
     assert main(["rebuild", str(path), "--projection", "links"]) == 0
     with Store(path) as s:
         assert s.incoming(parent) == [(child, "referenced")] * 2
