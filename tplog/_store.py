@@ -107,6 +107,7 @@ EXISTS: Final = "exists"
 ExpectedVersion = Union[int, Literal["any", "no_stream", "exists"]]
 
 _EVENT_CLASSES = tuple(KIND_CODE)
+_LINKING = (LinkAdded, ThreadStarted)  # the events that may record links (proj.outgoing)
 MAX_RELATION_BYTES: Final = 400  # links_in keys must stay under LMDB's 511-byte key limit
 
 
@@ -116,7 +117,9 @@ class ThreadHead(msgspec.Struct, array_like=True, kw_only=True):
     ``version`` is the last seq (0 for a thread with no events). ``status`` is
     ``"active"`` or ``"deleted"``. ``open_turn_agent`` names the agent whose
     turn is open (started, not yet completed or interrupted), else ``None``.
-    Times are the store's clock in nanoseconds since the epoch.
+    Times are the store's clock in nanoseconds since the epoch. ``links`` counts
+    the outgoing links (declared at the start and added since; heads written
+    before tplog counted declared links hold LinkAdded events only).
     """
 
     thread_id: str
@@ -482,13 +485,16 @@ class Store:
                     f"thread {thread_id}: events[{i}] is a {type(ev).__name__}, not a tplog event "
                     f"(one of {', '.join(c.__name__ for c in _EVENT_CLASSES)})"
                 )
-            if isinstance(ev, LinkAdded) and "\x00" in ev.link.relation:
-                raise InvalidInputError(f"thread {thread_id}: events[{i}] link relation contains a NUL character")
-            if isinstance(ev, LinkAdded) and len(ev.link.relation.encode()) > MAX_RELATION_BYTES:
-                raise InvalidInputError(
-                    f"thread {thread_id}: events[{i}] link relation is {len(ev.link.relation.encode())} bytes; "
-                    f"at most {MAX_RELATION_BYTES} are allowed"
-                )
+            for j, (_, lk) in enumerate(proj.outgoing(0, ev) if isinstance(ev, _LINKING) else ()):
+                # The relation is part of the links_in key (NUL-terminated, under LMDB's key limit).
+                at = "link" if isinstance(ev, LinkAdded) else f"relationships.links[{j}]"
+                if "\x00" in lk.relation:
+                    raise InvalidInputError(f"thread {thread_id}: events[{i}] {at} relation contains a NUL character")
+                if len(lk.relation.encode()) > MAX_RELATION_BYTES:
+                    raise InvalidInputError(
+                        f"thread {thread_id}: events[{i}] {at} relation is {len(lk.relation.encode())} bytes; "
+                        f"at most {MAX_RELATION_BYTES} are allowed"
+                    )
             eid = new_event_id() if event_ids is None else event_ids[i]
             if not isinstance(eid, str) or not eid or len(eid.encode()) > 256:
                 raise InvalidInputError(f"thread {thread_id}: event_ids[{i}] must be a non-empty string ≤ 256 bytes")
@@ -803,6 +809,7 @@ class Store:
                     raise InvalidEventError(
                         f"{where}: ThreadStarted names thread {ev.thread_id!r} but is appended to {thread_id!r}"
                     )
+                h.links += len(proj.outgoing(seq, ev))  # the links it declares
             elif h.version == 0:
                 raise InvalidEventError(f"{where}: the first event of a thread must be ThreadStarted, "
                                         f"not {type(ev).__name__}")
@@ -865,7 +872,11 @@ class Store:
                 if ref is not None:
                     txn.delete("global", u64(from_u64(ref, TKEY_SIZE + 8)))
                     txn.delete("eventids", eid_key(hdr.event_id, scope))
-                if hdr.kind == KIND_CODE[LinkAdded] or (hdr.facts is not None and hdr.facts.spawned):
+                if hdr.kind == KIND_CODE[ThreadStarted]:
+                    started = proj.started_event(self.codec, txn, k, v, (thread_id, seq))
+                    if started is not None:
+                        proj.unapply_links(tables, thread_id, tk, seq, started, (), scope)
+                elif hdr.kind == KIND_CODE[LinkAdded] or (hdr.facts is not None and hdr.facts.spawned):
                     ev = None
                     if hdr.kind == KIND_CODE[LinkAdded]:
                         ev = self.codec.decode_event(self.codec.body_bytes(
@@ -882,6 +893,7 @@ class Store:
                             txn.put("blobs", sha, blob_with_refcount(blob, n))
                 txn.delete("events", k)
             txn.delete("proj", proj.STATE_PREFIX + tk)
+            proj.drop_child_everywhere(txn, tk)
             seq = head.version + 1
             key = event_key(tk, seq)
             txn.put("events", key, enc.finish(key))
@@ -1098,8 +1110,12 @@ class Store:
         after: tuple[str, str] | None = None,
     ) -> list[tuple[str, str]]:
         """Threads that link to ``thread_id``: ``(source_thread_id, relation)`` pairs,
-        one per link (a thread that added the same link twice is listed twice),
-        ordered by relation, then by source key.
+        one per link, declared at the source's start or added since (a thread that
+        carries the same link twice is listed twice), ordered by relation, then by
+        source key. Deleted sources are not listed; a deleted ``thread_id`` is still
+        answered (its live sources' links are their history), as is one stored
+        elsewhere that a stored thread links to; one neither stored nor linked to
+        raises :class:`NotFoundError`.
 
         Page with ``limit`` and ``after=<the last pair of the previous page>``: the
         next page starts after every link of that pair, so a page never ends
@@ -1119,6 +1135,8 @@ class Store:
         rows = self.engine.scan("links_in", start, prefix + b"\xff" * 40,
                                 limit=None if limit is None else limit + 1,
                                 check=lambda txn: proj.require_live(txn, proj.LINKS, self.path))
+        if not rows:
+            self._require_known(thread_id, tk)
         if limit is not None and len(rows) > limit:
             extra, rows = rows[limit], rows[:limit]
             if rows and extra[0][:-8] == rows[-1][0][:-8]:  # the last pair goes on: take the rest of its links
@@ -1130,11 +1148,26 @@ class Store:
             out.append((_ids_dec.decode(v)[0], rel))
         return out
 
+    def _require_known(self, thread_id: str, tk: bytes) -> None:
+        """For a links query that found nothing: :class:`NotFoundError` unless the store
+        knows the thread: it is stored (deleted or not: the links to a deleted thread
+        are its sources' history), or a stored thread links to it or names it as
+        spawned (a link may name a thread kept elsewhere). Only an empty answer pays
+        for this check, in a snapshot of its own (what it finds is as current)."""
+        with self.engine.read() as txn:
+            if txn.get("heads", tk) is not None:
+                return
+            for table, lo in (("links_in", tk), ("children", tk), ("proj", proj.SPAWNER_PREFIX + tk)):
+                if next(iter(txn.range(table, lo, lo + b"\xff" * 40)), None) is not None:
+                    return
+        raise NotFoundError(f"thread {thread_id} does not exist, and no stored thread links to it")
+
     def children(self, thread_id: str, *, limit: int | None = None, after: str | None = None) -> list[str]:
         """Threads spawned from ``thread_id`` (by their ``spawned_from`` link or the
         parent's thread_spawn event), ordered by key; page with ``after=<last child id>``.
-        A deleted child stays listed while the parent's own log names it (its spawn
-        event); its own ``spawned_from`` link went with its events."""
+        A deleted thread is nobody's child (whatever spawned it); the children of a
+        deleted parent are those live threads whose own ``spawned_from`` link names it.
+        A ``thread_id`` neither stored nor linked to raises :class:`NotFoundError`."""
         self._check_open()
         _check_page_limit(limit)
         tk = self._tk(thread_id)
@@ -1143,6 +1176,8 @@ class Store:
         # machinery cost more than the LMDB lookup itself (see benchmarks/links.py).
         rows = self.engine.scan("children", start, tk + b"\xff" * 17, limit=limit,
                                 check=lambda txn: proj.require_live(txn, proj.LINKS, self.path))
+        if not rows:
+            self._require_known(thread_id, tk)
         dec = _child_dec.decode
         return [dec(v)[0] for _, v in rows]
 
@@ -1271,13 +1306,36 @@ class Store:
         return out
 
     def links(self, thread_id: str) -> list[m.ThreadLink]:
-        """The thread's outgoing links, in the order they were added."""
-        return [it.event.link for it in self._items(thread_id) if isinstance(it.event, LinkAdded)]
+        """The thread's outgoing links, in the order its export lists them: those declared
+        in its ``ThreadStarted.relationships``, then those added (``LinkAdded``). A link
+        to a thread deleted since stays listed (it is the source's history); a deleted
+        thread has none."""
+        self._check_open()
+        tk = self._tk(thread_id)
+        out: list[m.ThreadLink] = []
+        codec = self.codec
+        k_started, k_link = KIND_CODE[ThreadStarted], KIND_CODE[LinkAdded]
+        with self.engine.read() as txn:
+            if txn.get("heads", tk) is None:
+                raise NotFoundError(f"thread {thread_id} does not exist")
+            for k, v in txn.range("events", tk, tk + b"\xff" * 8):
+                seq = from_u64(k, TKEY_SIZE)
+                where = (thread_id, seq)
+                codec.check_header(k, v, where=where)
+                kind = codec.header(v, where=where).kind
+                if kind in (k_started, k_link):
+                    codec.check(k, v, where=where)
+                    ev = codec.decode_event(codec.body_bytes(v, txn, where=where), where=where)
+                    out.extend(lk for _, lk in proj.outgoing(seq, ev))
+        return out
 
     def descendants(self, thread_id: str, *, max_depth: int | None = None) -> list[tuple[str, int]]:
         """Every thread spawned from ``thread_id``, transitively: ``(thread_id, depth)``,
-        breadth-first; each thread once, so cycles end. ``max_depth`` limits the depth."""
-        seen = {self._tk(thread_id)}
+        breadth-first; each thread once, so cycles end. ``max_depth`` limits the depth
+        (0: no walk, no query). As :meth:`children`: deleted threads are nobody's child,
+        a ``thread_id`` neither stored nor linked to raises :class:`NotFoundError`."""
+        root = self._tk(thread_id)
+        seen = {root}
         out: list[tuple[str, int]] = []
         # The walk goes by thread key: a ``children`` row's key is parent key + child key,
         # so a child's key is read off the row instead of being parsed again from its id.
@@ -1297,7 +1355,10 @@ class Store:
             nxt: list[bytes] = []
             for tk in frontier:
                 self._check_open()
-                for k, v in scan("children", tk, tk + b"\xff" * 17, check=live):
+                rows = scan("children", tk, tk + b"\xff" * 17, check=live)
+                if not rows and depth == 1:  # the root: is it known at all?
+                    self._require_known(thread_id, root)
+                for k, v in rows:
                     ck = k[TKEY_SIZE:]
                     if ck not in seen:
                         seen.add(ck)
