@@ -138,8 +138,13 @@ def _import_events(args: argparse.Namespace) -> list[list[Event]]:
 
         if args.request is not None:
             raise InvalidInputError("--request only goes with --format vercel-ui")
+        from tplog._validate import validate
+
         with _input_named(args.file):
-            return [events_from_thread(upgrade(from_json(data, m.Thread)))]
+            thread = from_json(data, m.Thread)
+            # the report `tplog validate FILE` prints: an import succeeds exactly when it has no errors
+            validate(thread).raise_for_errors(f"thread {thread.thread_id}: ")
+            return [events_from_thread(upgrade(thread))]
     try:
         from tplog.integrations.importers import load_events
     except ModuleNotFoundError as exc:
