@@ -534,3 +534,24 @@ def test_import_of_a_thread_appended_event_by_event_round_trips(store: Store) ->
     assert append_one_by_one(store, thread) is None
     exported = store.export(T1)
     assert tplog.thread_hash(exported) == tplog.thread_hash(thread)
+
+
+def test_check_rules_false_keeps_only_the_order_rules(tmp_path: Path) -> None:
+    path = str(tmp_path / "s")
+    with Store(path, check_rules=False) as raw:
+        raw.append("t", [ThreadStarted(thread_id="t", created_at=T0), AgentTurnStarted(agent_id="a1", started_at=ts(5))])
+        assert raw.head("t").rules == 0
+        with pytest.raises(InvalidEventError) as exc:  # the order rules still hold
+            raw.append("t", [AgentTurnStarted(agent_id="a1", started_at=ts(6))])
+        assert exc.value.rule is None
+    with Store(path) as store:  # checked again: the head's values are folded from the log first
+        with pytest.raises(InvalidEventError) as exc:
+            store.append("t", [MessageRecorded(message=m.ResponseMessage(timestamp=ts(6), agent_id="a1",
+                                                                         parts=[m.TextPart(content="x")]))])
+        assert exc.value.rule == "v3.3-agent-ref"
+        store.append("t", [AgentRegistered(agent=m.AgentConfig(agent_id="a1", agent_name="a", created_at=T0))])
+        with pytest.raises(InvalidEventError) as exc:
+            store.append("t", [AgentTurnCompleted(completed_at=ts(4))])
+        assert exc.value.rule == "v3.4-turn-interval"
+    with pytest.raises(InvalidInputError):
+        Store(path, check_rules="yes")  # type: ignore[arg-type]

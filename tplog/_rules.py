@@ -76,8 +76,10 @@ def stamp(value: Any) -> int | None:
     if not isinstance(value, str):
         return None
     dt = parse_timestamp(value)
-    if dt is None:
-        return None
+    return None if dt is None else _stamp(dt)
+
+
+def _stamp(dt: datetime) -> int:
     if dt.tzinfo is None:
         delta = dt - _EPOCH_NAIVE
         naive = 1
@@ -106,6 +108,16 @@ class _EventChecker(_Checker):
 
     def agent_ref(self, agent_id: str, path: str, rule: str = "v3.3-agent-ref") -> None:
         pass  # the registry is the thread's: Tracker checks it
+
+
+def _time(c: _Checker, value: Any, path: str) -> int | None:
+    """``c.ts`` (the timestamp rules) and the :func:`stamp`, parsing once."""
+    if not isinstance(value, str):
+        return None
+    dt = parse_timestamp(value)
+    if dt is None or dt.tzinfo is None:
+        c.ts(value, path)  # the finding, worded as validate words it
+    return None if dt is None else _stamp(dt)
 
 
 class EventCheck:
@@ -140,27 +152,22 @@ def check_event(ev: Event) -> EventCheck:
     c = _EventChecker()
     if isinstance(ev, MessageRecorded):
         msg = ev.message
-        c.ts(msg.timestamp, "$.message.timestamp")
+        out.time = _time(c, msg.timestamp, "$.message.timestamp")
         c.message(msg, "$.message", None)
-        out.time = stamp(msg.timestamp)
         if not isinstance(msg, m.SystemMessage):
             out.agent, out.agent_path = msg.agent_id, "$.message.agent_id"
             out.refs = _refs(msg.parts, "$.message.parts")
     elif isinstance(ev, UserTurnSubmitted):
-        c.ts(ev.turn.submitted_at, "$.turn.submitted_at")
+        out.time = _time(c, ev.turn.submitted_at, "$.turn.submitted_at")
         c.user_turn(ev.turn, "$.turn")
-        out.time = stamp(ev.turn.submitted_at)
         out.refs = _refs(ev.turn.parts, "$.turn.parts")
     elif isinstance(ev, AgentTurnStarted):
-        c.ts(ev.started_at, "$.started_at")
-        out.time = stamp(ev.started_at)
+        out.time = _time(c, ev.started_at, "$.started_at")
         out.agent, out.agent_path = ev.agent_id, "$.agent_id"
     elif isinstance(ev, AgentTurnCompleted):
-        c.ts(ev.completed_at, "$.completed_at")
-        out.time = stamp(ev.completed_at)
+        out.time = _time(c, ev.completed_at, "$.completed_at")
     elif isinstance(ev, AgentTurnInterrupted):
-        c.ts(ev.interruption.interrupted_at, "$.interruption.interrupted_at")
-        out.time = stamp(ev.interruption.interrupted_at)
+        out.time = _time(c, ev.interruption.interrupted_at, "$.interruption.interrupted_at")
     elif isinstance(ev, AgentRegistered):
         c.ts(ev.agent.created_at, "$.agent.created_at")
     elif isinstance(ev, ThreadStarted):
