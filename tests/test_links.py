@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from conftest import ToyStore as Store
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -30,7 +31,6 @@ from tplog._events import (
 )
 from tplog._json import from_builtins
 from tplog._keys import tkey
-from tplog._store import Store
 from tplog._versions import upgrade
 
 T = "2025-01-20T10:00:00Z"

@@ -22,8 +22,11 @@ from typing import Any
 
 import msgspec
 import pytest
+from conftest import snapshot
 from hypothesis import given
 from hypothesis import strategies as st
+from strategies import THREAD_SETTINGS, threads
+from test_validate import A1, A2, T1, base
 
 import tplog
 from tplog import _model as m
@@ -42,10 +45,6 @@ from tplog._fold import events_from_thread, fold
 from tplog._json import from_builtins, to_json
 from tplog._store import Store, ThreadHead, _head_dec
 from tplog._validate import RULES, thread_id_for, validate
-
-from conftest import snapshot
-from strategies import THREAD_SETTINGS, threads
-from test_validate import A1, A2, T1, base
 
 T0 = "2025-01-20T10:00:00Z"
 
@@ -439,7 +438,9 @@ def test_a_head_written_before_the_rules_is_filled_from_the_log(tmp_path: Path) 
 
 
 def test_thread_id_for() -> None:
-    assert thread_id_for(T1) == T1 and thread_id_for(T1.upper()) == T1.upper()
+    assert thread_id_for(T1) == T1 and thread_id_for(T1.upper()) == T1
+    # the same ids as the server's chat-id mapping (one namespace)
+    assert thread_id_for("chat-1") == str(uuid.uuid5(uuid.UUID("6f2c8a54-3d1b-5e7a-9c40-7b1d2e3f4a50"), "chat-1"))
     a = thread_id_for("chat-1")
     assert tplog._validate.is_uuid(a) and a == thread_id_for("chat-1") != thread_id_for("chat-2")
     assert uuid.UUID(a).version == 5
@@ -466,9 +467,10 @@ PAI_HISTORY = json.dumps([
 @pytest.mark.parametrize("given_id", ["chat-1", T1])
 def test_importers_map_an_outside_id_by_the_one_rule(tmp_path: Path, given_id: str) -> None:
     pytest.importorskip("pydantic_ai")
+    from pydantic_ai import messages as pm
+
     from tplog.integrations import importers
     from tplog.integrations.pydantic_ai import events_from_messages
-    from pydantic_ai import messages as pm
 
     want = thread_id_for(given_id)
     assert (want == given_id) == (given_id == T1)
@@ -539,7 +541,8 @@ def test_import_of_a_thread_appended_event_by_event_round_trips(store: Store) ->
 def test_check_rules_false_keeps_only_the_order_rules(tmp_path: Path) -> None:
     path = str(tmp_path / "s")
     with Store(path, check_rules=False) as raw:
-        raw.append("t", [ThreadStarted(thread_id="t", created_at=T0), AgentTurnStarted(agent_id="a1", started_at=ts(5))])
+        raw.append("t", [ThreadStarted(thread_id="t", created_at=T0),
+                         AgentTurnStarted(agent_id="a1", started_at=ts(5))])
         assert raw.head("t").rules == 0
         with pytest.raises(InvalidEventError) as exc:  # the order rules still hold
             raw.append("t", [AgentTurnStarted(agent_id="a1", started_at=ts(6))])

@@ -267,9 +267,8 @@ class Tracker:
             self.open_calls = set()
             if self.state_turn == "open":
                 self.state_turn = "complete" if complete else "interrupted"
-        elif isinstance(ev, AgentRegistered):
-            if ev.registry_key not in self.agents:
-                self.agents.append(ev.registry_key)
+        elif isinstance(ev, AgentRegistered) and ev.registry_key not in self.agents:
+            self.agents.append(ev.registry_key)
         self.events.append(ev)
 
     def _turn_start(self, start: int | None, path: str, seq: int, i: int) -> None:

@@ -363,23 +363,25 @@ def is_uuid(value: str) -> bool:
     return _UUID_RE.fullmatch(value) is not None
 
 
-#: The UUIDv5 namespace of :func:`thread_id_for` (fixed forever: it decides stored thread ids).
-THREAD_ID_NAMESPACE: Final = uuid.UUID("8a4b2c3e-5f61-4d7a-9b0c-7e2f1a6d3c54")
+#: The UUIDv5 namespace of :func:`thread_id_for` (fixed forever: it decides stored thread ids;
+#: the same as ``tplog.integrations.vercel``'s chat-id namespace, so both give the same ids).
+THREAD_ID_NAMESPACE: Final = uuid.UUID("6f2c8a54-3d1b-5e7a-9c40-7b1d2e3f4a50")
 
 
 def thread_id_for(external_id: str) -> str:
     """The thread id for an id from outside (a chat id, a caller's name): the one id rule.
 
     A thread id must be a UUID (``thread-id-uuid``; the store refuses any other
-    ``ThreadStarted.thread_id``). A UUID maps to itself, unchanged; any other
-    non-empty string to the UUIDv5 of it in :data:`THREAD_ID_NAMESPACE`, so the
-    same external id always names the same thread. Every entry point that takes
-    an id from outside (importers, recorders, the server) calls this.
+    ``ThreadStarted.thread_id``). A UUID (8-4-4-4-12 hex) maps to itself in its
+    canonical lower-case form; any other non-empty string to the UUIDv5 of it in
+    :data:`THREAD_ID_NAMESPACE`, so the same outside id always names the same
+    thread. Entry points that take an id from outside (the importers,
+    ``events_from_messages``, the server's chat ids) call this.
     """
     if not isinstance(external_id, str) or not external_id:
         raise InvalidInputError(f"a thread id must be a non-empty string, not {external_id!r}")
     if is_uuid(external_id):
-        return external_id
+        return external_id.lower()
     return str(uuid.uuid5(THREAD_ID_NAMESPACE, external_id))
 
 

@@ -15,7 +15,7 @@ from tplog.integrations.vercel import assemble_turn
 
 
 def tid() -> str:
-    return f"t-{uuid.uuid4()}"
+    return str(uuid.uuid4())
 
 
 def enc(events: list[Any]) -> bytes:

@@ -14,13 +14,14 @@ from server.server_harness import ServerProcess, chat_body
 from tplog import AgentTurnCompleted, Store
 from tplog import _model as m
 from tplog._fold import fold
+from tplog._validate import thread_id_for
 from tplog.integrations.vercel import assemble_turn
 
 N_CHATS = 200
 
 
 async def _chat(c: httpx.AsyncClient, i: int, run: str) -> tuple[str, dict[str, Any], httpx.Response]:
-    t = f"load-{run}-{i:03d}"
+    t = thread_id_for(f"load-{run}-{i:03d}")  # thread ids are UUIDs (the one id rule)
     text = f"what is the weather in city{i}" if i % 2 == 0 else f"hello number {i}"
     body = chat_body(t, text)
     r = await c.post("/api/chat", json=body)
@@ -44,7 +45,8 @@ def test_200_concurrent_chats_two_workers(server: ServerProcess) -> None:
     assert len(pids) == 2, f"all chats went to one worker: {pids}"
 
     with Store(server.store, readonly=True) as s:
-        log = [e for e in s.read_all(start=start) if e.thread_id.startswith(f"load-{run}-")]
+        tids = {t for t, _, _ in results}
+        log = [e for e in s.read_all(start=start) if e.thread_id in tids]
         per_thread: dict[str, list[Any]] = defaultdict(list)
         for e in log:
             per_thread[e.thread_id].append(e)

@@ -13,7 +13,7 @@ from tplog._fold import fold
 
 def test_serve_finishes_detached_runs_on_shutdown(tmp_path: Path) -> None:
     srv = ServerProcess(tmp_path / "store", via_serve=True).start()
-    t = f"t-{uuid.uuid4()}"
+    t = str(uuid.uuid4())
     try:
         with srv.client() as c, c.stream("POST", "/api/chat", json=chat_body(t, "slow 25 40")) as r:
             assert r.status_code == 200
