@@ -558,3 +558,78 @@ def test_check_rules_false_keeps_only_the_order_rules(tmp_path: Path) -> None:
         assert exc.value.rule == "v3.4-turn-interval"
     with pytest.raises(InvalidInputError):
         Store(path, check_rules="yes")  # type: ignore[arg-type]
+
+
+# --------------------------------------------------------------------------- the rules inside group commits
+
+
+def _two_turns(tid: str, *, bad: bool) -> list[Event]:
+    """A thread whose second agent turn starts before the first ended when ``bad``."""
+    return [*_new_thread_events(tid), *_agent_turn([], [], at=10),
+            AgentTurnStarted(agent_id=A1, started_at=ts(12 if bad else 14)), AgentTurnCompleted(completed_at=ts(20))]
+
+
+def test_refusals_inside_a_commit_group_are_per_append(tmp_path: Path) -> None:
+    import threading
+
+    from conftest import CountingStore
+
+    CountingStore.gate = 16
+    try:
+        store = CountingStore(tmp_path / "s", check_rules=True)
+        tids = [str(uuid.uuid4()) for _ in range(16)]
+        results: dict[str, BaseException | None] = {}
+        barrier = threading.Barrier(16)
+
+        def one(i: int) -> None:
+            barrier.wait()
+            try:
+                store.append(tids[i], _two_turns(tids[i], bad=i % 2 == 1))
+                results[tids[i]] = None
+            except BaseException as exc:  # recorded, asserted below
+                results[tids[i]] = exc
+
+        threads = [threading.Thread(target=one, args=(i,)) for i in range(16)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert max(len(g) for g in store.groups) > 1  # refusals and successes shared commits
+        for i, tid in enumerate(tids):
+            if i % 2:
+                exc = results[tid]
+                assert isinstance(exc, InvalidEventError) and (exc.rule, exc.seq) == ("v3.4-turn-overlap", 5)
+                assert not store.exists(tid)
+            else:
+                assert results[tid] is None and validate(store.export(tid)).ok
+        assert store.last_position == 8 * 6
+        store.close()
+    finally:
+        CountingStore.gate = 0
+
+
+def test_async_appends_are_checked_too(tmp_path: Path) -> None:
+    import asyncio
+
+    async def go() -> None:
+        async with await tplog.AsyncStore.open(tmp_path / "s") as a:
+            good, bad = str(uuid.uuid4()), str(uuid.uuid4())
+            res = await asyncio.gather(a.append(good, _two_turns(good, bad=False)),
+                                       a.append(bad, _two_turns(bad, bad=True)), return_exceptions=True)
+            assert not isinstance(res[0], BaseException)
+            assert isinstance(res[1], InvalidEventError) and res[1].rule == "v3.4-turn-overlap"
+            assert validate(await a.export(good)).ok and not await a.exists(bad)
+            with pytest.raises(ValidationError):
+                await a.import_thread(doc_thread(_case(lambda d: d["agents"].pop(A2))))
+
+    asyncio.run(go())
+
+
+def test_an_idempotent_retry_of_a_refused_append_is_refused_again(store: Store) -> None:
+    tid = _new_thread(store)
+    bad = [AgentTurnStarted(agent_id="ghost", started_at=ts(5))]
+    for _ in range(2):
+        with pytest.raises(InvalidEventError) as exc:
+            store.append(tid, bad, event_ids=["retry-1"])
+        assert exc.value.rule == "v3.3-agent-ref"
+    assert store.head(tid).version == 2
