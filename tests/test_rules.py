@@ -23,7 +23,7 @@ from typing import Any
 import msgspec
 import pytest
 from conftest import snapshot
-from hypothesis import given
+from hypothesis import event, given
 from hypothesis import strategies as st
 from strategies import THREAD_SETTINGS, threads
 from test_validate import A1, A2, T1, base
@@ -140,6 +140,7 @@ def test_import_succeeds_exactly_when_validate_reports_no_error(tmp_path_factory
         try:
             store.import_thread(thread)
         except ValidationError as exc:
+            event("import refused")
             assert not report.ok
             assert exc.report == report
             assert not store.exists(thread.thread_id)  # nothing written
@@ -159,6 +160,7 @@ def test_appending_the_events_one_by_one_is_refused_exactly_when_validate_says_s
     with Store(str(tmp_path_factory.mktemp("s"))) as store:
         before = store.last_position
         refused = append_one_by_one(store, thread)
+        event(f"refused: {refused.rule}" if refused is not None else "accepted")
         if refused is None:
             # accepted: the stored thread is valid, and the document was, but for what the fold repairs
             assert errors <= REPAIRED_BY_FOLD, errors
