@@ -635,3 +635,21 @@ def test_an_idempotent_retry_of_a_refused_append_is_refused_again(store: Store) 
             store.append(tid, bad, event_ids=["retry-1"])
         assert exc.value.rule == "v3.3-agent-ref"
     assert store.head(tid).version == 2
+
+
+def test_a_recorder_on_a_non_uuid_thread_id_is_refused_with_the_rule(store: Store) -> None:
+    """The recorder appends through its caller's function, under the caller's id: the caller maps
+    an outside id (``thread_id_for``); an unmapped one is refused, typed, with the rule id."""
+    pytest.importorskip("pydantic_ai")
+    import asyncio
+
+    from tplog.integrations.pydantic_ai import ThreadRecorder
+
+    rec = ThreadRecorder(lambda evs: store.append("chat-1", evs), "chat-1")
+    with pytest.raises(InvalidEventError) as exc:
+        asyncio.run(rec.start_thread(title="t"))
+    assert exc.value.rule == "thread-id-uuid" and not store.exists("chat-1")
+    tid = thread_id_for("chat-1")
+    rec = ThreadRecorder(lambda evs: store.append(tid, evs), tid)
+    asyncio.run(rec.start_thread(title="t"))
+    assert store.export(tid).title == "t"
