@@ -65,6 +65,7 @@ __all__ = ["EventCheck", "Tracker", "check_event", "stamp"]
 
 #: Rules that need the thread's history: checked by :class:`Tracker`, not per event.
 _HISTORY_RULES: Final = frozenset({"v3.2-tool-call-id", "v3.3-agent-ref"})
+_NO_SCHEMES: Final = frozenset[str]()
 _EPOCH: Final = datetime(1970, 1, 1, tzinfo=UTC)
 _EPOCH_NAIVE: Final = datetime(1970, 1, 1)
 
@@ -98,8 +99,12 @@ def _earlier(a: int | None, b: int | None) -> bool:
 class _EventChecker(_Checker):
     """``validate``'s checker, keeping only the first error of a per-event rule."""
 
-    def __init__(self) -> None:
-        super().__init__(None, frozenset())
+    def __init__(self) -> None:  # only what the per-event checks use (one per event: kept light)
+        self.thread = None
+        self.schemes = _NO_SCHEMES
+        self.v4 = True
+        self.calls: dict[str, tuple[str, str]] = {}
+        self.answered: set[str] = set()
         self.first: Finding | None = None
 
     def add(self, rule: str, path: str, message: str) -> None:
