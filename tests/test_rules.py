@@ -653,3 +653,22 @@ def test_a_recorder_on_a_non_uuid_thread_id_is_refused_with_the_rule(store: Stor
     rec = ThreadRecorder(lambda evs: store.append(tid, evs), tid)
     asyncio.run(rec.start_thread(title="t"))
     assert store.export(tid).title == "t"
+
+
+def test_a_v003_document_that_breaks_a_v004_rule_once_upgraded(tmp_path: Path) -> None:
+    """The one gap of import ⇔ validate: v0.0.3 allows a message without parts, v0.0.4 does not,
+    and the store keeps v0.0.4 threads. validate (by the document's own version) accepts it; the
+    import refuses it, naming the rule and the upgrade."""
+    from test_validate import base_v3
+
+    doc = base_v3()
+    doc["turns"][1]["messages"][5]["parts"] = []
+    src = tmp_path / "v3.json"
+    src.write_text(json.dumps(doc))
+    assert _cli("validate", str(src)).returncode == 0
+    r = _cli("import", str(tmp_path / "s"), str(src))
+    err = r.stderr.decode()
+    assert r.returncode == 2 and "upgraded to v0.0.4" in err and "[v4-message-has-parts]" in err, err
+    del doc["turns"][1]["messages"][5]
+    src.write_text(json.dumps(doc))
+    assert _cli("import", str(tmp_path / "s"), str(src)).returncode == 0
