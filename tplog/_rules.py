@@ -224,6 +224,7 @@ class Tracker:
         self.open_calls: set[str] = set()  # ... of them, those of the open turn
         self.exported_calls = exported_calls
         self.events: list[Event] = []
+        self._slow: tuple[int, set[str]] | None = None  # (len(events) it was folded at, its call ids)
 
     def fail(self, finding: Finding, seq: int, i: int) -> InvalidEventError:
         return InvalidEventError(
@@ -301,4 +302,6 @@ class Tracker:
             # an interrupted turn's cycles may be dropped by the fold: only the slow path knows
             if call_id in st.open_calls and not (in_turn and self.state_turn == "interrupted"):
                 return True
-        return call_id in self.exported_calls(self.events)
+        if self._slow is None or self._slow[0] != len(self.events):  # one fold per event at most
+            self._slow = (len(self.events), self.exported_calls(self.events))
+        return call_id in self._slow[1]
