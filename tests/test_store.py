@@ -38,6 +38,7 @@ from conftest import (
     started,
     user,
 )
+from conftest import ToyStore as Store
 
 from tplog import (
     AgentTurnInterrupted,
@@ -65,7 +66,7 @@ from tplog import (
 )
 from tplog._codec import Limits
 from tplog._keys import event_key, tkey
-from tplog._store import AppendResult, Store
+from tplog._store import AppendResult
 
 
 def event_ids_stored(store: Store, eids: list[str]) -> list[bool]:
