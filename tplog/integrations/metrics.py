@@ -101,7 +101,7 @@ class ServerMetrics:
         if self.multiproc:
             from prometheus_client import multiprocess
 
-            multiprocess.mark_process_dead(os.getpid())
+            multiprocess.mark_process_dead(os.getpid())  # type: ignore[no-untyped-call]
 
     def render(self) -> bytes:
         """The exposition text: this registry, or in multiprocess mode every worker's files summed."""
@@ -110,6 +110,6 @@ class ServerMetrics:
         from prometheus_client import multiprocess
 
         reg = CollectorRegistry()
-        multiprocess.MultiProcessCollector(reg)
+        multiprocess.MultiProcessCollector(reg)  # type: ignore[no-untyped-call]
         reg.register(self.store_collector)
         return generate_latest(reg)
