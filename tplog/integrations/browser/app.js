@@ -7,6 +7,7 @@ const app = document.getElementById("app");
 const where = document.getElementById("where");
 const liveMark = document.getElementById("live");
 let tail = null; // the AbortController of the open thread's event tail
+let nav = 0; // bumped on each navigation: a view still loading for an older one drops its result
 
 // h("div", {class: "x"}, child, "text", [more]) -> an element; strings become text nodes
 function h(tag, attrs, ...children) {
@@ -41,6 +42,7 @@ const isoNs = (ns) => (ns ? new Date(Math.floor(ns / 1e6)).toISOString().replace
 const pretty = (v) => (typeof v === "string" ? v : JSON.stringify(v, null, 2));
 // Only web and inline URLs become links or images: no javascript: or other schemes.
 const safeUrl = (u) => (typeof u === "string" && /^(https?:|data:)/i.test(u) ? u : null);
+const label = (text) => h("span", { class: "label" }, text);
 
 function showError(err) {
   app.replaceChildren(h("p", { class: "error" }, String(err.message || err)));
@@ -48,12 +50,11 @@ function showError(err) {
 
 // ------------------------------------------------------------------ thread list
 
-async function showList() {
+async function showList(me) {
   where.textContent = "threads";
   const filter = h("input", { type: "search", id: "filter", placeholder: "filter by thread id or title" });
   const rows = h("tbody");
   const more = h("button", { id: "more", hidden: true }, "Load more");
-  const titles = new Map(); // thread id -> title, filled as rows load
   let cursor = null;
 
   const matches = (tr) => {
@@ -66,6 +67,7 @@ async function showList() {
     more.disabled = true;
     const q = "/threads?limit=50" + (cursor ? "&cursor=" + encodeURIComponent(cursor) : "");
     const page = await api(q);
+    if (me !== nav) return;
     for (const t of page.threads) {
       const title = h("span", { class: "title" });
       const tr = h("tr", { "data-thread": t.thread_id },
@@ -90,7 +92,6 @@ async function showList() {
       const th = await api("/threads/" + encodeURIComponent(id));
       if (th.title) {
         span.textContent = th.title;
-        titles.set(id, th.title);
         tr.dataset.search = (id + " " + th.title).toLowerCase();
         tr.hidden = !matches(tr);
       }
@@ -129,7 +130,8 @@ function content(c) {
   if (c.kind === "audio-url") return url ? h("audio", { src: url, controls: true }) : h("code", {}, c.url);
   if (c.kind === "video-url") return url ? h("video", { src: url, controls: true }) : h("code", {}, c.url);
   if (c.kind === "document-url") {
-    return h("div", { class: "file" }, "📄 ", url ? h("a", { href: url, rel: "noreferrer" }, c.url) : c.url);
+    return h("div", { class: "file" }, label("document"),
+      url ? h("a", { href: url, rel: "noreferrer" }, c.url) : c.url);
   }
   if (c.kind === "binary") return binary(c);
   return h("pre", { class: "json" }, pretty(c));
@@ -141,7 +143,7 @@ function binary(b) {
     return h("figure", {}, h("img", { src: `data:${b.media_type};base64,${b.data}`, alt: label }),
       h("figcaption", {}, label));
   }
-  return h("div", { class: "file" }, "📎 ", label);
+  return h("div", { class: "file" }, label("file"), label);
 }
 
 function part(p, ctx) {
@@ -156,20 +158,22 @@ function part(p, ctx) {
     case "tool-call": {
       const pend = ctx.pending.get(p.tool_call_id);
       return h("div", { class: "tool-call" + (pend ? " pending" : ""), "data-call": p.tool_call_id },
-        h("div", { class: "head" }, "🔧 ", h("b", {}, p.tool_name), h("code", { class: "id" }, p.tool_call_id),
+        h("div", { class: "head" }, label("tool call"), h("b", {}, p.tool_name),
+          h("code", { class: "id" }, p.tool_call_id),
           pend ? h("span", { class: "badge pending" }, pendingLabel(pend)) : null),
         p.args === undefined ? null : h("pre", { class: "json" }, pretty(p.args)));
     }
     case "tool-return":
       return h("div", { class: "tool-return" + (p.status && p.status !== "success" ? " failed" : "") },
-        h("div", { class: "head" }, "↩ ", h("b", {}, p.tool_name), h("code", { class: "id" }, p.tool_call_id),
+        h("div", { class: "head" }, label("returned"), h("b", {}, p.tool_name),
+          h("code", { class: "id" }, p.tool_call_id),
           p.status ? h("span", { class: "badge" }, p.status) : null),
         p.content === undefined ? null : h("pre", { class: "json" }, pretty(p.content)),
-        p.content_ref ? h("div", { class: "file" }, "📎 ",
+        p.content_ref ? h("div", { class: "file" }, label("file"),
           safeUrl(p.content_ref.uri) ? h("a", { href: p.content_ref.uri, rel: "noreferrer" }, p.content_ref.uri)
             : p.content_ref.uri, p.content_ref.media_type ? ` (${p.content_ref.media_type})` : "") : null);
     case "retry-prompt":
-      return h("div", { class: "retry" }, "⟲ retry", p.tool_name ? ` ${p.tool_name}` : "", ": ",
+      return h("div", { class: "retry" }, label("retry"), "asked to retry", p.tool_name ? ` ${p.tool_name}` : "", ": ",
         h("pre", { class: "json" }, pretty(p.content)));
     case "file":
       return binary(p.content);
@@ -194,7 +198,7 @@ function turnView(turn, index, ctx, inProgress) {
   const body = [];
   for (const msg of turn.messages || []) {
     if (msg.message_type === "system") {
-      body.push(h("div", { class: "system" }, `⚙ ${msg.event_type}`,
+      body.push(h("div", { class: "system" }, label("system"), msg.event_type,
         msg.event_data === undefined ? null : h("pre", { class: "json" }, pretty(msg.event_data))));
     } else {
       body.push(h("div", { class: "msg " + msg.message_type }, msg.parts.map((p) => part(p, ctx))));
@@ -202,13 +206,13 @@ function turnView(turn, index, ctx, inProgress) {
   }
   const facts = ctx.interrupts.filter((f) => f.turn === index && f.source !== "turn");
   for (const f of facts) {
-    body.push(h("div", { class: "interrupted" }, `⚠ ${f.source} aborted: ${f.reason}`,
+    body.push(h("div", { class: "interrupted" }, `${f.source} aborted: ${f.reason}`,
       f.tool_call_id ? ` (${f.tool_call_id})` : ""));
   }
   const intr = turn.interruption;
   if (intr) {
     body.push(h("div", { class: "interrupted", role: "alert" },
-      `⛔ Interrupted here: ${intr.reason}`, h("span", { class: "time" }, intr.interrupted_at)));
+      `Interrupted here: ${intr.reason}`, h("span", { class: "time" }, intr.interrupted_at)));
   }
   const status = inProgress ? "in progress" : turn.completion_status;
   return h("section", { class: "turn agent" + (intr ? " was-interrupted" : "") + (inProgress ? " open" : ""),
@@ -244,23 +248,24 @@ function renderThread(id, d) {
   const turns = th.turns.map((t, i) => turnView(t, i, ctx, false));
   if (d.turns.in_progress) turns.push(turnView(d.turns.in_progress, th.turns.length, ctx, true));
   where.textContent = th.title || id;
-  app.replaceChildren(
+  app.replaceChildren(h("div", {},
     h("h1", {}, th.title || "Untitled thread"),
-    h("p", { class: "meta" }, h("code", { class: "tid" }, id), ` · created ${th.created_at} · updated ${th.updated_at}`,
-      ` · version ${d.turns.version}`),
+    h("p", { class: "meta" }, h("code", { class: "tid" }, id),
+      ` · created ${th.created_at} · updated ${th.updated_at} · version ${d.turns.version}`),
     waiting.length ? h("div", { class: "pending-summary", role: "status" },
-      `⏳ ${waiting.length} tool call${waiting.length > 1 ? "s" : ""} waiting: `,
+      `${waiting.length} tool call${waiting.length > 1 ? "s" : ""} waiting: `,
       waiting.map((pc, i) => [i ? ", " : "", h("b", {}, pc.tool_name), ` (${pendingLabel(pc)})`])) : null,
     d.interrupts.interrupted ? h("div", { class: "interrupted-summary" },
-      `⛔ The last agent turn was interrupted (${d.interrupts.last.reason})`) : null,
+      `The last agent turn was interrupted (${d.interrupts.last.reason})`) : null,
     h("div", { class: "layout" },
       h("div", { class: "conversation" }, turns.length ? turns : h("p", { class: "muted" }, "No turns yet.")),
-      linkTree(d)));
+      linkTree(d))));
 }
 
-async function showThread(id) {
+async function showThread(id, me) {
   where.textContent = id;
   let d = await fetchThread(id);
+  if (me !== nav) return;
   renderThread(id, d);
   // Follow the thread: any new event re-reads and re-renders it (coalesced while one is in flight).
   const ctl = new AbortController();
@@ -326,8 +331,9 @@ function route() {
   tail = null;
   liveMark.hidden = true;
   const m = location.hash.match(/^#\/thread\/(.+)$/);
-  const shown = m ? showThread(decodeURIComponent(m[1])) : showList();
-  shown.catch(showError);
+  const me = ++nav;
+  const shown = m ? showThread(decodeURIComponent(m[1]), me) : showList(me);
+  shown.catch((e) => me === nav && showError(e));
   window.scrollTo(0, 0);
 }
 
