@@ -86,7 +86,7 @@ def _find(drv: Any, css: str, timeout: float = 15.0) -> Any:
 def _shoot(drv: Any, path: Path) -> None:
     """A screenshot of the whole page: the window grown to the page's height first."""
     height = drv.execute_script("return document.documentElement.scrollHeight")
-    drv.set_window_size(1280, max(800, min(int(height) + 40, 4000)))
+    drv.set_window_size(1280, max(800, min(int(height) + 200, 4000)))
     drv.save_screenshot(str(path))
     drv.set_window_size(1280, 1000)
 
