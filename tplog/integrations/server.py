@@ -1102,7 +1102,7 @@ def create_app(
         body = await asyncio.to_thread(srv.prom.render)
         from tplog.integrations.metrics import CONTENT_TYPE
 
-        return Response(body, media_type=CONTENT_TYPE)
+        return Response(body, media_type=CONTENT_TYPE, headers={"x-tplog-worker": str(os.getpid())})
 
     async def health(request: Request) -> Response:
         return _json({"ok": True, "pid": os.getpid(), "last_position": srv.watcher.pos})
