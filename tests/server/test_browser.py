@@ -91,6 +91,20 @@ def _shoot(drv: Any, path: Path) -> None:
     drv.set_window_size(1280, 1000)
 
 
+def _click(drv: Any, css: str) -> None:
+    """Click the first match; again if a live re-render replaced it between finding and clicking."""
+    from selenium.common.exceptions import StaleElementReferenceException
+
+    def attempt() -> bool:
+        try:
+            _find(drv, css)[0].click()
+            return True
+        except StaleElementReferenceException:
+            return False
+
+    wait_until(attempt)
+
+
 def _text(drv: Any) -> str:
     from selenium.webdriver.common.by import By
 
@@ -119,7 +133,7 @@ def test_list_thread_child(browser_server: tuple[ServerProcess, str, str], drive
     wait_until(lambda: all(r.is_displayed() for r in rows))
 
     # list -> thread: the conversation
-    _find(driver, f'tr[data-thread="{parent}"] a.tid')[0].click()
+    _click(driver, f'tr[data-thread="{parent}"] a.tid')
     _find(driver, "section.turn")
     text = wait_until(lambda: (t := _text(driver)) and "delete_file" in t and t)
     assert "weather in Paris" in text  # the user's prompt
@@ -143,8 +157,7 @@ def test_list_thread_child(browser_server: tuple[ServerProcess, str, str], drive
     _shoot(driver, shots / "thread-live.png")
 
     # thread -> spawned child, and back to the parent through the link tree
-    link = _find(driver, f'.links.children a[href="#/thread/{child}"]')[0]
-    link.click()
+    _click(driver, f'.links.children a[href="#/thread/{child}"]')
     wait_until(lambda: "weather in Oslo" in _text(driver))
     assert "sunny and 19 °C in Oslo" in _text(driver)
     assert "waiting" not in _text(driver)  # nothing pending in the child
@@ -183,3 +196,31 @@ def test_page_assets(browser_server: tuple[ServerProcess, str, str]) -> None:
         assert c.get("/ui/app.css").headers["content-type"].startswith("text/css")
         assert c.get("/ui/__init__.py").status_code == 404
         assert c.get("/ui/..%2F__init__.py").status_code == 404
+
+
+def test_turn_in_progress_shows_live(browser_server: tuple[ServerProcess, str, str], driver: Any) -> None:
+    """A run started while the page is open shows as a turn in progress, then as its completed turn."""
+    import threading
+
+    srv, _, _ = browser_server
+    chat = f"live-{uuid.uuid4().hex[:8]}"
+    with srv.client() as c:
+        assert c.post("/api/chat", json=chat_body(chat, "hello")).status_code == 200
+    driver.get(f"{srv.url}/#/thread/{thread_id_for_chat(chat)}")
+    wait_until(lambda: "You said: hello" in _text(driver))
+    _find(driver, "#live:not([hidden])")
+
+    def slow() -> None:
+        with srv.client(timeout=60.0) as c:
+            c.post("/api/chat", json=chat_body(chat, "slow 30 100"))  # 30 words, 100 ms apart
+
+    runner = threading.Thread(target=slow)
+    runner.start()
+    try:
+        # read in the page: the view is re-rendered on every event, so element handles go stale
+        open_text = 'const e = document.querySelector("section.turn.open"); return e ? e.innerText : ""'
+        wait_until(lambda: "in progress" in driver.execute_script(open_text), timeout=20)
+        wait_until(lambda: "word29" in _text(driver) and not driver.find_elements("css selector", "section.turn.open"),
+                   timeout=30)
+    finally:
+        runner.join(60)
