@@ -123,6 +123,7 @@ from tplog._events import (
 )
 from tplog._json import to_builtins, to_json
 from tplog._store import NO_STREAM, AsyncStore, ExpectedVersion, Store
+from tplog.integrations.browser import browser_routes
 from tplog.integrations.vercel import CHAT_ID_KEY, client_tool_results, thread_id_for_chat
 
 __all__ = [
@@ -185,7 +186,9 @@ class HTTPError(Exception):
 
 def _error_response(err: HTTPError) -> JSONResponse:
     body = {"error": {"status": err.status, "code": err.code, "message": err.message, **err.extra}}
-    return JSONResponse(body, status_code=err.status)
+    resp = JSONResponse(body, status_code=err.status)
+    resp.tplog_code = err.code  # type: ignore[attr-defined]  # read by the error counter of /metrics
+    return resp
 
 
 def http_error(exc: BaseException) -> HTTPError:
@@ -326,6 +329,8 @@ class _Writer:
                 cancelled = exc
                 res = await fut
         except BaseException as exc:
+            if self.server.prom is not None:
+                self.server.prom.append(len(evs), time.perf_counter() - t0, ok=False)
             if not self.first.done():
                 self.first_failed = True
                 self.first.set_exception(exc)
@@ -337,6 +342,8 @@ class _Writer:
             self.appends += 1
             if self.server.metrics is not None:
                 self.server.metrics.append(self.thread_id, len(evs), dt)
+        if self.server.prom is not None:
+            self.server.prom.append(len(evs), dt, ok=True)
         self.prefix = []
         self.expected = res.last_seq
         if not self.first.done():
@@ -418,6 +425,7 @@ class _Server:
         self.runs: set[_Run] = set()
         self.closing = False
         self._draining: asyncio.Task[None] | None = None
+        self.prom = _prometheus(self)
 
     @property
     def astore(self) -> AsyncStore:
@@ -462,6 +470,8 @@ class _Server:
                 await self._astore.close()
             if self.metrics is not None and self.metrics_path:
                 self.metrics.dump(f"{self.metrics_path}.{os.getpid()}.json")
+            if self.prom is not None:
+                self.prom.process_exit()
 
     def _hook_signals(self, loop: asyncio.AbstractEventLoop) -> Callable[[], None]:
         """Start the shutdown grace when the ASGI server gets SIGTERM/SIGINT, not at the lifespan's end.
@@ -896,6 +906,15 @@ def _event_row(e: RecordedEvent) -> dict[str, Any]:
     }
 
 
+def _prometheus(srv: _Server) -> Any:
+    """The app's :class:`~tplog.integrations.metrics.ServerMetrics`, or None without prometheus-client."""
+    try:
+        from tplog.integrations.metrics import ServerMetrics
+    except ImportError:
+        return None
+    return ServerMetrics(lambda: srv._astore.store if srv._astore is not None else None, lambda: len(srv.runs))
+
+
 # --------------------------------------------------------------------------- the app
 
 
@@ -1077,6 +1096,14 @@ def create_app(
         )
         return srv.stream(run)
 
+    async def metrics_route(request: Request) -> Response:
+        if srv.prom is None:
+            raise HTTPError(501, "metrics_unavailable", "/metrics needs prometheus-client: pip install 'tplog[server]'")
+        body = await asyncio.to_thread(srv.prom.render)
+        from tplog.integrations.metrics import CONTENT_TYPE
+
+        return Response(body, media_type=CONTENT_TYPE, headers={"x-tplog-worker": str(os.getpid())})
+
     async def health(request: Request) -> Response:
         return _json({"ok": True, "pid": os.getpid(), "last_position": srv.watcher.pos})
 
@@ -1159,6 +1186,16 @@ def create_app(
         heartbeat = srv.heartbeat
 
         async def gen() -> AsyncIterator[str]:
+            if srv.prom is not None:
+                srv.prom.sse.inc()
+            try:
+                async for chunk in tail():
+                    yield chunk
+            finally:
+                if srv.prom is not None:
+                    srv.prom.sse.dec()
+
+        async def tail() -> AsyncIterator[str]:
             last = after
             yield "retry: 1000\n\n"
             while True:
@@ -1186,6 +1223,12 @@ def create_app(
 
     def guarded(fn: Callable[[Request], Any]) -> Callable[[Request], Any]:
         async def wrapper(request: Request) -> Response:
+            resp = await handle(request)
+            if resp.status_code >= 400 and srv.prom is not None:
+                srv.prom.error(resp.status_code, getattr(resp, "tplog_code", "error"))
+            return resp
+
+        async def handle(request: Request) -> Response:
             try:
                 resp: Response = await fn(request)
                 return resp
@@ -1215,23 +1258,28 @@ def create_app(
         Route("/threads/{thread_id}/links", guarded(links), methods=["GET"]),
         Route("/threads/{thread_id}/events", guarded(events), methods=["GET"]),
         Route("/threads/{thread_id}/approvals", guarded(approvals), methods=["POST"]),
+        Route("/metrics", guarded(metrics_route), methods=["GET"]),
+        *browser_routes(),
     ]
 
     async def not_found(request: Request, exc: Exception) -> Response:
         code = getattr(exc, "status_code", 404)
         if code == 405:
-            return _error_response(
-                HTTPError(405, "method_not_allowed", f"{request.method} is not allowed on {request.url.path}")
-            )
-        return _error_response(
-            HTTPError(
+            err = HTTPError(405, "method_not_allowed", f"{request.method} is not allowed on {request.url.path}")
+        else:
+            err = HTTPError(
                 code, "not_found" if code == 404 else "http_error", f"no route {request.method} {request.url.path}"
             )
-        )
+        if srv.prom is not None:
+            srv.prom.error(err.status, err.code)
+        return _error_response(err)
 
     async def internal(request: Request, exc: Exception) -> Response:
         log.exception("unhandled error on %s %s", request.method, request.url.path, exc_info=exc)
-        return _error_response(http_error(exc))
+        err = http_error(exc)
+        if srv.prom is not None:
+            srv.prom.error(err.status, err.code)
+        return _error_response(err)
 
     from starlette.exceptions import HTTPException
 

@@ -1,0 +1,226 @@
+"""The thread browser at ``/`` in a real headless browser (Debian's chromium driven by Selenium)
+against a real ``tplog serve``: list -> thread -> spawned child, as a person sees it.
+
+The store holds a parent thread with a tool call and its return, an interrupted turn, a tool
+call waiting for approval, and a spawned child. Under ``CI=true`` a missing chromium fails the
+test (``.ci/run`` installs it); elsewhere it skips, naming what to install.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from server.server_harness import ServerProcess, chat_body, wait_until
+from tplog import Store
+from tplog import _model as m
+from tplog._events import LinkAdded
+from tplog.integrations.vercel import thread_id_for_chat
+
+CHROMIUM = os.environ.get("TPLOG_CHROMIUM", "/usr/bin/chromium")
+CHROMEDRIVER = os.environ.get("TPLOG_CHROMEDRIVER", "/usr/bin/chromedriver")
+
+
+def _need_browser() -> None:
+    missing = [p for p in (CHROMIUM, CHROMEDRIVER) if not shutil.which(p)]
+    try:
+        import selenium  # noqa: F401
+    except ImportError:
+        missing.append("the selenium package (pip install -e '.[test]')")
+    if missing:
+        msg = f"the browser test needs {', '.join(missing)} (apt-get install chromium chromium-driver)"
+        if os.environ.get("CI") == "true":
+            pytest.fail(msg)
+        pytest.skip(msg)
+
+
+@pytest.fixture(scope="module")
+def browser_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[ServerProcess, str, str]]:
+    """A server whose store holds the parent (tool call, interruption, pending approval) and a child."""
+    srv = ServerProcess(tmp_path_factory.mktemp("browser") / "store", workers=1).start()
+    parent_chat, child_chat = f"parent-{uuid.uuid4().hex[:8]}", f"child-{uuid.uuid4().hex[:8]}"
+    try:
+        with srv.client() as c:
+            for text in ["weather in Paris", "fail", "delete /tmp/report.txt"]:
+                assert c.post("/api/chat", json=chat_body(parent_chat, text)).status_code == 200
+            assert c.post("/api/chat", json=chat_body(child_chat, "weather in Oslo")).status_code == 200
+        parent, child = thread_id_for_chat(parent_chat), thread_id_for_chat(child_chat)
+        with Store(srv.store) as s:  # a second process appending beside the server
+            s.append(child, [LinkAdded(link=m.ThreadLink(thread_id=parent, relation="spawned_from"))])
+        yield srv, parent, child
+    finally:
+        srv.stop()
+
+
+@pytest.fixture
+def driver() -> Iterator[Any]:
+    _need_browser()
+    from selenium import webdriver
+    from selenium.webdriver.chrome.service import Service
+
+    opts = webdriver.ChromeOptions()
+    opts.binary_location = CHROMIUM
+    for arg in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--disable-gpu",
+                "--window-size=1280,1000"):
+        opts.add_argument(arg)
+    drv = webdriver.Chrome(options=opts, service=Service(executable_path=CHROMEDRIVER))
+    drv.set_page_load_timeout(30)
+    try:
+        yield drv
+    finally:
+        drv.quit()
+
+
+def _find(drv: Any, css: str, timeout: float = 15.0) -> Any:
+    from selenium.webdriver.common.by import By
+
+    return wait_until(lambda: drv.find_elements(By.CSS_SELECTOR, css), timeout=timeout)
+
+
+def _shoot(drv: Any, path: Path) -> None:
+    """A screenshot of the whole page: the window grown to the page's height first."""
+    height = drv.execute_script("return document.documentElement.scrollHeight")
+    drv.set_window_size(1280, max(800, min(int(height) + 200, 4000)))
+    drv.save_screenshot(str(path))
+    drv.set_window_size(1280, 1000)
+
+
+def _click(drv: Any, css: str) -> None:
+    """Click the first match; again if a live re-render replaced it between finding and clicking."""
+    from selenium.common.exceptions import StaleElementReferenceException
+
+    def attempt() -> bool:
+        try:
+            _find(drv, css)[0].click()
+            return True
+        except StaleElementReferenceException:
+            return False
+
+    wait_until(attempt)
+
+
+def _text(drv: Any) -> str:
+    from selenium.webdriver.common.by import By
+
+    return str(drv.find_element(By.TAG_NAME, "main").text)
+
+
+def test_list_thread_child(browser_server: tuple[ServerProcess, str, str], driver: Any,
+                           tmp_path_factory: pytest.TempPathFactory) -> None:
+    srv, parent, child = browser_server
+    shots = tmp_path_factory.mktemp("screenshots")
+
+    # the list: both threads, most recently updated (the child, linked last) first
+    driver.get(srv.url + "/")
+    rows = _find(driver, "tr[data-thread]")
+    assert [r.get_attribute("data-thread") for r in rows] == [child, parent]
+    wait_until(lambda: "weather in Paris" in _text(driver))  # titles arrive per row
+    _shoot(driver, shots / "list.png")
+
+    # the client-side filter hides rows whose id and title do not match
+    filt = _find(driver, "#filter")[0]
+    filt.send_keys("paris")
+    wait_until(lambda: [r.is_displayed() for r in rows] == [False, True])
+    filt.clear()
+    filt.send_keys("x")  # clear() sends no input event: type, then erase
+    filt.send_keys("\b")
+    wait_until(lambda: all(r.is_displayed() for r in rows))
+
+    # list -> thread: the conversation
+    _click(driver, f'tr[data-thread="{parent}"] a.tid')
+    _find(driver, "section.turn")
+    text = wait_until(lambda: (t := _text(driver)) and "delete_file" in t and t)
+    assert "weather in Paris" in text  # the user's prompt
+    assert "get_weather" in text and '"city": "Paris"' in text  # the tool call with its arguments
+    assert "sunny and 20 °C in Paris" in text  # its return
+    assert "Interrupted here: error" in text  # the interruption, in the turn where it happened
+    interrupted = _find(driver, "section.turn.was-interrupted")
+    assert len(interrupted) == 1 and interrupted[0].get_attribute("data-turn") == "3"
+    pending = _find(driver, ".tool-call.pending")
+    assert len(pending) == 1 and "delete_file" in pending[0].text and "awaiting approval" in pending[0].text
+    assert "1 tool call waiting: delete_file (awaiting approval)" in text
+    _shoot(driver, shots / "thread.png")
+
+    # live: approving the call (another client) shows its result and clears the flag, no reload
+    with srv.client() as c:
+        [call] = c.get(f"/threads/{parent}/pending").json()["pending"]
+        r = c.post(f"/threads/{parent}/approvals", json={"approvals": {call["tool_call_id"]: True}})
+        assert r.status_code == 200
+    wait_until(lambda: "delete_file: deleted /tmp/report.txt." in _text(driver), timeout=20)
+    assert "waiting" not in _text(driver) and not driver.find_elements("css selector", ".tool-call.pending")
+    _shoot(driver, shots / "thread-live.png")
+
+    # thread -> spawned child, and back to the parent through the link tree
+    _click(driver, f'.links.children a[href="#/thread/{child}"]')
+    wait_until(lambda: "weather in Oslo" in _text(driver))
+    assert "sunny and 19 °C in Oslo" in _text(driver)
+    assert "waiting" not in _text(driver)  # nothing pending in the child
+    back = _find(driver, f'.links.parent a[href="#/thread/{parent}"]')
+    assert back
+    _shoot(driver, shots / "child.png")
+    print(f"\nbrowser screenshots: {shots}")
+    for name in ("list.png", "thread.png", "thread-live.png", "child.png"):
+        assert (shots / name).stat().st_size > 10_000, name
+
+
+def test_stored_text_is_not_html(browser_server: tuple[ServerProcess, str, str], driver: Any) -> None:
+    """A prompt holding markup shows as text: no element is made from it, no script runs."""
+    srv, _, _ = browser_server
+    chat = f"xss-{uuid.uuid4().hex[:8]}"
+    payload = '<img src=x onerror="window.__pwned=1"><b id="injected">bold</b>'
+    with srv.client() as c:
+        assert c.post("/api/chat", json=chat_body(chat, payload)).status_code == 200
+    driver.get(f"{srv.url}/#/thread/{thread_id_for_chat(chat)}")
+    wait_until(lambda: payload in _text(driver))
+    from selenium.webdriver.common.by import By
+
+    assert driver.find_elements(By.ID, "injected") == []
+    assert driver.execute_script("return window.__pwned === undefined") is True
+
+
+def test_page_assets(browser_server: tuple[ServerProcess, str, str]) -> None:
+    """The page and its two assets come from the package; other names under /ui/ are 404."""
+    srv, _, _ = browser_server
+    with srv.client() as c:
+        page = c.get("/")
+        assert page.status_code == 200 and page.headers["content-type"].startswith("text/html")
+        assert "default-src 'self'" in page.headers["content-security-policy"]
+        assert '<script src="/ui/app.js">' in page.text
+        assert c.get("/ui/app.js").headers["content-type"].startswith("text/javascript")
+        assert c.get("/ui/app.css").headers["content-type"].startswith("text/css")
+        assert c.get("/ui/__init__.py").status_code == 404
+        assert c.get("/ui/..%2F__init__.py").status_code == 404
+
+
+def test_turn_in_progress_shows_live(browser_server: tuple[ServerProcess, str, str], driver: Any) -> None:
+    """A run started while the page is open shows as a turn in progress, then as its completed turn."""
+    import threading
+
+    srv, _, _ = browser_server
+    chat = f"live-{uuid.uuid4().hex[:8]}"
+    with srv.client() as c:
+        assert c.post("/api/chat", json=chat_body(chat, "hello")).status_code == 200
+    driver.get(f"{srv.url}/#/thread/{thread_id_for_chat(chat)}")
+    wait_until(lambda: "You said: hello" in _text(driver))
+    _find(driver, "#live:not([hidden])")
+
+    def slow() -> None:
+        with srv.client(timeout=60.0) as c:
+            c.post("/api/chat", json=chat_body(chat, "slow 30 100"))  # 30 words, 100 ms apart
+
+    runner = threading.Thread(target=slow)
+    runner.start()
+    try:
+        # read in the page: the view is re-rendered on every event, so element handles go stale
+        open_text = 'const e = document.querySelector("section.turn.open"); return e ? e.innerText : ""'
+        wait_until(lambda: "in progress" in driver.execute_script(open_text), timeout=20)
+        wait_until(lambda: "word29" in _text(driver) and not driver.find_elements("css selector", "section.turn.open"),
+                   timeout=30)
+    finally:
+        runner.join(60)

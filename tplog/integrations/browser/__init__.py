@@ -1,0 +1,47 @@
+"""The thread browser served at ``/`` by ``tplog serve``: one HTML page, a stylesheet and a
+small vanilla script, shipped as package data (no build step, no CDN). The script reads the
+server's JSON endpoints and follows a thread's SSE tail; it never puts stored text into HTML
+(every string goes in through ``textContent``/attributes).
+"""
+
+from __future__ import annotations
+
+import functools
+from importlib import resources
+
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import Route
+
+__all__ = ["ASSETS", "browser_routes"]
+
+#: the files under ``/ui/`` and their media types; nothing else is served from the package
+ASSETS = {
+    "app.js": "text/javascript; charset=utf-8",
+    "app.css": "text/css; charset=utf-8",
+}
+
+# The page runs only our own script and style, and loads images from anywhere (threads link them).
+_CSP = "default-src 'self'; img-src * data:; media-src * data:; object-src 'none'; base-uri 'none'"
+
+
+@functools.cache
+def _asset(name: str) -> bytes:
+    return resources.files(__package__).joinpath(name).read_bytes()
+
+
+async def _index(request: Request) -> Response:
+    return Response(_asset("index.html"), media_type="text/html; charset=utf-8",
+                    headers={"content-security-policy": _CSP, "cache-control": "no-cache"})
+
+
+async def _ui(request: Request) -> Response:
+    name = request.path_params["name"]
+    if name not in ASSETS:
+        return Response(f"no asset {name!r}\n", status_code=404, media_type="text/plain")
+    return Response(_asset(name), media_type=ASSETS[name], headers={"cache-control": "no-cache"})
+
+
+def browser_routes() -> list[Route]:
+    """``GET /`` (the page) and ``GET /ui/{name}`` (its script and stylesheet)."""
+    return [Route("/", _index, methods=["GET"]), Route("/ui/{name}", _ui, methods=["GET"])]
