@@ -27,4 +27,4 @@ bench: $(BIN)/.installed
 	$(BIN)/python -m benchmarks.suite
 
 clean:
-	rm -rf $(VENV) demo-store .pytest_cache .coverage
+	rm -rf $(VENV) demo-store .pytest_cache .coverage .coverage.*

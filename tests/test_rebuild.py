@@ -8,7 +8,9 @@ import subprocess
 import sys
 import time
 import uuid
+import zlib
 from pathlib import Path
+from typing import Any
 
 import lmdb
 import msgspec
@@ -597,3 +599,80 @@ def test_verify_reports_an_event_missing_from_the_event_id_index(tmp_path: Path)
         assert _verify_problems(s) == []
         s.engine.run_write(lambda txn: txn.delete("eventids", eid.encode()))
         assert _verify_problems(s) == [f"thread {tid}, seq 3: event id {eid!r} is not indexed to it"]
+
+
+def _damage(s: Store, tid: str, what: str) -> None:
+    """One kind of damage to thread ``tid`` (seqs 1..3 at positions 1..3) or to the store."""
+    from tplog._keys import event_key, scope_tag, tkey, u64
+
+    tk = tkey(tid)
+    keys = [event_key(tk, q) for q in (1, 2, 3)]
+    eids = [e.event_id.encode() for e in s.read(tid)]
+    head = s.head(tid)
+
+    def edit(txn: object) -> None:
+        t: Any = txn
+        if what == "gap":  # seq 2 gone from the events table (its index entries stay)
+            t.delete("events", keys[1])
+        elif what == "garbage_header":  # a header the CRC accepts but no decoder does
+            v = bytearray(t.get("events", keys[1]))
+            v[v.index(eids[1])] = 0xFF
+            end = 12 + int.from_bytes(v[10:12], "big")
+            v[6:10] = zlib.crc32(keys[1], zlib.crc32(bytes(v[10:end]), zlib.crc32(b"\x03"))).to_bytes(4, "big")
+            t.put("events", keys[1], bytes(v))
+        elif what == "global_elsewhere":  # position 2 names seq 3
+            t.put("global", u64(2), keys[2])
+        elif what == "positions_out_of_order":  # seq 2 at position 3, seq 3 at position 2
+            t.put("global", u64(2), keys[2])
+            t.put("global", u64(3), keys[1])
+            t.put("eventids", eids[1], keys[1] + u64(3))
+            t.put("eventids", eids[2], keys[2] + u64(2))
+        elif what == "head_version":
+            t.put("heads", tk, msgspec.msgpack.encode(msgspec.structs.replace(head, version=4)))
+        elif what == "updated_missing":
+            t.delete("updated", scope_tag(None) + u64(head.updated_ns) + tk)
+        elif what == "global_dangling":
+            t.put("global", u64(99), event_key(tkey("nowhere"), 1))
+        elif what == "stale":
+            proj.write_info(t, "links", proj.ProjectionInfo(proj.VERSIONS["links"], 3, "stale"))
+
+    s.engine.run_write(edit)
+
+
+@pytest.mark.parametrize("what", ["gap", "garbage_header", "global_elsewhere", "positions_out_of_order",
+                                  "head_version", "updated_missing", "global_dangling", "stale"])
+def test_verify_names_each_kind_of_damage_exactly(tmp_path: Path, what: str) -> None:
+    tid = str(uuid.uuid4())
+    with Store(tmp_path / "s") as s:
+        s.append(tid, [start(tid), user("one"), user("two")])
+        assert _verify_problems(s) == []
+        _damage(s, tid, what)
+        from tplog._keys import tkey
+        from tplog._verify import verify_store
+
+        nowhere = tkey("nowhere").hex()
+        expected = {
+            "gap": [f"thread {tid}: seq 3 follows seq 1 (gap)",
+                    f"global position 2 names a missing event (thread key {uuid.UUID(tid).hex}, seq 2)"],
+            "garbage_header": [],  # filled below: the decoder's own message
+            "global_elsewhere": [f"thread {tid}, seq 2: global position 2 does not name it"],
+            "positions_out_of_order": [f"thread {tid}, seq 3: position 2 not after 3"],
+            "head_version": [f"thread {tid}: head version 4 but last seq 3"],
+            "updated_missing": [f"thread {tid}: no 'updated' index entry for its head"],
+            "global_dangling": [f"global position 99 names a missing event (thread key {nowhere}, seq 1)"],
+            "stale": [f"projection 'links' is stale: run `tplog rebuild {s.path} --projection links`"],
+        }[what]
+        problems = verify_store(s).problems
+        if what == "garbage_header":  # reported by the log check, and by each projection's rebuild
+            bad = f"event header does not decode: 'utf-8' codec can't decode byte 0xff in position 0: invalid " \
+                  f"start byte (thread {tid}, seq 2)"
+            assert problems == [bad, f"projection 'links' cannot be rebuilt: {bad}",
+                                f"projection 'state' cannot be rebuilt: {bad}"]
+        elif what == "gap":  # and the state rebuilt without seq 2 counts one user turn fewer
+            assert problems[:2] == expected
+            assert len(problems) == 3 and problems[2].startswith(
+                f"state: state of thread key {uuid.UUID(tid).hex}: live {{'seq': 3, 'turn': 1,"), problems
+        else:
+            assert problems == expected
+        if what == "stale":  # the log itself is sound: without the projection check, nothing to report
+            assert verify_store(s, projections=False).problems == []
