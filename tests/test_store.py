@@ -1238,3 +1238,18 @@ def test_iter_all_streams_the_global_log_in_chunks(tmp_path: Path, rng: random.R
                 s.iter_all(chunk=bad)  # type: ignore[arg-type]
     with pytest.raises(StoreClosedError):
         s.iter_all()
+
+
+def test_opening_what_is_not_a_store(tmp_path: Path) -> None:
+    """Bad options and directories that hold no tplog store: typed errors, nothing created."""
+    with pytest.raises(InvalidInputError, match="durability must be 'durable' or 'relaxed', not 'eventual'"):
+        Store(tmp_path / "a", durability="eventual")
+    assert not (tmp_path / "a").exists()
+    with pytest.raises(StorageError, match=r"no store here \(opened read-only, so none was created\)"):
+        Store(tmp_path / "nothing", readonly=True)
+    assert not (tmp_path / "nothing").exists()
+    env = lmdb.open(str(tmp_path / "other"), max_dbs=4)  # an LMDB environment of some other program
+    env.open_db(b"mine")
+    env.close()
+    with pytest.raises(StorageError, match="not a tplog store"):
+        Store(tmp_path / "other", readonly=True)

@@ -277,7 +277,7 @@ class LmdbEngine:
         max_readers: int = 1024,
     ) -> None:
         if durability not in ("durable", "relaxed"):
-            raise ValueError(f"durability must be 'durable' or 'relaxed', not {durability!r}")
+            raise InvalidInputError(f"durability must be 'durable' or 'relaxed', not {durability!r}")
         self.path = os.path.abspath(path)
         self.readonly = readonly
         self.durability = durability
