@@ -3,15 +3,18 @@ stale reader slots left by a killed reader, the map grown by another process whi
 
 Each scenario checks that the error is clear and typed and that nothing acknowledged is lost.
 The disk-full test mounts a 2 MB tmpfs when it can (root); otherwise it runs in a subprocess
-under RLIMIT_FSIZE. The read-only-filesystem test uses a read-only bind mount when it can, and a
-non-root uid on a directory without write permission otherwise (or both).
+under RLIMIT_FSIZE. The read-only-filesystem test uses a read-only bind mount when it can (root);
+the unwritable-directory test runs on every runner, as a non-root process (``nobody`` when the
+tests run as root, the runner's own user otherwise).
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
+import pwd
 import random
+import shutil
 import signal
 import subprocess
 import sys
@@ -172,12 +175,23 @@ def test_read_only_bind_mount(tmp_path: Path) -> None:
 
 
 _NONROOT = """
-    import os, sys
-    from tplog import ReadOnlyError, TplogError
+    import os, sys, tempfile
+    from tplog import ReadOnlyError, ThreadStarted, TplogError
     from conftest import ToyStore as Store
     import tplog._canonical, tplog._cli, tplog._fold  # everything, before this uid may no longer read it
-    os.setgid(65534); os.setuid(65534)
-    path = sys.argv[1]
+    path, uid, gid = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+    if os.geteuid() != uid:
+        # Load what tplog and LMDB import lazily (py-lmdb 3 imports lmdb._envid at the first open)
+        # while this process can still read it: the code may sit under a 0700 directory.
+        with Store(os.path.join(tempfile.mkdtemp(), "s")) as s:
+            s.append("w", [ThreadStarted(thread_id="w", created_at="2025-01-20T10:00:00Z")])
+        with Store(os.path.join(s.path), readonly=True) as s:
+            s.read("w")
+        os.setgroups([])
+        os.setgid(gid)
+        os.setuid(uid)
+    print("uid:", os.getuid(), os.geteuid())
+    print("sees:", " ".join(sorted(os.listdir(path))))  # it reaches the store: only writing is refused
     try:
         Store(path)
         print("rw: opened")
@@ -200,9 +214,50 @@ _NONROOT = """
 """
 
 
-@pytest.mark.skipif(os.name != "posix" or os.geteuid() != 0, reason="needs root to switch to another uid")
-def test_read_only_directory_for_a_non_root_user() -> None:
-    base = Path(tempfile.mkdtemp(prefix="tplog-ro-"))
+def _unprivileged_user() -> tuple[int, int]:
+    """A non-root uid/gid: this process's own when it is not root; else ``nobody`` (created as
+    ``tplog-ro`` where there is none)."""
+    if os.geteuid() != 0:
+        return os.getuid(), os.getgid()
+    for name in ("nobody", "tplog-ro"):
+        with contextlib.suppress(KeyError):
+            pw = pwd.getpwnam(name)
+            return pw.pw_uid, pw.pw_gid
+    subprocess.run(["useradd", "--system", "--no-create-home", "--shell", "/usr/sbin/nologin", "tplog-ro"],
+                   check=True, capture_output=True)
+    pw = pwd.getpwnam("tplog-ro")
+    return pw.pw_uid, pw.pw_gid
+
+
+def _code_under_a_0700_directory(base: Path) -> dict[str, str]:
+    """tplog and its core dependencies copied under a root-only (0700) directory, and an environment
+    whose Python sees only them (``-S``: no site-packages): what a checkout under /root looks like
+    to a process that dropped root (issue 23: lmdb 3 lazily imported ``lmdb._envid`` after the drop)."""
+    import lmdb
+    import msgspec
+    import zstandard
+
+    import tplog
+
+    code = base / "private" / "code"
+    code.mkdir(parents=True)
+    (base / "private").chmod(0o700)
+    for mod in (tplog, lmdb, msgspec, zstandard):
+        src = Path(mod.__file__).parent  # type: ignore[arg-type]
+        shutil.copytree(src, code / src.name, ignore=shutil.ignore_patterns("__pycache__"))
+    return {**os.environ, "PYTHONPATH": str(code)}
+
+
+@pytest.mark.skipif(os.name != "posix", reason="POSIX permissions")
+@pytest.mark.parametrize("code", ["checkout", "under_0700"])
+def test_read_only_directory_for_a_non_root_user(tmp_path: Path, code: str) -> None:
+    """A non-root process (``nobody`` when the tests run as root, which owns nothing here; the
+    runner's own user otherwise) on a store in a directory it cannot write: opening it for writing
+    and creating a store next to it are ReadOnlyError; nothing changes."""
+    uid, gid = _unprivileged_user()
+    if code == "under_0700" and os.geteuid() != 0:
+        pytest.skip("only a process started as root drops to another uid (the code's location matters then)")
+    base = Path(tempfile.mkdtemp(prefix="tplog-ro-"))  # not under tmp_path: pytest's base is 0700
     try:
         base.chmod(0o755)
         before = _make_store(base / "s")
@@ -210,20 +265,33 @@ def test_read_only_directory_for_a_non_root_user() -> None:
             p.chmod(0o555)
         for f in (base / "s").iterdir():
             f.chmod(0o444)
-        r = _run(_NONROOT, str(base / "s"))
+        if os.geteuid() == 0:  # the store belongs to root: the user writes nothing it owns
+            assert all(p.stat().st_uid != uid for p in (base, *base.rglob("*")))
+        env = ENV if code == "checkout" else _code_under_a_0700_directory(tmp_path)
+        argv = [sys.executable, *(["-S"] if code == "under_0700" else []), "-c", textwrap.dedent(_NONROOT),
+                str(base / "s"), str(uid), str(gid)]
+        r = subprocess.run(argv, capture_output=True, text=True, timeout=60, env=env)
         out = dict(line.split(": ", 1) for line in r.stdout.splitlines())
+        assert out.get("uid") == f"{uid} {uid}" and uid != 0, r.stdout + r.stderr
+        assert out.get("sees") == "data.mdb lock.mdb", r.stdout + r.stderr
         assert out.get("rw") == "ReadOnlyError", r.stdout + r.stderr
         assert out.get("create") == "ReadOnlyError", r.stdout + r.stderr
         # LMDB opens lock.mdb for writing even read-only (it falls back to no lock only on EROFS): without
-        # write permission a read-only open may fail, but only with a typed error
-        assert out.get("ro") == "3" or out.get("ro", "").startswith("ReadOnlyError"), r.stdout + r.stderr
+        # write permission a read-only open fails, with a typed error that names the lock file
+        assert out.get("ro") == "3" or (out.get("ro", "").startswith("ReadOnlyError")
+                                        and "lock.mdb" in out["ro"]), r.stdout + r.stderr
+        assert not (base / "new").exists()
+        for p in (base, base / "s"):  # writable again, for a reader that is not root too (lock.mdb)
+            p.chmod(0o755)
+        for f in (base / "s").iterdir():
+            f.chmod(0o644)
         with Store(base / "s", readonly=True) as s:
             assert snapshot(s) == before
     finally:
         for p in (base, base / "s"):
             with contextlib.suppress(OSError):
                 p.chmod(0o755)
-        subprocess.run(["rm", "-rf", str(base)])
+        shutil.rmtree(base, ignore_errors=True)
 
 
 def test_store_opened_read_only(tmp_path: Path) -> None:

@@ -52,6 +52,8 @@ from tplog import (
 )
 from tplog import _model as m
 from tplog._cli import build_parser, main
+from tplog._codec import stored_body
+from tplog._keys import tkey
 from tplog.integrations.vercel import assemble_turn, parse_sse
 
 ROOT = Path(__file__).resolve().parent
@@ -86,6 +88,20 @@ def typed(category: str, fn: Callable[[], Any], allowed: type[BaseException] | t
     except BaseException as exc:
         COUNTS[f"{category}:NON_TYPED"] += 1
         raise AssertionError(f"{category}: untyped {type(exc).__name__}: {exc}\n{traceback.format_exc()}") from exc
+
+
+def must_fail(category: str, fn: Callable[[], Any], error: type[TplogError] = CorruptionError) -> Any:
+    """Run ``fn``; count the case; it must raise ``error`` (returned): succeeding fails the test too."""
+    COUNTS[f"{category}:cases"] += 1
+    try:
+        got = fn()
+    except error as exc:
+        COUNTS[f"{category}:typed_errors"] += 1
+        return exc
+    except BaseException as exc:
+        COUNTS[f"{category}:NON_TYPED"] += 1
+        raise AssertionError(f"{category}: untyped {type(exc).__name__}: {exc}\n{traceback.format_exc()}") from exc
+    raise AssertionError(f"{category}: expected {error.__name__}, but it succeeded with {got!r:.300}")
 
 
 # --------------------------------------------------------------------------- byte mutations
@@ -323,15 +339,29 @@ def test_decoder_on_mutated_stored_values(fuzz_store: tuple[Store, dict[str, lis
     assert _read_all_threads(s) == originals
 
 
+def _readers_of(s: Store, table: str, key: bytes) -> set[tuple[str, int]]:
+    """The (thread, seq) whose read needs stored value ``key`` of ``table``: the event itself, or
+    every event that references the blob."""
+    names = {tkey(t): t for t in ("t1", "t2")}
+    if table == "events":
+        return {(names[key[:16]], int.from_bytes(key[16:], "big"))}
+    return {(names[k[:16]], int.from_bytes(k[16:], "big")) for k, v in _table_items(s, "events")
+            if v[1] & 2 and bytes(stored_body(v)) == key}
+
+
 @pytest.mark.parametrize("table", ["events", "blobs"])
 def test_decoder_on_every_truncation(fuzz_store: tuple[Store, dict[str, list[Any]]], table: str) -> None:
-    """Every prefix of every stored value (a blob shorter than its 13-byte prefix included)."""
+    """Every strict prefix of every stored value (a blob shorter than its 13-byte prefix included)
+    fails its CRC or its length check: the read raises CorruptionError naming an event that needs it."""
     s, originals = fuzz_store
     for key, old in _table_items(s, table):
+        readers = _readers_of(s, table, key)
+        assert readers
         for n in range(min(len(old), 40)):
             s.engine.run_write(lambda txn, k=key, v=old[:n]: txn.put(table, k, v))
             try:
-                typed(f"decoder:truncated_{table}", lambda: _read_all_threads(s), allowed=CorruptionError)
+                exc = must_fail(f"decoder:truncated_{table}", lambda: _read_all_threads(s))
+                assert (exc.thread_id, exc.seq) in readers, (n, str(exc), readers)
             finally:
                 s.engine.run_write(lambda txn, k=key, v=old: txn.put(table, k, v))
     assert _read_all_threads(s) == originals
@@ -347,9 +377,12 @@ def test_decoder_on_invalid_utf8_with_a_valid_crc(fuzz_store: tuple[Store, dict[
     bad = _fix_crc("events", key, old[:i] + b"\xff" + old[i + 1:])
     s.engine.run_write(lambda txn: txn.put("events", key, bad))
     try:
-        typed("decoder:invalid_utf8", lambda: _read_all_threads(s), allowed=CorruptionError)
+        exc = must_fail("decoder:invalid_utf8", lambda: _read_all_threads(s))
+        assert (exc.thread_id, exc.seq) == ("t1", 1), str(exc)
+        assert str(exc).startswith("event header does not decode"), str(exc)
     finally:
         s.engine.run_write(lambda txn: txn.put("events", key, old))
+    assert _read_all_threads(s) == originals
 
 
 # --------------------------------------------------------------------------- the CLI

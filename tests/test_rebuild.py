@@ -8,12 +8,15 @@ import subprocess
 import sys
 import time
 import uuid
+import zlib
 from pathlib import Path
+from typing import Any
 
 import lmdb
 import msgspec
 import pytest
 from conftest import ToyStore as Store
+from conftest import user
 
 from tplog import _model as m
 from tplog import _projections as proj
@@ -499,3 +502,178 @@ def test_verify_during_a_rebuild_skips_that_projection_check(tmp_path: Path,
     assert "already running" in report["skipped"][0]
     assert main(["verify", path]) == 0
     assert json.loads(capsys.readouterr().out)["skipped"] == []
+
+
+# ------------------------------------------------------------- verify / rebuild --verify see every kind of drift
+# Each test plants one kind of damage a bug could leave and asserts the exact report, then the repair.
+
+
+def _verify_problems(s: Store) -> list[str]:
+    from tplog._verify import verify_store
+
+    return verify_store(s).problems
+
+
+def test_phantom_link_rows_are_reported_and_rebuild_deletes_them(tmp_path: Path) -> None:
+    """Rows only the live projection has (a links_in and a children row no event accounts for)."""
+    with Store(tmp_path / "s") as s:
+        parent, kids = populate(s, 3)
+        ghost = str(uuid.uuid4())
+        pk, gk = uuid.UUID(parent).bytes, uuid.UUID(ghost).bytes
+        s.engine.run_write(lambda txn: (
+            txn.put("links_in", proj.link_key(parent, "referenced", gk, 7), msgspec.msgpack.encode([ghost, parent])),
+            txn.put("children", pk + gk, msgspec.msgpack.encode((ghost, proj.C_LINK)))))
+        assert ghost in s.children(parent) and (ghost, "referenced") in s.incoming(parent)  # readers see them
+        expected = [
+            f"links: links_in[{pk.hex()} … {gk.hex()} seq 7]: live ['{ghost}', '{parent}'], rebuilt absent",
+            f"links: children[{pk.hex()} → {gk.hex()}]: live ['{ghost}', 1], rebuilt absent",
+        ]
+        assert [r.differences for r in s.rebuild(verify=True)] == [expected, []]
+        assert ghost in s.children(parent)  # --verify changes nothing
+        assert _verify_problems(s) == expected
+        s.rebuild("links")
+        assert sorted(s.children(parent)) == sorted(kids)
+        assert (ghost, "referenced") not in s.incoming(parent)
+        assert [r.differences for r in s.rebuild(verify=True)] == [[], []]
+        assert _verify_problems(s) == []
+
+
+def test_changed_projection_values_are_reported_and_rebuild_restores_them(tmp_path: Path) -> None:
+    """Rows both sides have, with a different value: a state row, a children row's flags, a
+    links_in row's source."""
+    with Store(tmp_path / "s") as s:
+        parent, kids = populate(s, 3)
+        pk, k0 = uuid.UUID(parent).bytes, uuid.UUID(kids[0]).bytes
+        state_key = proj.STATE_PREFIX + pk
+        link_key = proj.link_key(parent, "spawned_from", k0, 2)
+        with s.engine.read() as txn:
+            old_state = bytes(txn.get("proj", state_key))
+            assert bytes(txn.get("links_in", link_key)) == msgspec.msgpack.encode([kids[0], parent])
+        empty = proj.encode_state(proj.decode_state(None))
+        s.engine.run_write(lambda txn: (
+            txn.put("proj", state_key, empty),
+            txn.put("children", pk + k0, msgspec.msgpack.encode((kids[0], proj.C_LINK | proj.C_SPAWN))),
+            txn.put("links_in", link_key, msgspec.msgpack.encode([kids[1], parent]))))
+        assert s.pending(parent).pending == []  # the damage is what readers get
+        links_diffs = [
+            f"links: links_in[{pk.hex()} … {k0.hex()} seq 2]: live ['{kids[1]}', '{parent}'], "
+            f"rebuilt ['{kids[0]}', '{parent}']",
+            f"links: children[{pk.hex()} → {k0.hex()}]: live ['{kids[0]}', 3], rebuilt ['{kids[0]}', 1]",
+        ]
+        state_diff = (f"state: state of thread key {pk.hex()}: live {repr(msgspec.msgpack.decode(empty))[:200]}, "
+                      f"rebuilt {repr(msgspec.msgpack.decode(old_state))[:200]}")
+        assert [r.differences for r in s.rebuild(verify=True)] == [links_diffs, [state_diff]]
+        assert _verify_problems(s) == [*links_diffs, state_diff]
+        assert s.pending(parent).pending == []  # --verify changes nothing
+        s.rebuild()
+        assert [c.tool_call_id for c in s.pending(parent).pending] == ["p1"]
+        with s.engine.read() as txn:
+            assert bytes(txn.get("proj", state_key)) == old_state
+            assert msgspec.msgpack.decode(txn.get("children", pk + k0)) == [kids[0], proj.C_LINK]
+        assert s.incoming(parent, relation="spawned_from").count((kids[1], "spawned_from")) == 1
+        assert [r.differences for r in s.rebuild(verify=True)] == [[], []]
+        assert _verify_problems(s) == []
+
+
+def test_verify_reports_a_wrong_blob_reference_count(tmp_path: Path) -> None:
+    from tplog import Limits
+    from tplog._codec import blob_refcount, blob_with_refcount
+
+    tid = str(uuid.uuid4())
+    big = "x" * 5000
+    with Store(tmp_path / "s", limits=Limits(blob_threshold=1024)) as s:
+        s.append(tid, [start(tid), user(big), user(big)])  # one blob, referenced twice
+        with s.engine.read() as txn:
+            [(sha, blob)] = [(bytes(k), bytes(v)) for k, v in txn.range("blobs")]
+        assert blob_refcount(blob) == 2
+        assert _verify_problems(s) == []
+        for wrong in (5, 1):
+            s.engine.run_write(lambda txn, w=wrong: txn.put("blobs", sha, blob_with_refcount(blob, w)))
+            assert _verify_problems(s) == [f"blob {sha.hex()}: refcount {wrong}, referenced 2"]
+
+
+def test_verify_reports_an_event_missing_from_the_event_id_index(tmp_path: Path) -> None:
+    tid = str(uuid.uuid4())
+    with Store(tmp_path / "s") as s:
+        s.append(tid, [start(tid), *tool_turn("c")])
+        eid = s.read(tid)[2].event_id
+        assert _verify_problems(s) == []
+        s.engine.run_write(lambda txn: txn.delete("eventids", eid.encode()))
+        assert _verify_problems(s) == [f"thread {tid}, seq 3: event id {eid!r} is not indexed to it"]
+
+
+def _damage(s: Store, tid: str, what: str) -> None:
+    """One kind of damage to thread ``tid`` (seqs 1..3 at positions 1..3) or to the store."""
+    from tplog._keys import event_key, scope_tag, tkey, u64
+
+    tk = tkey(tid)
+    keys = [event_key(tk, q) for q in (1, 2, 3)]
+    eids = [e.event_id.encode() for e in s.read(tid)]
+    head = s.head(tid)
+
+    def edit(txn: object) -> None:
+        t: Any = txn
+        if what == "gap":  # seq 2 gone from the events table (its index entries stay)
+            t.delete("events", keys[1])
+        elif what == "garbage_header":  # a header the CRC accepts but no decoder does
+            v = bytearray(t.get("events", keys[1]))
+            v[v.index(eids[1])] = 0xFF
+            end = 12 + int.from_bytes(v[10:12], "big")
+            v[6:10] = zlib.crc32(keys[1], zlib.crc32(bytes(v[10:end]), zlib.crc32(b"\x03"))).to_bytes(4, "big")
+            t.put("events", keys[1], bytes(v))
+        elif what == "global_elsewhere":  # position 2 names seq 3
+            t.put("global", u64(2), keys[2])
+        elif what == "positions_out_of_order":  # seq 2 at position 3, seq 3 at position 2
+            t.put("global", u64(2), keys[2])
+            t.put("global", u64(3), keys[1])
+            t.put("eventids", eids[1], keys[1] + u64(3))
+            t.put("eventids", eids[2], keys[2] + u64(2))
+        elif what == "head_version":
+            t.put("heads", tk, msgspec.msgpack.encode(msgspec.structs.replace(head, version=4)))
+        elif what == "updated_missing":
+            t.delete("updated", scope_tag(None) + u64(head.updated_ns) + tk)
+        elif what == "global_dangling":
+            t.put("global", u64(99), event_key(tkey("nowhere"), 1))
+        elif what == "stale":
+            proj.write_info(t, "links", proj.ProjectionInfo(proj.VERSIONS["links"], 3, "stale"))
+
+    s.engine.run_write(edit)
+
+
+@pytest.mark.parametrize("what", ["gap", "garbage_header", "global_elsewhere", "positions_out_of_order",
+                                  "head_version", "updated_missing", "global_dangling", "stale"])
+def test_verify_names_each_kind_of_damage_exactly(tmp_path: Path, what: str) -> None:
+    tid = str(uuid.uuid4())
+    with Store(tmp_path / "s") as s:
+        s.append(tid, [start(tid), user("one"), user("two")])
+        assert _verify_problems(s) == []
+        _damage(s, tid, what)
+        from tplog._keys import tkey
+        from tplog._verify import verify_store
+
+        nowhere = tkey("nowhere").hex()
+        expected = {
+            "gap": [f"thread {tid}: seq 3 follows seq 1 (gap)",
+                    f"global position 2 names a missing event (thread key {uuid.UUID(tid).hex}, seq 2)"],
+            "garbage_header": [],  # filled below: the decoder's own message
+            "global_elsewhere": [f"thread {tid}, seq 2: global position 2 does not name it"],
+            "positions_out_of_order": [f"thread {tid}, seq 3: position 2 not after 3"],
+            "head_version": [f"thread {tid}: head version 4 but last seq 3"],
+            "updated_missing": [f"thread {tid}: no 'updated' index entry for its head"],
+            "global_dangling": [f"global position 99 names a missing event (thread key {nowhere}, seq 1)"],
+            "stale": [f"projection 'links' is stale: run `tplog rebuild {s.path} --projection links`"],
+        }[what]
+        problems = verify_store(s).problems
+        if what == "garbage_header":  # reported by the log check, and by each projection's rebuild
+            bad = f"event header does not decode: 'utf-8' codec can't decode byte 0xff in position 0: invalid " \
+                  f"start byte (thread {tid}, seq 2)"
+            assert problems == [bad, f"projection 'links' cannot be rebuilt: {bad}",
+                                f"projection 'state' cannot be rebuilt: {bad}"]
+        elif what == "gap":  # and the state rebuilt without seq 2 counts one user turn fewer
+            assert problems[:2] == expected
+            assert len(problems) == 3 and problems[2].startswith(
+                f"state: state of thread key {uuid.UUID(tid).hex}: live {{'seq': 3, 'turn': 1,"), problems
+        else:
+            assert problems == expected
+        if what == "stale":  # the log itself is sound: without the projection check, nothing to report
+            assert verify_store(s, projections=False).problems == []

@@ -12,6 +12,7 @@ from __future__ import annotations
 import itertools
 import os
 import random
+import struct
 import threading
 import time
 import uuid
@@ -67,6 +68,7 @@ from tplog import (
 from tplog._codec import Limits
 from tplog._keys import event_key, tkey
 from tplog._store import AppendResult
+from tplog._verify import verify_store
 
 
 def event_ids_stored(store: Store, eids: list[str]) -> list[bool]:
@@ -562,9 +564,63 @@ def test_corrupted_blob_is_detected(open_store: Callable[..., Store], tmp_path: 
     finally:
         env.close()
     s = open_store(path, limits=Limits(blob_threshold=4096))
-    with pytest.raises(CorruptionError) as ei:
+    with pytest.raises(CorruptionError, match=r"^shared blob failed its CRC-32 check \(thread t, seq 2\)$") as ei:
         s.read("t")
     assert (ei.value.thread_id, ei.value.seq) == ("t", 2)
+
+
+def _reencoded(s: Store, stored: bytes, flags: int, dict_id: int, old: bytes, new: bytes) -> bytes:
+    """``stored`` (a body as kept: raw or zstd-compressed) with ``old`` replaced by ``new`` (same
+    length) inside the msgpack body, re-compressed with the same dictionary: bytes every decoder
+    accepts, that only the CRC can tell from the original."""
+    body = s.codec._decompressor(dict_id).decompress(stored) if flags & 1 else stored
+    assert body.count(old) >= 1 and len(old) == len(new)
+    body = body.replace(old, new, 1)
+    out = s.codec._compressor(dict_id).compress(body) if flags & 1 else body
+    assert out != stored
+    return out
+
+
+def test_blob_changed_in_a_way_only_its_crc_can_tell_is_detected(open_store: Callable[..., Store],
+                                                                 tmp_path: Path) -> None:
+    path = tmp_path / "store"
+    text = "lorem ipsum " * 700
+    s = open_store(path, limits=Limits(blob_threshold=4096))
+    s.append("t", [started("t"), user(text), user("after")])
+    with s.engine.read() as txn:
+        [(sha, blob)] = [(bytes(k), bytes(v)) for k, v in txn.range("blobs")]
+    _refcount, flags, dict_id, _crc = struct.unpack_from(">IBII", blob)
+    assert flags & 1  # compressed: the new bytes must still be a valid zstd frame
+    bad = blob[:13] + _reencoded(s, blob[13:], flags, dict_id, b"lorem", b"LOREM")
+    s.engine.run_write(lambda txn: txn.put("blobs", sha, bad))
+    with pytest.raises(CorruptionError, match=r"^shared blob failed its CRC-32 check \(thread t, seq 2\)$") as ei:
+        s.read("t")
+    assert (ei.value.thread_id, ei.value.seq) == ("t", 2)
+    with pytest.raises(CorruptionError, match="shared blob failed its CRC-32 check"):
+        s.read_all()
+    assert [e.seq for e in s.read("t", start=3)] == [3]
+    problems = verify_store(s).problems
+    assert problems == ["shared blob failed its CRC-32 check (thread t, seq 2)"], problems
+
+
+@pytest.mark.parametrize("compressed", [True, False])
+def test_event_body_changed_in_a_way_only_its_crc_can_tell_is_detected(open_store: Callable[..., Store],
+                                                                       tmp_path: Path, compressed: bool) -> None:
+    s = open_store(tmp_path / "store")
+    s.append("t", [started("t"), user("lorem ipsum " * 20 if compressed else "lorem"), user("after")])
+    key = event_key(tkey("t"), 2)
+    with s.engine.read() as txn:
+        v = bytes(txn.get("events", key))
+    assert v[0] == 3 and bool(v[1] & 1) == compressed
+    end = 12 + int.from_bytes(v[10:12], "big")
+    bad = v[:end] + _reencoded(s, v[end:-4], v[1], int.from_bytes(v[2:6], "big"), b"lorem", b"LOREM") + v[-4:]
+    s.engine.run_write(lambda txn: txn.put("events", key, bad))
+    with pytest.raises(CorruptionError, match=r"^stored value failed its CRC-32 check \(thread t, seq 2\)$"):
+        s.read("t")
+    with pytest.raises(CorruptionError, match=r"^stored value failed its CRC-32 check \(thread t, seq 2\)$"):
+        s.read_all()
+    assert [e.seq for e in s.read("t", start=3)] == [3]
+    assert verify_store(s).problems == ["stored value failed its CRC-32 check (thread t, seq 2)"]
 
 
 # =========================================================================== map growth
@@ -1184,3 +1240,18 @@ def test_iter_all_streams_the_global_log_in_chunks(tmp_path: Path, rng: random.R
                 s.iter_all(chunk=bad)  # type: ignore[arg-type]
     with pytest.raises(StoreClosedError):
         s.iter_all()
+
+
+def test_opening_what_is_not_a_store(tmp_path: Path) -> None:
+    """Bad options and directories that hold no tplog store: typed errors, nothing created."""
+    with pytest.raises(InvalidInputError, match="durability must be 'durable' or 'relaxed', not 'eventual'"):
+        Store(tmp_path / "a", durability="eventual")
+    assert not (tmp_path / "a").exists()
+    with pytest.raises(StorageError, match=r"no store here \(opened read-only, so none was created\)"):
+        Store(tmp_path / "nothing", readonly=True)
+    assert not (tmp_path / "nothing").exists()
+    env = lmdb.open(str(tmp_path / "other"), max_dbs=4)  # an LMDB environment of some other program
+    env.open_db(b"mine")
+    env.close()
+    with pytest.raises(StorageError, match="not a tplog store"):
+        Store(tmp_path / "other", readonly=True)

@@ -281,7 +281,7 @@ class LmdbEngine:
         max_readers: int = 1024,
     ) -> None:
         if durability not in ("durable", "relaxed"):
-            raise ValueError(f"durability must be 'durable' or 'relaxed', not {durability!r}")
+            raise InvalidInputError(f"durability must be 'durable' or 'relaxed', not {durability!r}")
         self.path = os.path.abspath(path)
         self.readonly = readonly
         self.durability = durability
@@ -316,6 +316,12 @@ class LmdbEngine:
         except lmdb.Error as exc:
             if readonly and isinstance(exc, lmdb.Error) and "No such file" in str(exc):
                 raise StorageError(f"{self.path}: no store here (opened read-only, so none was created)") from exc
+            if readonly and getattr(exc, "code", None) == errno.EACCES:  # "open it read-only" would not help
+                raise ReadOnlyError(
+                    f"{self.path}: cannot open the store, even read-only ({exc}): readers register in its lock "
+                    "file lock.mdb, which this user may not write; give it write access to lock.mdb, or read a "
+                    "copy of the store"
+                ) from exc
             raise _translate(exc, self.path) from exc
         except OSError as exc:
             if exc.errno in (errno.EROFS, errno.EACCES):

@@ -4,12 +4,13 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
+# Declared test dependencies (pyproject `test`), imported plainly: a broken install fails the
+# server tests instead of skipping them.
+import httpx  # noqa: F401
+import pydantic_ai  # noqa: F401
 import pytest
-
-pytest.importorskip("httpx")
-pytest.importorskip("starlette")
-pytest.importorskip("uvicorn")
-pytest.importorskip("pydantic_ai")
+import starlette  # noqa: F401
+import uvicorn  # noqa: F401
 
 from server.server_harness import ServerProcess
 

@@ -1,0 +1,119 @@
+"""How errors surface: each tplog error's HTTP status, bad configuration of the app and its factory,
+bad requests to a real server, and the append timings a worker dumps at shutdown."""
+
+from __future__ import annotations
+
+import errno
+import json
+import uuid
+from pathlib import Path
+
+import pytest
+from conftest import started, user
+
+from server.server_harness import ServerProcess, chat_body
+from tplog import (
+    ConflictError,
+    IdempotencyError,
+    InvalidEventError,
+    InvalidInputError,
+    NotFoundError,
+    ReadOnlyError,
+    StorageFullError,
+    Store,
+    StoreClosedError,
+    ThreadDeletedError,
+    WrongExpectedVersionError,
+)
+from tplog._errors import CorruptionError
+from tplog.integrations import server as srvmod
+from tplog.integrations.server import ENV_METRICS, ENV_ON_DISCONNECT, ENV_STORE, HTTPError, create_app, http_error
+
+
+@pytest.mark.parametrize(("exc", "status", "code"), [
+    (HTTPError(418, "teapot", "short and stout"), 418, "teapot"),
+    (WrongExpectedVersionError("t: expected 1, at 2", expected=1, actual=2), 409, "version_conflict"),
+    (IdempotencyError("event id reused"), 409, "conflict"),
+    (InvalidEventError("a turn is open"), 409, "invalid_state"),
+    (InvalidInputError("bad"), 422, "invalid_input"),
+    (NotFoundError("no thread t"), 404, "not_found"),
+    (ThreadDeletedError("t was deleted"), 410, "thread_deleted"),
+    (ReadOnlyError("read-only disk"), 503, "read_only"),
+    (StorageFullError(errno.ENOSPC, "disk full"), 507, "storage_full"),
+    (StoreClosedError("closed"), 503, "unavailable"),
+    (CorruptionError("bad CRC", thread_id="t", seq=2), 500, "CorruptionError"),
+    (RuntimeError("boom"), 500, "internal_error"),
+])
+def test_each_error_has_its_http_status(exc: BaseException, status: int, code: str) -> None:
+    err = http_error(exc)
+    assert (err.status, err.code) == (status, code)
+    assert str(exc) in err.message
+    if isinstance(exc, WrongExpectedVersionError):
+        assert err.extra == {"expected": 1, "actual": 2}
+    if code == "internal_error":
+        assert err.message == "RuntimeError: boom"
+    if code == "conflict":  # any ConflictError that is not a version conflict
+        assert isinstance(exc, ConflictError)
+
+
+def test_bad_configuration_is_refused_before_serving(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    agents = srvmod.demo_agents()
+    with pytest.raises(ValueError, match="on_disconnect must be 'finish' or 'interrupt', not 'later'"):
+        create_app(tmp_path / "s", agents, on_disconnect="later")  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="needs at least one agent"):
+        create_app(tmp_path / "s", {})
+    with pytest.raises(ValueError, match="must be 'module:attribute', not 'race_agents'"):
+        srvmod._load_agents("race_agents")
+    with pytest.raises(ValueError, match="os:sep is not a non-empty dict of agents"):
+        srvmod._load_agents("os:sep")
+    assert list(srvmod._load_agents("server.race_agents:agents")) == ["racer"]  # a callable returning them
+    assert list(srvmod._load_agents(None)) == ["demo"]
+    monkeypatch.delenv(ENV_STORE, raising=False)
+    with pytest.raises(RuntimeError, match=f"set {ENV_STORE}"):
+        srvmod.app_from_env()
+    monkeypatch.setenv(ENV_STORE, str(tmp_path / "s"))
+    monkeypatch.setenv(ENV_ON_DISCONNECT, "sometimes")
+    with pytest.raises(RuntimeError, match=f"{ENV_ON_DISCONNECT} must be finish or interrupt, not 'sometimes'"):
+        srvmod.app_from_env()
+    assert not (tmp_path / "s").exists()  # nothing was opened or created
+
+
+def test_bad_requests_to_a_real_server(server: ServerProcess) -> None:
+    t = f"t-{uuid.uuid4()}"
+    with server.client() as c:
+        r = c.post("/api/chat", json=chat_body("x" * 513, "hi"))
+        assert r.status_code == 422 and r.json()["error"]["code"] == "invalid_body", r.text
+        assert "≤ 512 bytes" in r.json()["error"]["message"]
+        r = c.post(f"/threads/{t}/approvals", json={"approvals": ["c1"]})
+        assert r.status_code == 422 and "must be objects keyed by tool_call_id" in r.json()["error"]["message"]
+        with Store(server.store) as s:
+            s.append(t, [started(t), user("hello")])
+            s.delete_thread(t)
+        r = c.post(f"/threads/{t}/approvals", json={"approvals": {"c1": True}})
+        assert (r.status_code, r.json()["error"]["code"]) == (410, "thread_deleted"), r.text
+        r = c.get(f"/threads/{t}/turns")
+        assert (r.status_code, r.json()["error"]["code"]) == (410, "thread_deleted"), r.text
+        r = c.post("/api/chat", json=chat_body(t, "hi again"))
+        assert (r.status_code, r.json()["error"]["code"]) == (410, "thread_deleted"), r.text
+    with Store(server.store, readonly=True) as s:
+        assert s.head(t).status == "deleted" and s.head(t).version == 3  # the refused requests wrote nothing
+
+
+def test_a_worker_dumps_its_append_timings_at_shutdown(tmp_path: Path) -> None:
+    prefix = tmp_path / "timings"
+    srv = ServerProcess(tmp_path / "store", env={ENV_METRICS: str(prefix)}).start()
+    t = f"t-{uuid.uuid4()}"
+    try:
+        with srv.client() as c:
+            r = c.post("/api/chat", json=chat_body(t, "hello"))
+            assert r.status_code == 200, r.text
+    finally:
+        srv.stop()
+    [dump] = list(tmp_path.glob("timings.*.json"))
+    data = json.loads(dump.read_text())
+    assert data["pid"] in srv.pids
+    with Store(srv.store, readonly=True) as s:
+        version = s.head(t).version
+    assert sum(n for tid, n, _ in data["appends"] if tid == t) == version  # every event, once
+    [(tid, append_s, appends, request_s)] = data["requests"]
+    assert tid == t and appends == len([a for a in data["appends"] if a[0] == t]) and 0 < append_s <= request_s
