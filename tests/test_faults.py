@@ -177,7 +177,8 @@ def test_read_only_bind_mount(tmp_path: Path) -> None:
 _NONROOT = """
     import os, sys, tempfile
     from tplog import ReadOnlyError, ThreadStarted, TplogError
-    from conftest import ToyStore as Store
+    from tplog._store import Store as _Store
+    def Store(path, **kw): return _Store(path, check_rules=False, **kw)  # toy ids, as ToyStore
     import tplog._canonical, tplog._cli, tplog._fold  # everything, before this uid may no longer read it
     path, uid, gid = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
     if os.geteuid() != uid:
