@@ -40,7 +40,7 @@ import threading
 import time
 from collections import OrderedDict
 from collections.abc import AsyncIterator, Callable, Iterator, Sequence
-from typing import Any, Final, Literal, Union, cast
+from typing import Any, Final, Literal, cast
 
 import msgspec
 
@@ -98,62 +98,15 @@ from tplog._fold import (
 from tplog._keys import TKEY_SIZE, eid_key, event_key, from_u64, scope_tag, tkey, u64
 from tplog._projections import RebuildReport
 from tplog._storage import LmdbEngine, ReadTxn, WriteTxn
+from tplog.backends import contract
+from tplog.backends.contract import ANY, EXISTS, NO_STREAM, AppendResult, ThreadHead, ThreadPage
 
 __all__ = ["ANY", "EXISTS", "NO_STREAM", "AppendResult", "AsyncStore", "Store", "ThreadHead", "ThreadPage"]
 
-ANY: Final = "any"
-NO_STREAM: Final = "no_stream"
-EXISTS: Final = "exists"
-ExpectedVersion = Union[int, Literal["any", "no_stream", "exists"]]
+ExpectedVersion = contract.ExpectedVersion  # the types live in the backend contract; re-exported here
 
 _EVENT_CLASSES = tuple(KIND_CODE)
 MAX_RELATION_BYTES: Final = 400  # links_in keys must stay under LMDB's 511-byte key limit
-
-
-class ThreadHead(msgspec.Struct, array_like=True, kw_only=True):
-    """A thread's head record: where its log ends and what state it is in.
-
-    ``version`` is the last seq (0 for a thread with no events). ``status`` is
-    ``"active"`` or ``"deleted"``. ``open_turn_agent`` names the agent whose
-    turn is open (started, not yet completed or interrupted), else ``None``.
-    Times are the store's clock in nanoseconds since the epoch.
-    """
-
-    thread_id: str
-    version: int = 0
-    last_position: int = 0
-    created_ns: int = 0
-    updated_ns: int = 0
-    status: str = "active"
-    open_turn_agent: str | None = None
-    open_turn_seq: int = 0
-    user_turns: int = 0
-    agent_turns: int = 0
-    messages: int = 0
-    links: int = 0
-    stored_bytes: int = 0
-    scope: str | None = None
-
-
-class AppendResult(msgspec.Struct, frozen=True, kw_only=True):
-    """Where an append's events landed. ``duplicate`` is True when the same
-    event ids were already stored (an idempotent retry): nothing was written and
-    the original positions are returned."""
-
-    thread_id: str
-    first_seq: int
-    last_seq: int
-    first_position: int
-    last_position: int
-    event_ids: list[str]
-    duplicate: bool = False
-
-
-class ThreadPage(msgspec.Struct, frozen=True):
-    """One page of threads, most recently updated first; pass ``cursor`` back for the next."""
-
-    threads: list[ThreadHead]
-    cursor: str | None
 
 
 _head_dec = msgspec.msgpack.Decoder(ThreadHead)
@@ -845,7 +798,10 @@ class Store:
         released, and a ``ThreadDeleted`` tombstone kept so the id is never reused.
         Space is reused by later writes; ``tplog backup`` (compacting) shrinks the file."""
         tomb = ThreadDeleted(reason=reason if reason is not None else msgspec.UNSET)
-        enc = self._encode(thread_id, [tomb], None)[0]
+        return self._delete(thread_id, self._encode(thread_id, [tomb], None)[0])
+
+    def _delete(self, thread_id: str, enc: Encoded) -> AppendResult:
+        """:meth:`delete_thread` with its tombstone encoded (the backend contract's entry)."""
         scope = self._scope
         tk = self._tk(thread_id)
         tag = scope_tag(scope)

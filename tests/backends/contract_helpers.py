@@ -1,0 +1,59 @@
+"""The backends every contract test runs over, and helpers to feed them.
+
+A new backend joins the contract suite and the differential test by adding one
+entry to :data:`FACTORIES` (a function of a fresh temporary directory); the tests
+themselves do not change.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+from tplog._codec import Codec, Encoded
+from tplog._events import Event, ThreadDeleted
+from tplog._store import new_event_id
+from tplog.backends.contract import ANY, ExpectedVersion, Recorder, ThreadAppend
+from tplog.backends.lmdb import LmdbRecorder
+from tplog.backends.memory import MemoryRecorder
+
+_codec = Codec()
+
+
+def _memory(path: Path, clock: Callable[[], int]) -> Recorder:
+    return MemoryRecorder(clock=clock)
+
+
+def _lmdb(path: Path, clock: Callable[[], int]) -> Recorder:
+    return LmdbRecorder(path / "lmdb", auto_dictionary=0, fold_cache=0)
+
+
+#: name → factory(tmp dir, clock). The clock is only honoured where a backend
+#: takes one (tests never depend on it but for ordering the differential test).
+FACTORIES: dict[str, Callable[[Path, Callable[[], int]], Recorder]] = {"memory": _memory, "lmdb": _lmdb}
+
+
+def encode(events: Sequence[Event], event_ids: Sequence[str] | None = None, *, now: int | None = None) -> list[Encoded]:
+    """Encode as the facade does: one recorded_at for the whole append."""
+    t = time.time_ns() if now is None else now
+    ids = list(event_ids) if event_ids is not None else [new_event_id() for _ in events]
+    return [_codec.encode(ev, eid, t) for ev, eid in zip(events, ids, strict=True)]
+
+
+def part(thread_id: str, events: Sequence[Event], *, ids: Sequence[str] | None = None,
+         expected: ExpectedVersion = ANY, scope: str | None = None, now: int | None = None) -> ThreadAppend:
+    return ThreadAppend(thread_id=thread_id, events=encode(events, ids, now=now), expected=expected, scope=scope,
+                        fresh_ids=ids is None)
+
+
+def tombstone(reason: str | None = None, *, now: int | None = None) -> Encoded:
+    import msgspec
+
+    ev = ThreadDeleted(reason=reason if reason is not None else msgspec.UNSET)
+    return encode([ev], now=now)[0]
+
+
+def append(rec: Recorder, *parts: ThreadAppend) -> Any:
+    return rec.submit(list(parts)).result(timeout=30)
