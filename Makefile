@@ -1,11 +1,12 @@
 # Two commands set everything up on a fresh machine with Python 3.11+:
 #   make demo   records agent runs into ./demo-store and prints what tplog derives from them
 #   make test   lints (ruff, mypy --strict) and runs the whole test suite
+# `make test-lowest` runs the suite against the lowest supported dependencies (CI runs both).
 PYTHON ?= python3
 VENV   ?= .venv
 BIN    := $(VENV)/bin
 
-.PHONY: demo test lint bench clean
+.PHONY: demo test test-lowest lint bench clean
 
 $(BIN)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -23,8 +24,19 @@ lint: $(BIN)/.installed
 	$(BIN)/ruff check tplog tests benchmarks tools
 	$(BIN)/mypy --strict tplog
 
+# A separate venv pinned to the floors of pyproject.toml (tools/constraints-lowest.txt).
+LOW := .venv-lowest/bin
+$(LOW)/.installed: pyproject.toml tools/constraints-lowest.txt
+	$(PYTHON) -m venv .venv-lowest
+	$(LOW)/python -m pip install -q --upgrade pip
+	$(LOW)/python -m pip install -q -c tools/constraints-lowest.txt -e '.[test,pydantic-ai]'
+	touch $@
+
+test-lowest: $(LOW)/.installed
+	PATH="$(CURDIR)/$(LOW):$$PATH" $(LOW)/python -m pytest
+
 bench: $(BIN)/.installed
 	$(BIN)/python -m benchmarks.suite
 
 clean:
-	rm -rf $(VENV) demo-store .pytest_cache .coverage
+	rm -rf $(VENV) .venv-lowest demo-store .pytest_cache .coverage

@@ -51,7 +51,7 @@ from tplog._errors import (
     TplogError,
 )
 
-__all__ = ["TABLES", "Engine", "LmdbEngine", "ReadTxn", "WriteTxn"]
+__all__ = ["TABLES", "Engine", "LmdbEngine", "ReadTxn", "WriteTxn", "open_engine"]
 
 R = TypeVar("R")
 
@@ -247,7 +247,11 @@ def _disk_nearly_full(path: str) -> bool:
 
 def _translate(exc: lmdb.Error, path: str) -> TplogError:
     code = getattr(exc, "errno", None) or getattr(exc, "code", None)  # py-lmdb keeps the errno in .code
-    if isinstance(exc, lmdb.ReadonlyError) or code in (errno.EROFS, errno.EACCES):
+    # py-lmdb < 1.5 raises a bare lmdb.Error for EROFS/EACCES, without the errno: match its text
+    text = str(exc)
+    if isinstance(exc, lmdb.ReadonlyError) or code in (errno.EROFS, errno.EACCES) or any(
+        os.strerror(e) in text for e in (errno.EROFS, errno.EACCES)
+    ):
         return ReadOnlyError(f"{path}: the store or its disk is read-only ({exc}); open it with readonly=True, "
                              "or on a writable disk")
     if code == errno.ENOSPC or "No space left" in str(exc) or (code == errno.EIO and _disk_nearly_full(path)):
@@ -284,6 +288,7 @@ class LmdbEngine:
         self.max_map_size = max_map_size
         self._pid = os.getpid()
         self._closed = False
+        self._users = 1  # Stores sharing this engine (open_engine); the last close closes it
         self._rw = _RWLock()
         self._write_lock = threading.Lock()
         try:
@@ -364,8 +369,13 @@ class LmdbEngine:
             )
 
     def close(self) -> None:
-        if self._closed:
-            return
+        with _OPEN_LOCK:
+            self._users -= 1
+            if self._users > 0 or self._closed:
+                return
+            for key, engine in list(_OPEN.items()):
+                if engine is self:
+                    del _OPEN[key]
         with self._write_lock, self._rw.exclusive():
             self._closed = True
             if os.getpid() == self._pid:
@@ -578,3 +588,42 @@ class LmdbEngine:
                     finally:
                         cond.release()
             self._adopt_size()  # another process grew the map; adopt it, then retry
+
+
+# LMDB forbids opening one environment twice in a process: closing either copy drops the
+# flock()-based locks of both, and lmdb >= 3 refuses the second open. Stores opened on one
+# directory in one process therefore share its engine.
+_OPEN: dict[tuple[int, int, int], LmdbEngine] = {}
+_OPEN_LOCK = threading.Lock()
+
+
+def open_engine(
+    path: str,
+    *,
+    readonly: bool = False,
+    durability: str = "durable",
+    map_size: int = 64 << 20,
+    max_map_size: int = 1 << 40,
+) -> LmdbEngine:
+    """This process's engine for the store at ``path``, opened on first use and shared after."""
+    with _OPEN_LOCK:
+        try:
+            st = os.stat(path)
+        except OSError:
+            st = None
+        if st is not None:
+            engine = _OPEN.get((os.getpid(), st.st_dev, st.st_ino))
+            if engine is not None and not engine._closed:
+                if (engine.readonly, engine.durability) != (readonly, durability):
+                    raise InvalidInputError(
+                        f"{engine.path}: already open in this process with readonly={engine.readonly}, "
+                        f"durability={engine.durability!r}; a second Store on it must use the same options "
+                        "(or close the first)"
+                    )
+                engine._users += 1
+                return engine
+        engine = LmdbEngine(path, readonly=readonly, durability=durability, map_size=map_size,
+                            max_map_size=max_map_size)
+        st = os.stat(engine.path)
+        _OPEN[(os.getpid(), st.st_dev, st.st_ino)] = engine
+        return engine

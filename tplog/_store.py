@@ -97,7 +97,7 @@ from tplog._fold import (
 )
 from tplog._keys import TKEY_SIZE, eid_key, event_key, from_u64, scope_tag, tkey, u64
 from tplog._projections import RebuildReport
-from tplog._storage import LmdbEngine, ReadTxn, WriteTxn
+from tplog._storage import ReadTxn, WriteTxn, open_engine
 from tplog.backends import contract
 from tplog.backends.contract import ANY, EXISTS, NO_STREAM, AppendResult, ThreadHead, ThreadPage
 
@@ -331,7 +331,7 @@ class Store:
         auto_dictionary: int = 1000,
     ) -> None:
         self.path = os.fspath(path)
-        self.engine = LmdbEngine(
+        self.engine = open_engine(
             self.path, readonly=readonly, durability=durability, map_size=map_size, max_map_size=max_map_size
         )
         self.codec = Codec(limits)
@@ -403,9 +403,7 @@ class Store:
         self.engine.close()
 
     def _check_open(self) -> None:
-        if self.engine._closed:
-            raise StoreClosedError(f"{self.path}: cannot use the store, as it has been closed")
-        if self._closed:
+        if self._closed or self.engine._closed:
             raise StoreClosedError(f"{self.path}: cannot use the store, as it has been closed")
 
     def _load_dictionaries(self) -> None:
