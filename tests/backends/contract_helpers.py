@@ -27,7 +27,7 @@ def _memory(path: Path, clock: Callable[[], int]) -> Recorder:
 
 
 def _lmdb(path: Path, clock: Callable[[], int]) -> Recorder:
-    return LmdbRecorder(path / "lmdb", auto_dictionary=0, fold_cache=0)
+    return LmdbRecorder(path / "lmdb", auto_dictionary=0)
 
 
 #: name → factory(tmp dir, clock). The clock is only honoured where a backend
