@@ -107,7 +107,7 @@ from tplog._codec import F_BLOB, Limits, stored_body  # noqa: E402
 from tplog._store import ThreadHead  # noqa: E402
 from tplog.backends.lmdb.keys import TKEY_SIZE, from_u64, tkey, u64  # noqa: E402
 
-# The on-disk layouts the checks read directly (README "Storage format"); kept here, not imported from
+# The on-disk layouts the checks read directly (tplog/FORMAT.md); kept here, not imported from
 # tplog's internals, so that the harness checks the format rather than trusting the code under test.
 C_LINK = 1  # children flag: the child has a spawned_from link to the parent
 C_SPAWN = 2  # children flag: the parent recorded a thread_spawn event naming the child
