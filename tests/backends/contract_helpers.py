@@ -26,13 +26,23 @@ def _memory(path: Path, clock: Callable[[], int]) -> Recorder:
     return MemoryRecorder(clock=clock)
 
 
+def _memory_p4(path: Path, clock: Callable[[], int]) -> Recorder:
+    return MemoryRecorder(clock=clock, logs=4)
+
+
 def _lmdb(path: Path, clock: Callable[[], int]) -> Recorder:
     return LmdbRecorder(path / "lmdb", auto_dictionary=0)
 
 
 #: name → factory(tmp dir, clock). The clock is only honoured where a backend
 #: takes one (tests never depend on it but for ordering the differential test).
-FACTORIES: dict[str, Callable[[Path, Callable[[], int]], Recorder]] = {"memory": _memory, "lmdb": _lmdb}
+#: ``memory-p4`` keeps four logs: the contract suite must hold for any number of logs.
+FACTORIES: dict[str, Callable[[Path, Callable[[], int]], Recorder]] = {
+    "memory": _memory, "memory-p4": _memory_p4, "lmdb": _lmdb}
+
+#: The backends the differential test compares with the reference (``memory``): each
+#: with one log, as the reference keeps (positions are then comparable one to one).
+DIFFERENTIAL: list[str] = ["lmdb"]
 
 
 def encode(events: Sequence[Event], event_ids: Sequence[str] | None = None, *, now: int | None = None) -> list[Encoded]:
