@@ -53,6 +53,7 @@ from tplog._codec import (
     F_COMPRESSED,
     HEADER_CRC_SEED,
     MSG_KIND,
+    PEEK_FACTS,
     PREFIX,
     PREFIX_SIZE,
     Codec,
@@ -98,6 +99,9 @@ _FLAGS: Final = F_COMPRESSED | F_BLOB  # every flag bit a value may have
 #: The kinds no id-only fold reads (links come from LinkAdded events and spawn facts):
 #: a rebuild passes over them by their header's kind byte.
 UNREAD_KINDS: Final = frozenset(KIND_CODE[c] for c in (ThreadStarted, AgentRegistered, ThreadInfoChanged))
+#: :func:`peek_header` answers for events no id-only fold reads: the kinds above,
+#: with or without facts, and messages without facts.
+SKIPPED: Final = frozenset(UNREAD_KINDS | {k | PEEK_FACTS for k in UNREAD_KINDS} | {MSG_KIND})
 STATE_PREFIX: Final = b"state\x00"
 #: Events a rebuild folds per read snapshot and per write transaction: each chunk
 #: costs one durable commit, and bounds the rebuild's memory and an append's wait.
@@ -288,9 +292,7 @@ def _items_in(
         name, scope = known
         where = (name, seq)
         check_header(key, value, where=where)
-        # A kind no id-only fold reads, or a message without facts: nothing to fold.
-        peek = peek_header(value)
-        if peek is not None and (peek[0] in UNREAD_KINDS or (peek[0] == MSG_KIND and not peek[1])):
+        if peek_header(value) in SKIPPED:  # nothing an id-only fold reads
             continue
         hdr: Header = header(value, where=where)
         ev: Any = hdr.turn
@@ -326,7 +328,7 @@ def _scan_keys(txn: ReadTxn, codec: Codec, after: bytes, limit: int, do_links: b
     check, check_header, header = codec.check, codec.check_header, codec.header
     body_bytes, decode_event = codec.body_bytes, codec.decode_event
     header_decode = codec.header_decoder.decode
-    crc32, prefix, seed = zlib.crc32, PREFIX.unpack_from, HEADER_CRC_SEED[3]
+    crc32, prefix, seed, peek = zlib.crc32, PREFIX.unpack_from, HEADER_CRC_SEED[3], peek_header
     current = key = b""
     st = ThreadState()
     name: str = ""
@@ -355,9 +357,8 @@ def _scan_keys(txn: ReadTxn, codec: Codec, after: bytes, limit: int, do_links: b
         if not (fmt == 3 and flags <= _FLAGS and hend <= len(value) - 4
                 and crc32(key, crc32(value[10:hend], seed)) == crc):
             check_header(key, value, where=(name, from_u64(key, TKEY_SIZE)))
-        peek = peek_header(value)
-        if peek is not None and (peek[0] in UNREAD_KINDS or (peek[0] == MSG_KIND and not peek[1])):
-            continue  # see _items_in
+        if peek(value) in SKIPPED:  # see _items_in
+            continue
         seq = int.from_bytes(key[TKEY_SIZE:], "big")
         try:
             hdr: Header = header_decode(value[PREFIX_SIZE:hend])
