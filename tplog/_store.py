@@ -114,6 +114,8 @@ def open_backend(target: str | os.PathLike[str], **options: Any) -> Recorder:
     if isinstance(target, str) and target == MEMORY:
         from tplog.backends.memory import MemoryRecorder
 
+        if options.get("readonly"):
+            raise InvalidInputError("a memory: store cannot be opened read-only: it starts empty")
         return MemoryRecorder(limits=options.get("limits"))
     path = os.fspath(target)
     if isinstance(path, str) and path.startswith("lmdb://"):
