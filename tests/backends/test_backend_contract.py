@@ -331,7 +331,17 @@ def test_incoming_pages_by_relation_then_source_key(rec: Recorder) -> None:
         after = page[-1]
     assert [x for p in pages for x in p] == rec.incoming(target)
     assert all(len(p) <= 3 for p in pages)  # a pair's two links never split across pages
-    assert rec.incoming(tid()) == []
+    with pytest.raises(NotFoundError):  # never stored, and nothing links to it
+        rec.incoming(tid())
+    with pytest.raises(NotFoundError):
+        rec.children(tid())
+    with pytest.raises(NotFoundError):
+        rec.descendants(tid())
+    assert rec.descendants(tid(), max_depth=0) == []  # no walk, no question asked
+    elsewhere = tid()  # never stored here, but linked to: known, with its links
+    s = tid()
+    append(rec, part(s, [started(s), link(elsewhere, "referenced")]))
+    assert rec.incoming(elsewhere) == [(s, "referenced")] and rec.children(elsewhere) == []
 
 
 def test_children_from_links_and_spawn_facts(rec: Recorder) -> None:

@@ -63,15 +63,15 @@ from tplog.backends.contract import (
     Tracking,
     VerifyReport,
     check_append,
+    outgoing,
     thread_key,
 )
+from tplog.backends.contract import VERSIONS as VERSIONS
 
 __all__ = ["MemoryRecorder"]
 
 T = TypeVar("T")
 SPAWNED_FROM: Final = "spawned_from"
-#: The projections and their fold versions: the same names and versions as every backend.
-VERSIONS: Final = {"links": 1, "state": 2}
 _codec = Codec()
 
 
@@ -248,15 +248,16 @@ class MemoryRecorder:
         return s
 
     def _index_links(self, tk: bytes, thread_id: str, scope: str | None, s: _Stored) -> None:
-        ev = s.event
-        if isinstance(ev, LinkAdded):
-            target = ev.link.thread_id
-            ttk = thread_key(target, scope)
-            self._links.append((ttk, ev.link.relation.encode(), tk, s.seq, thread_id))
-            if ev.link.relation == SPAWNED_FROM:
+        for ordinal, lk in outgoing(s.seq, s.event):
+            ttk = thread_key(lk.thread_id, scope)
+            self._links.append((ttk, lk.relation.encode(), tk, ordinal, thread_id))
+            if lk.relation == SPAWNED_FROM:
                 self._set_child(ttk, tk, thread_id, 1)
         for child in s.facts.spawned if s.facts is not None else ():
-            self._set_child(tk, thread_key(child, scope), child, 2)
+            ck = thread_key(child, scope)
+            t = self._threads.get(ck)
+            if t is None or t.head.status != "deleted":  # a deleted thread is nobody's child
+                self._set_child(tk, ck, child, 2)
 
     def _set_child(self, parent: bytes, child: bytes, child_id: str, flag: int) -> None:
         row = self._children.get((parent, child))
@@ -290,8 +291,8 @@ class MemoryRecorder:
             self._links = [row for row in self._links if row[2] != tk]
             for key in list(self._children):
                 row = self._children[key]
-                if key[1] == tk:  # the child's spawned_from link went with its events
-                    row[1] &= ~1
+                if key[1] == tk:  # a deleted thread is nobody's child
+                    row[1] = 0
                 if key[0] == tk:  # the parent's spawn facts too
                     row[1] &= ~2
                 if not row[1]:
@@ -405,6 +406,8 @@ class MemoryRecorder:
             self._require_live("links")
             rows = sorted(r for r in self._links if r[0] == ttk
                           and (relation is None or r[1] == relation.encode()))
+            if not rows:
+                self._require_known(thread_id, ttk)
             if after is not None:
                 bound = (after[1].encode(), thread_key(after[0], scope))
                 rows = [r for r in rows if (r[1], r[2]) > bound]
@@ -424,6 +427,8 @@ class MemoryRecorder:
             if after is not None:
                 atk = thread_key(after, scope)
                 rows = [r for r in rows if r[0] > atk]
+            if not rows:
+                self._require_known(thread_id, ptk)
             return [cid for _, cid in (rows if limit is None else rows[:limit])]
 
     def thread_state(self, thread_id: str, *, scope: str | None = None) -> ThreadState | None:
@@ -456,22 +461,44 @@ class MemoryRecorder:
 
     def descendants(self, thread_id: str, *, scope: str | None = None,
                     max_depth: int | None = None) -> list[tuple[str, int]]:
-        seen = {thread_key(thread_id, scope)}
+        root = thread_key(thread_id, scope)
+        seen = {root}
         out: list[tuple[str, int]] = []
-        frontier = [thread_id]
+        frontier = [root]
         depth = 0
-        while frontier and (max_depth is None or depth < max_depth):
-            depth += 1
-            nxt: list[str] = []
-            for t in frontier:
-                for child in self.children(t, scope=scope):
-                    k = thread_key(child, scope)
-                    if k not in seen:
-                        seen.add(k)
-                        out.append((child, depth))
-                        nxt.append(child)
-            frontier = nxt
+        with self._lock:
+            self._check_open()
+            while frontier and (max_depth is None or depth < max_depth):
+                self._require_live("links")
+                depth += 1
+                nxt: list[bytes] = []
+                for tk in frontier:
+                    rows = sorted((ck, row[0]) for (pk, ck), row in self._children.items() if pk == tk)
+                    if not rows and depth == 1:  # the root: is it known at all?
+                        self._require_known(thread_id, root)
+                    for ck, child in rows:
+                        if ck not in seen:
+                            seen.add(ck)
+                            out.append((child, depth))
+                            nxt.append(ck)
+                frontier = nxt
         return out
+
+    def _require_known(self, thread_id: str, tk: bytes) -> None:
+        """An empty links answer for a thread never stored, that no stored thread links
+        to or names as spawned, is ``NotFoundError`` (with the lock held)."""
+        if tk in self._threads or any(r[0] == tk for r in self._links) or any(
+                pk == tk or (ck == tk and row[1] & 2) for (pk, ck), row in self._children.items()):
+            return
+        raise NotFoundError(f"thread {thread_id} does not exist, and no stored thread links to it")
+
+    def links(self, thread_id: str, *, scope: str | None = None) -> list[Any]:
+        with self._lock:
+            self._check_open()
+            t = self._threads.get(thread_key(thread_id, scope))
+            if t is None:
+                raise NotFoundError(f"thread {thread_id} does not exist")
+            return [lk for s in t.events for _, lk in outgoing(s.seq, s.event)]
 
     def _require_live(self, name: str) -> None:
         from tplog._errors import RebuildRequiredError
@@ -618,6 +645,7 @@ def _advance(thread_id: str, head: ThreadHead, events: list[Encoded]) -> ThreadH
             if ev.thread_id != thread_id:
                 raise InvalidEventError(f"{where}: ThreadStarted names thread {ev.thread_id!r} "
                                         f"but is appended to {thread_id!r}")
+            h.links += len(outgoing(seq, ev))
         elif h.version == 0:
             raise InvalidEventError(f"{where}: the first event of a thread must be ThreadStarted")
         elif isinstance(ev, (MessageRecorded, AgentTurnCompleted, AgentTurnInterrupted)):
