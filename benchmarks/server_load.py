@@ -37,6 +37,8 @@ import tempfile
 import time
 from typing import Any
 
+from tplog import thread_id_for
+
 BENCH_DIR = pathlib.Path(__file__).resolve().parent
 ROOT = BENCH_DIR.parent
 
@@ -121,7 +123,7 @@ async def _chats(url: str, n: int, concurrency: int, tag: str) -> tuple[float, l
             text = f"what is the weather in city{i}" if i % 2 == 0 else f"hello number {i}"
             body = {
                 "trigger": "submit-message",
-                "id": f"bench-{tag}-{i}",
+                "id": thread_id_for(f"bench-{tag}-{i}"),  # thread ids are UUIDs (the one id rule)
                 "messages": [{"id": "u", "role": "user", "parts": [{"type": "text", "text": text}]}],
             }
             async with sem:
@@ -155,6 +157,7 @@ def main(argv: list[str] | None = None) -> int:
 
     from tplog import Store
 
+    run_ids = {thread_id_for(f"bench-run-{i}") for i in range(args.chats)}
     with tempfile.TemporaryDirectory(dir=args.dir, prefix="tplog-server-load-") as tmp:
         store = pathlib.Path(tmp) / "store"
         metrics = str(pathlib.Path(tmp) / "metrics")
@@ -167,7 +170,7 @@ def main(argv: list[str] | None = None) -> int:
                 pos0 = s.last_position
             wall, lat, errors = asyncio.run(_chats(f"http://127.0.0.1:{port}", args.chats, args.concurrency, "run"))
             with Store(store, readonly=True) as s:
-                recorded = [e for e in s.read_all(start=pos0 + 1) if e.thread_id.startswith("bench-run-")]
+                recorded = [e for e in s.read_all(start=pos0 + 1) if e.thread_id in run_ids]
         finally:
             proc.send_signal(signal.SIGINT)
             try:
@@ -182,9 +185,9 @@ def main(argv: list[str] | None = None) -> int:
         except Exception:  # pragma: no cover
             fsync = {}
 
-    run = "bench-run-"  # the warm-up chats' appends are in the dumps too: keep the measured ones
-    appends = [a[2] for d in dumps for a in d["appends"] if a[0].startswith(run)]
-    reqs = [r for d in dumps for r in d["requests"] if r[0].startswith(run)]
+    # the warm-up chats' appends are in the dumps too: keep the measured ones
+    appends = [a[2] for d in dumps for a in d["appends"] if a[0] in run_ids]
+    reqs = [r for d in dumps for r in d["requests"] if r[0] in run_ids]
     per_req_append = [r[1] for r in reqs]
     per_req_n = [r[2] for r in reqs]
     events = len(recorded)

@@ -128,7 +128,18 @@ def snapshot(store: Store) -> dict[str, Any]:
 # --------------------------------------------------------------------------- a Store that records its groups
 
 
-class HookedStore(Store):
+class ToyStore(Store):
+    """A Store for tests of storage mechanics on toy data (ids like ``"t"``, agents never
+    registered): ``check_rules=False`` unless given, so only the order rules apply.
+    A test module that imports it as ``Store`` gets it from ``open_store`` too. The
+    validation rules themselves, and how they meet the mechanics, are tests/test_rules.py's."""
+
+    def __init__(self, path: str | os.PathLike[str], **options: Any) -> None:
+        options.setdefault("check_rules", False)
+        super().__init__(path, **options)
+
+
+class HookedStore(ToyStore):
     """An LMDB store whose group commit runs this object's ``_commit`` (tests override
     it to hold or count groups; ``super()._commit(batch)`` commits)."""
 
@@ -184,12 +195,16 @@ def rng(request: pytest.FixtureRequest) -> random.Random:
 
 
 @pytest.fixture
-def open_store(tmp_path: Path) -> Iterator[Callable[..., Store]]:
-    """Factory: ``open_store(path=None, cls=Store, **options)``; every store is closed at teardown."""
+def open_store(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[Callable[..., Store]]:
+    """Factory: ``open_store(path=None, cls=Store, **options)``; every store is closed at teardown.
+    ``cls`` defaults to the test module's ``Store`` (``ToyStore`` where it imports that as ``Store``)."""
     opened: list[Store] = []
+    module_store = getattr(request.module, "Store", Store)
+    default_cls = module_store if isinstance(module_store, type) and issubclass(module_store, Store) else Store
 
-    def factory(path: str | os.PathLike[str] | None = None, *, cls: type[Store] = Store, **options: Any) -> Store:
-        s = cls(path if path is not None else tmp_path / "store", **options)
+    def factory(path: str | os.PathLike[str] | None = None, *, cls: type[Store] | None = None,
+                **options: Any) -> Store:
+        s = (cls or default_cls)(path if path is not None else tmp_path / "store", **options)
         opened.append(s)
         return s
 

@@ -236,15 +236,22 @@ def test_import_v003_upgrades_and_export_v003(capsys: pytest.CaptureFixture[str]
 @settings(max_examples=25, deadline=None)
 @given(threads(interrupted=False))
 def test_import_export_hash_property(doc: dict[str, Any]) -> None:
-    """Any complete-turn v0.0.4 document: CLI import then export keeps the canonical hash."""
+    """Any complete-turn v0.0.4 document: CLI import then export keeps the canonical hash
+    (a document ``validate`` rejects is refused, exit 2, as tests/test_rules.py shows)."""
     import contextlib
     import io
+
+    from tplog._validate import validate
 
     with tempfile.TemporaryDirectory() as d:
         src = Path(d) / "in.json"
         src.write_text(json.dumps(doc))
-        with contextlib.redirect_stdout(io.StringIO()):
-            assert main(["import", str(Path(d) / "s"), str(src)]) == 0
+        with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
+            code = main(["import", str(Path(d) / "s"), str(src)])
+        if not validate(from_builtins(doc, m.Thread)).ok:
+            assert code == 2
+            return
+        assert code == 0
         buf = io.StringIO()
         with contextlib.redirect_stdout(buf):
             assert main(["export", str(Path(d) / "s"), doc["thread_id"]]) == 0
@@ -420,7 +427,8 @@ def test_train(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
             s.import_thread(from_builtins(doc, m.Thread))
     few = str(tmp_path / "few")
     with Store(few) as s:
-        s.append("t", [m_started("t")])
+        tid = str(uuid.uuid4())
+        s.append(tid, [m_started(tid)])
     assert ok_json(capsys, "train", few) == {"dictionary_id": 0, "trained": False}
     assert ok_json(capsys, "train", store, "--samples", "500") == {"dictionary_id": 1, "trained": True}
     assert ok_json(capsys, "stat", store)["dictionaries"] == 1

@@ -78,15 +78,15 @@ def test_ctrl_c_while_read_writes(tmp_path: Path) -> None:
     from tplog._events import AgentRegistered, AgentTurnStarted, MessageRecorded
 
     with Store(store, durability="relaxed") as s:
-        s.append("t", [ThreadStarted(thread_id="t", created_at="2025-01-20T10:00:00Z"),
+        s.append(TID, [ThreadStarted(thread_id=TID, created_at="2025-01-20T10:00:00Z"),
                        AgentRegistered(agent=m.AgentConfig(agent_id="a", agent_name="a",
                                                            created_at="2025-01-20T10:00:00Z")),
                        AgentTurnStarted(agent_id="a", started_at="2025-01-20T10:00:00Z")])
         sys_msg = MessageRecorded(message=m.SystemMessage(timestamp="2025-01-20T10:00:00Z",
                                                           event_type="data-sys-note", event_data={"x": "y" * 200}))
         for _ in range(10):
-            s.append("t", [sys_msg] * 100)
-    proc = _tplog("read", str(store), "t")
+            s.append(TID, [sys_msg] * 100)
+    proc = _tplog("read", str(store), TID)
     _wait_blocked(proc, "pipe")  # the stdout pipe (64 KiB) is full: blocked in write
     out, err = _interrupted(proc)
     assert err == "tplog: interrupted\n"

@@ -18,10 +18,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from conftest import ToyStore as Store
 from conftest import started, user
 
 from tplog import NO_STREAM, WrongExpectedVersionError
-from tplog._store import Store
 
 SPAWN = mp.get_context("spawn")
 TIMEOUT = 90

@@ -16,9 +16,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from conftest import ToyStore as Store
 from conftest import started, user
-
-from tplog import Store
 
 _spec = importlib.util.spec_from_file_location(
     "crash_harness", Path(__file__).resolve().parent.parent / "tools" / "crash_harness.py")

@@ -8,9 +8,8 @@ import multiprocessing as mp
 from pathlib import Path
 from typing import Any
 
+from conftest import ToyStore as Store
 from conftest import exchange, started
-
-from tplog._store import Store
 
 SPAWN = mp.get_context("spawn")
 

@@ -18,8 +18,8 @@ EXPECTED = {
     "ThreadRelationships", "ThreadStarted", "ToolCallPart", "ToolReturnPart", "TplogError", "Turn",
     "TurnInterrupt", "UNSET", "Usage", "UserContent", "UserPromptPart", "UserTurn", "UserTurnSubmitted",
     "ValidationError", "ValidationReport", "VideoUrl", "WrongExpectedVersionError", "canonical_form",
-    "canonical_json", "downgrade", "from_builtins", "from_json", "hash_json", "thread_hash", "to_builtins",
-    "to_json", "upgrade", "validate", "validate_json",
+    "canonical_json", "downgrade", "from_builtins", "from_json", "hash_json", "thread_hash", "thread_id_for",
+    "to_builtins", "to_json", "upgrade", "validate", "validate_json",
 }
 
 

@@ -22,10 +22,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from conftest import ToyStore as Store
 from conftest import link, snapshot, started, user
 
 from tplog import ReadOnlyError, StorageError, StorageFullError, TplogError
-from tplog._store import Store
 
 TESTS = Path(__file__).resolve().parent
 ENV = {**os.environ, "PYTHONPATH": str(TESTS.parent) + os.pathsep + str(TESTS)}
@@ -110,7 +110,7 @@ _FSIZE = """
     import os, resource, signal, sys
     from conftest import started, user
     from tplog import StorageError, StorageFullError, TplogError
-    from tplog._store import Store
+    from conftest import ToyStore as Store
     signal.signal(signal.SIGXFSZ, signal.SIG_IGN)   # over the limit: write() fails with EFBIG
     path = sys.argv[1]
     with Store(path, map_size=1 << 20, auto_dictionary=0) as s:
@@ -174,7 +174,7 @@ def test_read_only_bind_mount(tmp_path: Path) -> None:
 _NONROOT = """
     import os, sys
     from tplog import ReadOnlyError, TplogError
-    from tplog._store import Store
+    from conftest import ToyStore as Store
     import tplog._canonical, tplog._cli, tplog._fold  # everything, before this uid may no longer read it
     os.setgid(65534); os.setuid(65534)
     path = sys.argv[1]
@@ -249,7 +249,7 @@ def test_store_opened_read_only(tmp_path: Path) -> None:
 
 _READER = """
     import sys, time
-    from tplog._store import Store
+    from conftest import ToyStore as Store
     s = Store(sys.argv[1])
     with s.engine.read() as txn:
         txn.get("heads", b"x" * 16)
@@ -300,7 +300,7 @@ def test_stale_reader_slot_of_a_killed_reader(tmp_path: Path) -> None:
 _GROW = """
     import os, sys
     from conftest import user
-    from tplog._store import Store
+    from conftest import ToyStore as Store
     with Store(sys.argv[1], map_size=256 << 10) as s:
         s.append("t", [user(os.urandom(1 << 20).hex())])   # incompressible: grows the map several times
         assert s.stats()["map_size"] >= 2 << 20, s.stats()["map_size"]

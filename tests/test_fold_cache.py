@@ -8,6 +8,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from conftest import ToyStore as Store
 from conftest import agent_start, completed, exchange, response, started, user
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -16,7 +17,6 @@ from strategies import THREAD_SETTINGS, threads
 from tplog import _model as m
 from tplog._fold import events_from_thread, fold
 from tplog._json import from_builtins
-from tplog._store import Store
 
 SPAWN = mp.get_context("spawn")
 

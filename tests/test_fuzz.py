@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from conftest import ToyStore as Store
 from conftest import agent_start, exchange, link, register, response, snapshot, spawn_message, started, user
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
@@ -51,7 +52,6 @@ from tplog import (
 )
 from tplog import _model as m
 from tplog._cli import build_parser, main
-from tplog._store import Store
 from tplog.integrations.vercel import assemble_turn, parse_sse
 
 ROOT = Path(__file__).resolve().parent
@@ -479,7 +479,7 @@ _BOMB = textwrap.dedent("""
     sys.path.insert(0, sys.argv[2])
     from conftest import started, user
     from tplog import CorruptionError, TplogError
-    from tplog._store import Store
+    from conftest import ToyStore as Store
     from tplog.backends.lmdb.keys import event_key, tkey
 
     with Store(sys.argv[1]) as s:

@@ -17,6 +17,7 @@ from typing import Any
 
 import msgspec
 import pytest
+from conftest import ToyStore as Store
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from strategies import THREAD_SETTINGS, thread_models
@@ -34,7 +35,6 @@ from tplog._events import (
 )
 from tplog._fold import events_from_thread
 from tplog._json import from_builtins
-from tplog._store import Store
 from tplog._verify import verify_store
 from tplog._versions import upgrade
 from tplog.backends.lmdb.keys import tkey

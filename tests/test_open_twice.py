@@ -10,9 +10,10 @@ import os
 from pathlib import Path
 
 import pytest
+from conftest import ToyStore as Store
 from conftest import register, started, user
 
-from tplog import InvalidInputError, Store, StoreClosedError
+from tplog import InvalidInputError, StoreClosedError
 
 
 def test_two_stores_on_one_directory_share_it(tmp_path: Path) -> None:

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from conftest import ToyStore as Store
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -40,7 +41,6 @@ from tplog._fold import (
     items_from_events,
     pending,
 )
-from tplog._store import Store
 
 T0 = "2025-01-20T10:00:00Z"
 

@@ -6,6 +6,7 @@ import uuid
 from pathlib import Path
 
 import pytest
+from conftest import ToyStore as Store
 
 from tplog import _model as m
 from tplog._errors import InvalidInputError, NotFoundError
@@ -16,7 +17,6 @@ from tplog._events import (
     MessageRecorded,
     ThreadStarted,
 )
-from tplog._store import Store
 from tplog._verify import verify_store
 
 T = "2025-01-20T10:00:00Z"

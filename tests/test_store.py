@@ -39,6 +39,7 @@ from conftest import (
     started,
     user,
 )
+from conftest import ToyStore as Store
 
 from tplog import (
     AgentTurnInterrupted,
@@ -65,7 +66,7 @@ from tplog import (
     WrongExpectedVersionError,
 )
 from tplog._codec import Limits
-from tplog._store import AppendResult, Store
+from tplog._store import AppendResult
 from tplog.backends.lmdb.keys import event_key, tkey
 
 

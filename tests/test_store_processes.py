@@ -16,10 +16,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from conftest import ToyStore as Store
 from conftest import started, user
 
 from tplog import StoreClosedError
-from tplog._store import Store
 
 SPAWN = mp.get_context("spawn")
 TIMEOUT = 60

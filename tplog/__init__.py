@@ -38,6 +38,7 @@ from tplog._store import ThreadHead as ThreadHead
 from tplog._store import ThreadPage as ThreadPage
 from tplog._validate import Finding as Finding
 from tplog._validate import ValidationReport as ValidationReport
+from tplog._validate import thread_id_for as thread_id_for
 from tplog._validate import validate as validate
 from tplog._validate import validate_json as validate_json
 from tplog._versions import downgrade as downgrade
@@ -72,6 +73,7 @@ __all__ = sorted(
         "from_json",
         "hash_json",
         "thread_hash",
+        "thread_id_for",
         "to_builtins",
         "to_json",
         "upgrade",

@@ -140,8 +140,16 @@ def _import_events(args: argparse.Namespace) -> list[list[Event]]:
 
         if args.request is not None:
             raise InvalidInputError("--request only goes with --format vercel-ui")
+        from tplog._validate import validate
+
         with _input_named(args.file), _format_hint(data, args.format):
-            return [events_from_thread(upgrade(from_json(data, m.Thread)))]
+            thread = from_json(data, m.Thread)
+            # the report `tplog validate FILE` prints: an import succeeds exactly when it has no errors ...
+            validate(thread).raise_for_errors(f"thread {thread.thread_id}: ")
+            upgraded = upgrade(thread)
+            if upgraded is not thread:  # ... but for a v0.0.3 document that breaks a v0.0.4-only rule once upgraded
+                validate(upgraded).raise_for_errors(f"thread {thread.thread_id}, upgraded to v0.0.4: ")
+            return [events_from_thread(upgraded)]
     try:
         from tplog.integrations.importers import load_events
     except ModuleNotFoundError as exc:

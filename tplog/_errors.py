@@ -84,7 +84,27 @@ class LimitExceededError(InvalidInputError):
 
 
 class InvalidEventError(InvalidInputError):
-    """An event that does not fit the thread's current state."""
+    """An event that does not fit the thread's current state.
+
+    When the event breaks a validation rule (``tplog.validate``'s rule ids),
+    ``rule`` names it, ``thread_id`` and ``seq`` the event (``seq`` it would
+    have had) and ``path`` the offending value, as a JSON path in the event
+    (``$.message.parts[0].status``); otherwise they are ``None``.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        path: str | None = None,
+        rule: str | None = None,
+        thread_id: str | None = None,
+        seq: int | None = None,
+    ) -> None:
+        super().__init__(message, path=path)
+        self.rule = rule
+        self.thread_id = thread_id
+        self.seq = seq
 
 
 class ConflictError(TplogError):

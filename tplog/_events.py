@@ -17,6 +17,11 @@ Order rules the store enforces at append time (an event that breaks them is an
 - ``UserTurnSubmitted`` and ``AgentTurnStarted`` need no agent turn open;
 - nothing follows ``ThreadDeleted``.
 
+It also refuses an event that would break an error rule of ``tplog.validate``
+(an unregistered agent, overlapping turns, an answer to no tool call, a thread
+id that is not a UUID, ...; see :mod:`tplog._rules`), unless the store was
+opened with ``check_rules=False``.
+
 Event ids and the time an event was recorded are kept beside the event (see
 :class:`RecordedEvent`), not inside it.
 """

@@ -147,6 +147,7 @@ class _Entropy(threading.local):
 
 
 _entropy = _Entropy()
+_head_dec = msgspec.msgpack.Decoder(ThreadHead)  # a stored head, as the LMDB backend writes it
 
 
 def _fresh_entropy() -> None:  # a child must not reuse its parent's random bytes
@@ -193,6 +194,11 @@ class Store:
       has no zstd dictionary, one is trained from its latest events in a
       background thread (:meth:`train_dictionary`); new values use it, old ones
       keep theirs. 0 turns it off.
+    - ``check_rules``: ``True`` (default) — every append is checked against the
+      validation rules of ``tplog.validate`` (``tplog._rules``), so what the
+      store accepts, ``validate`` accepts; ``False`` — only the order rules:
+      a raw log of well-ordered events (replaying logs recorded without the
+      rules, tests of storage mechanics with toy ids).
     - ``fold_cache``: how many folded events :meth:`load` keeps in memory (the
       turns of recently loaded threads, each with the seq it covers), so a
       later load folds only what was appended since; 0 turns it off. A folded
@@ -210,7 +216,10 @@ class Store:
         limits: Limits | None = None,
         fold_cache: int = 20_000,
         auto_dictionary: int = 1000,
+        check_rules: bool = True,
     ) -> None:
+        if not isinstance(check_rules, bool):
+            raise InvalidInputError(f"check_rules must be True or False, not {check_rules!r}")
         if isinstance(fold_cache, bool) or not isinstance(fold_cache, int) or fold_cache < 0:
             raise InvalidInputError(f"fold_cache must be an int ≥ 0 (events), not {fold_cache!r}")
         self.path = path if isinstance(path, str) and path == MEMORY else os.fspath(path)
@@ -222,6 +231,7 @@ class Store:
         self.codec: Codec = self.backend.codec
         self._folds = _FoldCache(fold_cache)
         self.readonly = readonly
+        self.check_rules = check_rules
         self._scope: str | None = None
         self._view = False
 
@@ -347,7 +357,7 @@ class Store:
         encoded = self._encode(thread_id, events, event_ids)
         self._check_expected(expected_version)
         part = ThreadAppend(thread_id=thread_id, events=encoded, expected=expected_version, scope=self._scope,
-                            fresh_ids=event_ids is None)
+                            fresh_ids=event_ids is None, check_rules=self.check_rules)
         return backend.submit((part,)).result()[0]
 
     @staticmethod
@@ -595,9 +605,19 @@ class Store:
     def import_thread(self, thread: m.Thread, *, expected_version: ExpectedVersion = NO_STREAM) -> AppendResult:
         """Store a ThreadProtocol document as its history events (upgrade v0.0.3 first).
 
+        The document is validated first (``tplog.validate``; unless the store was
+        opened with ``check_rules=False``): one with errors raises
+        :class:`ValidationError` (its ``report`` lists every finding) and nothing is
+        written, so an import succeeds exactly when ``validate`` reports no error.
         By default the thread must not exist yet. ``export(thread_id)`` gives back a
         document with the same canonical hash.
         """
+        from tplog._validate import validate
+
+        if not isinstance(thread, m.Thread):
+            raise InvalidInputError(f"import_thread takes a tplog.Thread, not a {type(thread).__name__}")
+        if self.check_rules:
+            validate(thread).raise_for_errors(f"thread {thread.thread_id}: ")
         return self.append(thread.thread_id, events_from_thread(thread), expected_version=expected_version)
 
     def export(self, thread_id: str) -> m.Thread:
@@ -728,7 +748,7 @@ class AsyncStore:
             encoded = s._encode(thread_id, events, event_ids, bodies)
         s._check_expected(expected_version)
         part = ThreadAppend(thread_id=thread_id, events=encoded, expected=expected_version, scope=s._scope,
-                            fresh_ids=event_ids is None)
+                            fresh_ids=event_ids is None, check_rules=s.check_rules)
         handle = s.backend.submit((part,), lead=False)
         return (await asyncio.wrap_future(handle))[0]  # type: ignore[arg-type]
 

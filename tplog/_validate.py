@@ -169,6 +169,7 @@ from __future__ import annotations
 import json
 import re
 import typing
+import uuid
 from collections.abc import Iterable
 from datetime import UTC, datetime, timedelta, timezone
 from typing import Any, Final, Literal
@@ -180,7 +181,18 @@ from tplog import _model as m
 from tplog._errors import InvalidInputError, ValidationError
 from tplog._json import from_json
 
-__all__ = ["RULES", "Finding", "Rule", "ValidationReport", "is_uuid", "parse_timestamp", "validate", "validate_json"]
+__all__ = [
+    "RULES",
+    "THREAD_ID_NAMESPACE",
+    "Finding",
+    "Rule",
+    "ValidationReport",
+    "is_uuid",
+    "parse_timestamp",
+    "thread_id_for",
+    "validate",
+    "validate_json",
+]
 
 Severity = Literal["error", "warning"]
 
@@ -272,13 +284,14 @@ class ValidationReport(msgspec.Struct, frozen=True, kw_only=True):
         """True when the document broke no rule of error severity (warnings allowed)."""
         return not self.errors
 
-    def raise_for_errors(self) -> None:
-        """Raise :class:`~tplog.ValidationError` (with ``report=self``) if there are errors."""
+    def raise_for_errors(self, prefix: str = "") -> None:
+        """Raise :class:`~tplog.ValidationError` (with ``report=self``) if there are errors;
+        its message starts with ``prefix`` and names the first errors' paths and rule ids."""
         if self.errors:
             n = len(self.errors)
             head = "; ".join(str(f) for f in self.errors[:3])
             more = f"; and {n - 3} more" if n > 3 else ""
-            raise ValidationError(f"{n} validation error{'s' if n != 1 else ''}: {head}{more}", report=self)
+            raise ValidationError(f"{prefix}{n} validation error{'s' if n != 1 else ''}: {head}{more}", report=self)
 
 
 # --------------------------------------------------------------------------- helpers
@@ -350,6 +363,28 @@ def is_uuid(value: str) -> bool:
     return _UUID_RE.fullmatch(value) is not None
 
 
+#: The UUIDv5 namespace of :func:`thread_id_for` (fixed forever: it decides stored thread ids;
+#: the same as ``tplog.integrations.vercel``'s chat-id namespace, so both give the same ids).
+THREAD_ID_NAMESPACE: Final = uuid.UUID("6f2c8a54-3d1b-5e7a-9c40-7b1d2e3f4a50")
+
+
+def thread_id_for(external_id: str) -> str:
+    """The thread id for an id from outside (a chat id, a caller's name): the one id rule.
+
+    A thread id must be a UUID (``thread-id-uuid``; the store refuses any other
+    ``ThreadStarted.thread_id``). A UUID (8-4-4-4-12 hex) maps to itself in its
+    canonical lower-case form; any other non-empty string to the UUIDv5 of it in
+    :data:`THREAD_ID_NAMESPACE`, so the same outside id always names the same
+    thread. Entry points that take an id from outside (the importers,
+    ``events_from_messages``, the server's chat ids) call this.
+    """
+    if not isinstance(external_id, str) or not external_id:
+        raise InvalidInputError(f"a thread id must be a non-empty string, not {external_id!r}")
+    if is_uuid(external_id):
+        return external_id.lower()
+    return str(uuid.uuid5(THREAD_ID_NAMESPACE, external_id))
+
+
 def _key(path: str, key: str) -> str:
     return f"{path}.{key}" if _IDENT_RE.fullmatch(key) else f"{path}[{json.dumps(key)}]"
 
@@ -403,13 +438,13 @@ def _typed_fields(cls: type) -> list[tuple[str, bool]]:
 
 
 class _Checker:
-    def __init__(self, thread: m.Thread, schemes: frozenset[str]) -> None:
+    def __init__(self, thread: m.Thread | None, schemes: frozenset[str]) -> None:
         self.thread = thread
         self.schemes = schemes
         self.errors: list[Finding] = []
         self.warnings: list[Finding] = []
         self.v4 = True
-        self.agents = set(thread.agents)
+        self.agents = set(thread.agents) if thread is not None else set()
         # tool_call_id -> (tool_name, path of the call part); answers counted per call id
         self.calls: dict[str, tuple[str, str]] = {}
         self.answered: set[str] = set()
@@ -462,6 +497,7 @@ class _Checker:
 
     def run(self) -> None:
         t = self.thread
+        assert t is not None
         if t.version == "0.0.3":
             self.v4 = False
         elif t.version != "0.0.4":
@@ -603,25 +639,8 @@ class _Checker:
                 )
             if when is not None:
                 prev = when
-            if isinstance(msg, m.SystemMessage):
-                self.system_message(msg, mp)
-                continue
+            self.message(msg, mp, turn_calls)
             has_response = has_response or isinstance(msg, m.ResponseMessage)
-            self.agent_ref(msg.agent_id, f"{mp}.agent_id")
-            if isinstance(msg.finish_reason, str) and msg.finish_reason not in FINISH_REASONS:
-                self.add(
-                    "v3-finish-reason",
-                    f"{mp}.finish_reason",
-                    f"finish_reason {msg.finish_reason!r} is not one of {sorted(FINISH_REASONS)}",
-                )
-            if self.v4 and not msg.parts:
-                self.add(
-                    "v4-message-has-parts",
-                    f"{mp}.parts",
-                    "a message is complete only with at least one complete part; drop empty messages",
-                )
-            for k, part in enumerate(msg.parts):
-                self.part(part, f"{mp}.parts[{k}]", turn_calls)
         if self.v4 and interrupted:
             for call_id, call_path in turn_calls.items():
                 self.add(
@@ -639,6 +658,27 @@ class _Checker:
         return start, end
 
     # ----------------------------------------------------------------- messages and parts
+
+    def message(self, msg: m.Message, mp: str, turn_calls: dict[str, str] | None) -> None:
+        """A message's own rules (not its place in the turn: time order is the turn's)."""
+        if isinstance(msg, m.SystemMessage):
+            self.system_message(msg, mp)
+            return
+        self.agent_ref(msg.agent_id, f"{mp}.agent_id")
+        if isinstance(msg.finish_reason, str) and msg.finish_reason not in FINISH_REASONS:
+            self.add(
+                "v3-finish-reason",
+                f"{mp}.finish_reason",
+                f"finish_reason {msg.finish_reason!r} is not one of {sorted(FINISH_REASONS)}",
+            )
+        if self.v4 and not msg.parts:
+            self.add(
+                "v4-message-has-parts",
+                f"{mp}.parts",
+                "a message is complete only with at least one complete part; drop empty messages",
+            )
+        for k, part in enumerate(msg.parts):
+            self.part(part, f"{mp}.parts[{k}]", turn_calls)
 
     def system_message(self, msg: m.SystemMessage, mp: str) -> None:
         ev = msg.event_type

@@ -53,9 +53,12 @@ def encode(events: Sequence[Event], event_ids: Sequence[str] | None = None, *, n
 
 
 def part(thread_id: str, events: Sequence[Event], *, ids: Sequence[str] | None = None,
-         expected: ExpectedVersion = ANY, scope: str | None = None, now: int | None = None) -> ThreadAppend:
+         expected: ExpectedVersion = ANY, scope: str | None = None, now: int | None = None,
+         check_rules: bool = False) -> ThreadAppend:
+    """One thread's append. The suite tests storage mechanics on toy events (agents
+    never registered, placeholder times): only the order rules unless ``check_rules``."""
     return ThreadAppend(thread_id=thread_id, events=encode(events, ids, now=now), expected=expected, scope=scope,
-                        fresh_ids=ids is None)
+                        fresh_ids=ids is None, check_rules=check_rules)
 
 
 def tombstone(reason: str | None = None, *, now: int | None = None) -> Encoded:

@@ -11,9 +11,10 @@ import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
-from conftest import agent_start, completed, link, response, spawn_message, started, user
+from conftest import T, agent_start, completed, exchange, link, register, response, spawn_message, started, user
 from contract_helpers import FACTORIES, append, encode, part, tombstone
 
 from tplog import _model as m
@@ -139,6 +140,55 @@ def test_order_rules_write_nothing(rec: Recorder) -> None:
     assert everything(rec) == [(rec.log_of(a), a, 1, 1, rec.read_thread(a)[0].event_id)]
     head = rec.head(a)
     assert head is not None and head.version == 1 and head.open_turn_agent is None
+
+
+def test_validation_rules_are_checked_when_asked(rec: Recorder) -> None:
+    """``check_rules=True``: the validation rules (tplog._rules) too, each refusal typed with
+    its rule, seq and JSON path, nothing written; the head keeps the values they compare."""
+    a = tid()
+
+    def refused(events: list[Any], rule: str, seq: int, path: str) -> None:
+        before = everything(rec)
+        with pytest.raises(InvalidEventError) as exc:
+            append(rec, part(a, events, check_rules=True))
+        assert (exc.value.rule, exc.value.thread_id, exc.value.seq, exc.value.path) == (rule, a, seq, path)
+        assert everything(rec) == before
+
+    with pytest.raises(InvalidEventError) as exc:
+        append(rec, part("toy", [started("toy")], check_rules=True))
+    assert exc.value.rule == "thread-id-uuid" and rec.head("toy") is None
+    append(rec, part(a, [started(a)], check_rules=True))
+    refused([agent_start()], "v3.3-agent-ref", 2, "$.agent_id")
+    refused([register(), agent_start(), at(response(), "2025-01-20T09:00:00Z"),
+             at(response(), "2025-01-20T08:00:00Z")], "v3.5-message-order", 5, "$.message.timestamp")
+    refused([register(), agent_start(), tool_answer("nope")], "v3.2-tool-call-id", 4,
+            "$.message.parts[0].tool_call_id")
+    append(rec, part(a, [register(), *exchange()], check_rules=True))
+    head = rec.head(a)
+    assert head is not None and (head.version, head.agents, head.rules, head.open_turn_start) == (6, ["a1"], 1, None)
+    assert head.turn_end is not None
+    # an unchecked append keeps no rule values; the next checked one folds them from the log
+    append(rec, part(a, [agent_start(), completed()]))
+    head = rec.head(a)
+    assert head is not None and (head.rules, head.agents) == (0, [])
+    refused([at(user(), "2025-01-20T09:00:00Z")], "v3.4-turn-overlap", 9, "$.turn.submitted_at")
+    append(rec, part(a, [user(), agent_start(), completed()], check_rules=True))
+    head = rec.head(a)
+    assert head is not None and (head.version, head.agents, head.rules) == (11, ["a1"], 1)
+
+
+def at(ev: Any, when: str) -> Any:
+    """``ev`` (a message or a user turn) at time ``when``."""
+    import msgspec
+
+    if isinstance(ev, MessageRecorded):
+        return MessageRecorded(message=msgspec.structs.replace(ev.message, timestamp=when))
+    return msgspec.structs.replace(ev, turn=msgspec.structs.replace(ev.turn, submitted_at=when))
+
+
+def tool_answer(call_id: str) -> MessageRecorded:
+    part_ = m.ToolReturnPart(tool_name="f", tool_call_id=call_id, content="r", status="success")
+    return MessageRecorded(message=m.RequestMessage(timestamp=T, agent_id="a1", parts=[part_]))
 
 
 def test_idempotent_retry(rec: Recorder) -> None:
@@ -427,6 +477,6 @@ def test_closed_recorder_refuses(rec: Recorder) -> None:
 def test_recorded_at_and_ids_come_from_the_encoded_events(rec: Recorder) -> None:
     a = tid()
     evs = encode([started(a), AgentTurnStarted(agent_id="z", started_at="t")], ["i1", "i2"], now=123_456)
-    append(rec, ThreadAppend(thread_id=a, events=evs))
+    append(rec, ThreadAppend(thread_id=a, events=evs, check_rules=False))
     got = rec.read_thread(a)
     assert [(e.event_id, e.recorded_at) for e in got] == [("i1", 123_456), ("i2", 123_456)]

@@ -3,7 +3,10 @@
 A hypothesis state machine drives the same random operations into the reference
 (``memory``) and each other backend: appends (valid, out of order, with right and
 wrong expected versions), idempotent and partial retries, appends touching several
-threads, links and spawns between threads, deletions, scopes, rebuilds. After
+threads, links and spawns between threads, deletions, scopes, rebuilds, each append
+with or without the validation rules (``check_rules``: agents registered or not,
+tool answers to known or unknown calls, a thread id and link targets that are not
+UUIDs, checked appends after unchecked ones). After
 every step every read of the contract must give the same answer on both (heads'
 clock fields aside), and every operation the same result or the same error type.
 
@@ -23,7 +26,7 @@ from typing import Any
 
 import msgspec
 import pytest
-from conftest import agent_start, completed, link, response, spawn_message, started, user
+from conftest import agent_start, completed, link, register, response, spawn_message, started, user
 from contract_helpers import DIFFERENTIAL, FACTORIES, encode, tombstone
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
@@ -61,7 +64,7 @@ def tool_return(call_id: str) -> MessageRecorded:
 def event_strategy() -> st.SearchStrategy[Event]:
     target = st.sampled_from(THREADS)
     return st.one_of(
-        st.just(user()), st.just(agent_start()), st.just(response()), st.just(completed()),
+        st.just(user()), st.just(agent_start()), st.just(response()), st.just(completed()), st.just(register()),
         st.builds(link, target, st.sampled_from(RELATIONS)),
         st.builds(spawn_message, target),
         st.builds(tool_call, st.sampled_from(["c1", "c2"])),
@@ -134,10 +137,11 @@ class Differential(RuleBasedStateMachine):
     def new_ids(self, n: int) -> list[str]:
         return [f"ev-{next(self.ids)}" for _ in range(n)]
 
-    def part(self, thread: str, scope: str | None, events: list[Event], expected: Any, own_ids: bool) -> ThreadAppend:
+    def part(self, thread: str, scope: str | None, events: list[Event], expected: Any, own_ids: bool,
+             checked: bool = False) -> ThreadAppend:
         ids = self.new_ids(len(events)) if own_ids else None
         return ThreadAppend(thread_id=thread, events=encode(events, ids), expected=expected, scope=scope,
-                            fresh_ids=not own_ids)
+                            fresh_ids=not own_ids, check_rules=checked)
 
     def expected_for(self, choice: str, thread: str, scope: str | None) -> Any:
         head = self.ref.head(thread, scope=scope)
@@ -154,9 +158,9 @@ class Differential(RuleBasedStateMachine):
     @rule(thread=st.sampled_from(THREADS), scope=st.sampled_from(SCOPES),
           events=st.lists(event_strategy(), min_size=0, max_size=4), tidy=st.booleans(),
           expected=st.sampled_from(["any", "right", "right", "wrong", "no_stream", "exists"]),
-          own_ids=st.booleans(), declared=DECLARED)
+          own_ids=st.booleans(), declared=DECLARED, checked=st.booleans())
     def append(self, thread: str, scope: str | None, events: list[Event], tidy: bool, expected: str,
-               own_ids: bool, declared: list[tuple[str, str]]) -> None:
+               own_ids: bool, declared: list[tuple[str, str]], checked: bool) -> None:
         fresh = self.ref.head(thread, scope=scope) is None
         if tidy:
             evs = valid_run(thread, events, fresh, declared)
@@ -164,17 +168,18 @@ class Differential(RuleBasedStateMachine):
             evs = ([start(thread, declared)] if fresh else []) + events
         if not evs:
             evs = [user()]
-        self.submit([self.part(thread, scope, evs, self.expected_for(expected, thread, scope), own_ids)])
+        self.submit([self.part(thread, scope, evs, self.expected_for(expected, thread, scope), own_ids, checked)])
 
     @rule(threads=st.lists(st.sampled_from(THREADS), min_size=2, max_size=3, unique=True),
           scope=st.sampled_from(SCOPES), events=st.lists(event_strategy(), min_size=1, max_size=2),
-          expected=st.sampled_from(["any", "right", "wrong"]))
-    def append_several(self, threads: list[str], scope: str | None, events: list[Event], expected: str) -> None:
+          expected=st.sampled_from(["any", "right", "wrong"]), checked=st.booleans())
+    def append_several(self, threads: list[str], scope: str | None, events: list[Event], expected: str,
+                       checked: bool) -> None:
         parts = []
         for t in threads:
             fresh = self.ref.head(t, scope=scope) is None
             parts.append(self.part(t, scope, valid_run(t, events, fresh), self.expected_for(expected, t, scope),
-                                   own_ids=True))
+                                   own_ids=True, checked=checked))
         self.submit(parts)
 
     @rule(data=st.data())
@@ -192,7 +197,8 @@ class Differential(RuleBasedStateMachine):
             return
         p = data.draw(st.sampled_from(self.appends))[0]
         more = encode(extra, self.new_ids(len(extra)))
-        self.submit([ThreadAppend(thread_id=p.thread_id, events=p.events + more, scope=p.scope)])
+        self.submit([ThreadAppend(thread_id=p.thread_id, events=p.events + more, scope=p.scope,
+                                  check_rules=p.check_rules)])
 
     @rule(data=st.data())
     def foreign_id(self, data: st.DataObject) -> None:
@@ -202,7 +208,7 @@ class Differential(RuleBasedStateMachine):
         p = data.draw(st.sampled_from(self.appends))[0]
         other = data.draw(st.sampled_from([t for t in THREADS if t != p.thread_id]))
         ev = encode([user()], [p.events[0].event_id])
-        self.submit([ThreadAppend(thread_id=other, events=ev, scope=p.scope)])
+        self.submit([ThreadAppend(thread_id=other, events=ev, scope=p.scope, check_rules=p.check_rules)])
 
     @rule(thread=st.sampled_from(THREADS), scope=st.sampled_from(SCOPES))
     def delete(self, thread: str, scope: str | None) -> None:

@@ -13,7 +13,7 @@ from typing import Any
 
 import msgspec
 import pytest
-from conftest import agent_start, completed, exchange, link, spawn_message, started, user
+from conftest import T, agent_start, completed, exchange, link, register, spawn_message, started, user
 
 from tplog import AsyncStore, Store, thread_hash
 from tplog import _model as m
@@ -28,9 +28,9 @@ def scenario(s: Store) -> list[Any]:
     a, b, c = (str(uuid.UUID(int=i + 1)) for i in range(3))
     call = m.ToolCallPart(tool_name="search", tool_call_id="c1", args={"q": "x"})
     s.append(a, [started(a)], expected_version="no_stream", event_ids=["a0"])
-    s.append(a, exchange("hi", "hello"))
+    s.append(a, [register(), *exchange("hi", "hello")])
     s.append(a, [user(), agent_start(), spawn_message(b),
-                 MessageRecorded(message=m.ResponseMessage(timestamp="t", agent_id="a1", parts=[call]))])
+                 MessageRecorded(message=m.ResponseMessage(timestamp=T, agent_id="a1", parts=[call]))])
     s.append(b, [started(b), link(a, "spawned_from"), link(c, "referenced")])
     s.append(c, [started(c), link(a, "referenced")])
     out: list[Any] = []
@@ -75,11 +75,12 @@ def test_memory_and_lmdb_answer_alike(tmp_path: Path) -> None:
 
 
 def test_lmdb_url_names_a_directory(tmp_path: Path) -> None:
+    t = str(uuid.uuid4())
     with Store(f"lmdb://{tmp_path / 'db'}") as s:
         assert isinstance(s.backend, LmdbRecorder)
-        s.append("t", [started("t")])
+        s.append(t, [started(t)])
     with Store(tmp_path / "db") as s:
-        assert s.head("t").version == 1
+        assert s.head(t).version == 1
     for bad in ("lmdb://", "postgres-ish://x"):
         with pytest.raises(InvalidInputError):
             Store(bad)
@@ -91,11 +92,12 @@ def test_memory_store_cannot_be_read_only() -> None:
 
 
 def test_memory_store_is_closed_like_any_other() -> None:
+    t = str(uuid.uuid4())
     s = Store("memory:")
-    s.append("t", [started("t")])
+    s.append(t, [started(t)])
     s.close()
     with pytest.raises(StoreClosedError):
-        s.append("t", [user()])
+        s.append(t, [user()])
 
 
 @pytest.mark.parametrize("target", ["memory:", "lmdb"])
@@ -104,8 +106,8 @@ def test_async_store_over_each_backend(target: str, tmp_path: Path) -> None:
         path = target if target == "memory:" else str(tmp_path / "db")
         async with await AsyncStore.open(path) as s:
             tids = [str(uuid.uuid4()) for _ in range(8)]
-            await asyncio.gather(*(s.append(t, [started(t)]) for t in tids))
+            await asyncio.gather(*(s.append(t, [started(t), register()]) for t in tids))
             await asyncio.gather(*(s.append(t, exchange()) for t in tids))
             return sorted(e.position for e in await s.read_all())
 
-    assert asyncio.run(main()) == list(range(1, 41))
+    assert asyncio.run(main()) == list(range(1, 49))

@@ -44,7 +44,8 @@ def thread_of(store: Store, tid: str) -> m.Thread:
 
 def test_multi_run_conversation_in_store(tmp_path: Path) -> None:
     with Store(tmp_path / "db") as store:
-        rec = ThreadRecorder(lambda evs: store.append("t1", evs), "t1")
+        t1 = "0c4f7d36-0d6e-4c3a-9b9f-6a1e2f3d4c5b"  # thread ids are UUIDs
+        rec = ThreadRecorder(lambda evs: store.append(t1, evs), t1)
         agent = Agent(TestModel(), system_prompt="sys")
 
         @agent.tool_plain
@@ -55,12 +56,12 @@ def test_multi_run_conversation_in_store(tmp_path: Path) -> None:
             await rec.start_thread(title="weather")
             await rec.register_agent("a1", "assistant")
             r1 = await rec.run(agent, "first", agent_id="a1")
-            hist = history_from_thread(thread_of(store, "t1"))
+            hist = history_from_thread(thread_of(store, t1))
             r2 = await rec.run(agent, "second", agent_id="a1", message_history=hist)
             return r1, r2
 
         _r1, r2 = run(go())
-        th = thread_of(store, "t1")
+        th = thread_of(store, t1)
         assert [type(t).__name__ for t in th.turns] == ["UserTurn", "AgentTurn", "UserTurn", "AgentTurn"]
         # the second run saw the first: its history starts with the first prompt
         first_req = r2.result.all_messages()[0]

@@ -22,7 +22,7 @@ from starlette.testclient import TestClient
 
 from tplog import AgentTurnCompleted, InvalidInputError, NotFoundError, Store
 from tplog.integrations.pydantic_ai import ThreadRecorder, history_from_thread
-from tplog.integrations.vercel import recorded_vercel_stream, ui_request
+from tplog.integrations.vercel import CHAT_ID_KEY, recorded_vercel_stream, thread_id_for_chat, ui_request
 
 AGENT = "7d9f3c2e-0000-4000-8000-000000000001"
 
@@ -36,10 +36,10 @@ def _app(store: Store) -> Starlette:
             body = ui_request(await request.json())
         except InvalidInputError as exc:
             return JSONResponse({"error": str(exc)}, status_code=400)
-        tid = body["id"]
+        tid = thread_id_for_chat(body["id"])
         rec = ThreadRecorder(lambda evs: store.append(tid, evs), tid)
         if not store.exists(tid):
-            await rec.start_thread()
+            await rec.start_thread(metadata={CHAT_ID_KEY: body["id"]})
             await rec.register_agent(AGENT, "support-bot")
         history = history_from_thread(store.thread(tid), viewing_agent_id=AGENT)
         stream = recorded_vercel_stream(rec, agent, body, agent_id=AGENT, message_history=history or None)
@@ -58,7 +58,7 @@ def test_body_without_trigger_runs_like_tplog_serve(tmp_path: Path) -> None:
         r = client.post("/api/chat", json={"id": "chat-1", "messages": [_user("Hi")]})
         assert r.status_code == 200, r.text
         assert '"text-delta"' in r.text and r.text.rstrip().endswith("data: [DONE]")
-        events = [e.event for e in store.read("chat-1")]
+        events = [e.event for e in store.read(thread_id_for_chat("chat-1"))]
         assert isinstance(events[-1], AgentTurnCompleted)
 
 
@@ -96,7 +96,7 @@ def test_recorded_vercel_stream_fills_in_the_trigger(tmp_path: Path) -> None:
 
     async def go(body: dict[str, Any]) -> str:
         with Store(tmp_path / "d") as store:
-            tid = body.get("id", "x")
+            tid = thread_id_for_chat(body.get("id", "x"))
             rec = ThreadRecorder(lambda evs: store.append(tid, evs), tid)
             if not store.exists(tid):
                 await rec.start_thread()

@@ -385,14 +385,16 @@ def test_client_side_tool_result_resumes_the_run(server: ServerProcess) -> None:
 
 
 def test_links_declared_at_start_deleted_children_and_unknown_ids(server: ServerProcess) -> None:
-    from tplog import AgentTurnStarted, LinkAdded, MessageRecorded, Store, ThreadLink, ThreadStarted
+    from tplog import AgentRegistered, AgentTurnStarted, LinkAdded, MessageRecorded, Store, ThreadLink, ThreadStarted
 
     at = "2025-01-01T00:00:00Z"
     parent, declared, spawned, external, unknown = tid(), tid(), tid(), tid(), tid()
     # Written by another process (this one) straight into the store the server has open.
     with Store(server.store) as s:
         spawn = m.SystemMessage(timestamp=at, event_type=m.THREAD_SPAWN, event_data={"spawned_thread_id": spawned})
-        s.append(parent, [ThreadStarted(thread_id=parent, created_at=at), AgentTurnStarted(agent_id="a", started_at=at),
+        agent = AgentRegistered(agent=m.AgentConfig(agent_id="a", agent_name="a", created_at=at))
+        s.append(parent, [ThreadStarted(thread_id=parent, created_at=at), agent,
+                          AgentTurnStarted(agent_id="a", started_at=at),
                           MessageRecorded(message=spawn), AgentTurnCompleted(completed_at=at)])
         rel = m.ThreadRelationships(links=[ThreadLink(thread_id=parent, relation="spawned_from"),
                                             ThreadLink(thread_id=external, relation="referenced")])

@@ -12,6 +12,8 @@ import httpx
 
 from server.server_harness import ServerProcess, chat_body, head, read_events, sse_frames, wait_until
 from tplog import (
+    AgentConfig,
+    AgentRegistered,
     AgentTurnCompleted,
     AgentTurnInterrupted,
     AgentTurnStarted,
@@ -157,7 +159,8 @@ def test_tail_sees_appends_from_another_process(server: ServerProcess) -> None:
     t = tid()
     ts = "2025-01-01T00:00:00Z"
     with Store(server.store) as s:
-        s.append(t, [ThreadStarted(thread_id=t, created_at=ts)])
+        s.append(t, [ThreadStarted(thread_id=t, created_at=ts),
+                     AgentRegistered(agent=AgentConfig(agent_id="ext", agent_name="external", created_at=ts))])
     frames: list[dict[str, str]] = []
 
     def tail() -> None:
@@ -178,9 +181,9 @@ def test_tail_sees_appends_from_another_process(server: ServerProcess) -> None:
     finally:
         reader.join(20)
     assert not reader.is_alive()
-    assert [int(f["id"]) for f in frames] == [1, 2, 3, 4, 5]
-    assert [f["event"] for f in frames] == ["thread_started", "user_turn", "agent_turn_started", "message",
-                                           "agent_turn_completed"]
+    assert [int(f["id"]) for f in frames] == [1, 2, 3, 4, 5, 6]
+    assert [f["event"] for f in frames] == ["thread_started", "agent_registered", "user_turn", "agent_turn_started",
+                                           "message", "agent_turn_completed"]
 
 
 def test_tail_of_deleted_thread_ends_with_tombstone(server: ServerProcess) -> None:

@@ -48,6 +48,7 @@ from tplog._events import (
     UserTurnSubmitted,
 )
 from tplog._fold import Item, ThreadState, feed
+from tplog._rules import Tracker, advance_rules, check_event, exported_calls, rules_from_log
 from tplog.backends.contract import (
     EXISTS,
     NO_STREAM,
@@ -175,7 +176,8 @@ class MemoryRecorder:
                     isinstance(exp, int) and exp != head.version
                 ):
                     raise WrongExpectedVersionError(part.thread_id, exp, head.version)
-                new_head = _advance(part.thread_id, head, part.events)
+                stored = [x.event for x in t.events] if t is not None else []
+                new_head = _advance(part.thread_id, head, part.events, stored if part.check_rules else None)
                 plans.append((tk, new_head, part.events, part))
                 out.append(None)
             results = iter([self._write(tk, h, p) for tk, h, _, p in plans])
@@ -632,9 +634,17 @@ def _recorded(thread_id: str, s: _Stored) -> RecordedEvent:
                          recorded_at=s.recorded_at, event=s.event)
 
 
-def _advance(thread_id: str, head: ThreadHead, events: list[Encoded]) -> ThreadHead:
-    """The order rules, checked event by event; the head they lead to (a copy)."""
+def _advance(thread_id: str, head: ThreadHead, events: list[Encoded], stored: list[Any] | None) -> ThreadHead:
+    """The order rules and (``stored``: the thread's events, given when the append
+    checks the rules) the validation rules of tplog._rules, checked event by event;
+    the head they lead to (a copy). The tool-call check always takes the slow path
+    here (no state projection is consulted): simple, and the same answers."""
     h = msgspec.structs.replace(head)
+    tracker = None
+    if stored is not None:
+        if h.rules == 0 and h.version > 0:
+            rules_from_log(h, stored)
+        tracker = Tracker(thread_id, h, None, lambda before: exported_calls([*stored, *before]))
     for i, enc in enumerate(events):
         ev = enc.event
         seq = h.version + 1
@@ -669,5 +679,8 @@ def _advance(thread_id: str, head: ThreadHead, events: list[Encoded]) -> ThreadH
             raise InvalidEventError(f"{where}: delete a thread with delete_thread(), not by appending")
         elif not isinstance(ev, (AgentRegistered, ThreadInfoChanged)):
             raise InvalidEventError(f"{where}: unknown event {type(ev).__name__}")
+        if tracker is not None:
+            tracker.step(ev, check_event(ev), seq, i)
         h.version = seq
+    advance_rules(h, tracker)
     return h

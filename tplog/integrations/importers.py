@@ -27,7 +27,9 @@ Formats:
     array is loaded with Pydantic AI's own ``VercelAIAdapter.load_messages``
     and then mapped as ``pydantic-ai``.
 
-Every thread gets a new UUID thread id unless ``thread_id`` is given, and
+Every thread gets a new UUID thread id unless ``thread_id`` is given (any
+non-empty string: it goes through :func:`tplog.thread_id_for`, the one id rule,
+so a non-UUID id such as an AI SDK chat id becomes its stable UUIDv5), and
 registers every agent its turns name (``agent_name``, default ``"assistant"``;
 the model and provider names of the agent's first response). The result is validated: a thread
 with validation errors raises :class:`~tplog.ValidationError`.
@@ -65,7 +67,7 @@ from tplog._events import (
     UserTurnSubmitted,
 )
 from tplog._fold import fold
-from tplog._validate import validate
+from tplog._validate import thread_id_for, validate
 from tplog.integrations.pydantic_ai import events_from_messages, now_iso
 from tplog.integrations.vercel import DONE, MalformedChunkError, StreamAssembler, client_tool_results, parse_sse
 
@@ -157,7 +159,7 @@ def load_events(
     so ``Store.pending`` tells approvals from external calls).
     """
     clock = clock or now_iso
-    tid = thread_id or str(uuid.uuid4())
+    tid = thread_id_for(thread_id) if thread_id is not None else str(uuid.uuid4())
     aid = agent_id or str(uuid.uuid4())
     if fmt == "pydantic-ai":
         if request is not None:

@@ -134,6 +134,7 @@ from tplog._events import (
     UserTurnSubmitted,
 )
 from tplog._json import from_builtins, to_builtins
+from tplog._validate import thread_id_for
 
 __all__ = [
     "PAI_KEY",
@@ -552,7 +553,9 @@ def events_from_messages(
     """Events that record a Pydantic AI message history (e.g. a ``ModelMessagesTypeAdapter`` JSON).
 
     With ``thread_id`` the list starts with ``ThreadStarted`` (and
-    ``AgentRegistered`` when ``agent_name`` is given). A user-prompt-only
+    ``AgentRegistered`` when ``agent_name`` is given); its id is
+    ``tplog.thread_id_for(thread_id)`` (the one id rule: a UUID stays as it is, any
+    other id becomes its UUIDv5), the id to append the events under. A user-prompt-only
     request opens a user turn and a new agent turn; a change of ``run_id``
     opens a new agent turn. A response that is not ``complete`` ends its turn
     as interrupted (reason ``"interrupted"``) and is dropped.
@@ -566,7 +569,7 @@ def events_from_messages(
                 break
         first_ts = first_ts or now_iso()
     if thread_id is not None:
-        events.append(ThreadStarted(thread_id=thread_id, created_at=first_ts))
+        events.append(ThreadStarted(thread_id=thread_id_for(thread_id), created_at=first_ts))
         if agent_name is not None:
             events.append(
                 AgentRegistered(agent=m.AgentConfig(agent_id=agent_id, agent_name=agent_name, created_at=first_ts))

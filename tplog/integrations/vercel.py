@@ -114,7 +114,6 @@ from __future__ import annotations
 
 import copy
 import json
-import uuid
 from collections.abc import AsyncIterator, Callable, Iterable, Iterator
 from datetime import UTC
 from typing import Any, Final, cast
@@ -133,7 +132,7 @@ from tplog._events import (
 )
 from tplog._fold import fold
 from tplog._json import from_builtins, to_builtins
-from tplog._validate import ValidationReport, validate
+from tplog._validate import THREAD_ID_NAMESPACE, ValidationReport, thread_id_for, validate
 
 __all__ = [
     "ChunkOrderError",
@@ -180,24 +179,20 @@ class UnknownToolCallError(VercelStreamError):
 
 #: Namespace of the UUIDv5 thread ids made from AI SDK chat ids (fixed: the same chat id gives the
 #: same thread id in every tplog installation).
-CHAT_NAMESPACE: Final = uuid.UUID("6f2c8a54-3d1b-5e7a-9c40-7b1d2e3f4a50")
+CHAT_NAMESPACE: Final = THREAD_ID_NAMESPACE
 #: Thread metadata key holding the AI SDK chat id a thread was made for.
 CHAT_ID_KEY: Final = "vercel:chat_id"
 
 
 def thread_id_for_chat(chat_id: str) -> str:
-    """The thread id for an AI SDK chat id: the chat id itself when it is a UUID (canonical
-    lower-case form), else a stable UUIDv5 of it in :data:`CHAT_NAMESPACE`.
+    """The thread id for an AI SDK chat id: :func:`tplog.thread_id_for` (the chat id itself when
+    it is a UUID, in canonical lower-case form, else a stable UUIDv5 of it).
 
     ThreadProtocol thread ids are UUIDs; ``useChat`` ids (and ``"chat-1"``) are not.
     """
     if not isinstance(chat_id, str) or not chat_id:
         raise MalformedChunkError(f"a chat id is a non-empty string, not {chat_id!r}")
-    try:
-        canonical = str(uuid.UUID(chat_id))
-    except ValueError:
-        canonical = ""
-    return canonical if canonical == chat_id.lower() else str(uuid.uuid5(CHAT_NAMESPACE, chat_id))
+    return thread_id_for(chat_id)
 
 
 def _now() -> str:
