@@ -276,7 +276,11 @@ class Recorder(Protocol):
         or not as one contiguous run → ``IdempotencyError``); a deleted thread →
         ``ThreadDeletedError``; ``expected`` not met → ``WrongExpectedVersionError``;
         an event out of order (``ThreadStarted`` first and once, messages and
-        terminal events inside an open agent turn, …) → ``InvalidEventError``.
+        terminal events inside an open agent turn, …) → ``InvalidEventError``;
+        with ``check_rules``, an event that breaks a validation rule
+        (``tplog._rules``: ``check_event`` per event, ``Tracker`` against the
+        head's rule values) → ``InvalidEventError`` with ``rule``, ``seq`` and
+        ``path``, and the new head keeps the values (``advance_rules``).
         Any error fails the whole append. Results come in the append's order.
         Maintains, in the same transaction, the head, the event-id index, the
         log, the link indexes and the ``state`` projection (when live)."""

@@ -3,7 +3,8 @@
 An append goes: check the events' types and limits → encode (msgpack, zstd,
 CRC) in the caller's thread → queue → one LMDB write transaction shared by
 every append waiting at that moment (group commit) that, per append, checks
-idempotency, the expected version and the thread's state, then writes the
+idempotency, the expected version and the thread's state (the order rules and,
+when the append asks, the validation rules of ``tplog._rules``), then writes the
 events, the global log, the event-id index, the link indexes and the thread
 head → one commit (one pair of fsyncs for the whole group) → each caller gets
 its own result or error.
