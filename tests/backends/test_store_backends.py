@@ -17,7 +17,13 @@ from conftest import T, agent_start, completed, exchange, link, register, spawn_
 
 from tplog import AsyncStore, Store, thread_hash
 from tplog import _model as m
-from tplog._errors import InvalidInputError, StoreClosedError, ThreadDeletedError, WrongExpectedVersionError
+from tplog._errors import (
+    InvalidEventError,
+    InvalidInputError,
+    StoreClosedError,
+    ThreadDeletedError,
+    WrongExpectedVersionError,
+)
 from tplog._events import MessageRecorded
 from tplog.backends.lmdb import LmdbRecorder
 from tplog.backends.memory import MemoryRecorder
@@ -36,6 +42,9 @@ def scenario(s: Store) -> list[Any]:
     out: list[Any] = []
     with pytest.raises(WrongExpectedVersionError):
         s.append(a, [completed()], expected_version=3)
+    with pytest.raises(InvalidEventError) as refused:  # the validation rules, on every backend
+        s.append(a, [completed(), user(), agent_start("ghost")])
+    out.append((refused.value.rule, refused.value.seq, refused.value.path))
     dup = s.append(a, [started(a)], event_ids=["a0"])
     out.append((dup.duplicate, dup.first_position))
     out.append([(e.thread_id, e.seq, e.position, e.event_id if e.event_id == "a0" else "", e.event)
@@ -71,7 +80,9 @@ def scenario(s: Store) -> list[Any]:
 def test_memory_and_lmdb_answer_alike(tmp_path: Path) -> None:
     with Store("memory:") as mem, Store(tmp_path / "db", auto_dictionary=0) as disk:
         assert isinstance(mem.backend, MemoryRecorder) and isinstance(disk.backend, LmdbRecorder)
-        assert scenario(mem) == scenario(disk)
+        got = scenario(mem)
+        assert got == scenario(disk)
+        assert ("v3.3-agent-ref", 13, "$.agent_id") in got
 
 
 def test_lmdb_url_names_a_directory(tmp_path: Path) -> None:

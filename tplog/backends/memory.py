@@ -176,7 +176,7 @@ class MemoryRecorder:
                     isinstance(exp, int) and exp != head.version
                 ):
                     raise WrongExpectedVersionError(part.thread_id, exp, head.version)
-                stored = [x.event for x in t.events] if t is not None else []
+                stored = [x.event for x in t.events] if t is not None and part.check_rules else []
                 new_head = _advance(part.thread_id, head, part.events, stored if part.check_rules else None)
                 plans.append((tk, new_head, part.events, part))
                 out.append(None)
