@@ -53,7 +53,7 @@ from tplog import (
 from tplog import _model as m
 from tplog._cli import build_parser, main
 from tplog._codec import stored_body
-from tplog._keys import tkey
+from tplog.backends.lmdb.keys import tkey
 from tplog.integrations.vercel import assemble_turn, parse_sse
 
 ROOT = Path(__file__).resolve().parent
@@ -513,7 +513,7 @@ _BOMB = textwrap.dedent("""
     from conftest import started, user
     from tplog import CorruptionError, TplogError
     from conftest import ToyStore as Store
-    from tplog._keys import event_key, tkey
+    from tplog.backends.lmdb.keys import event_key, tkey
 
     with Store(sys.argv[1]) as s:
         s.append("t", [started("t"), user("x" * 300)])   # seq 2 is stored compressed

@@ -19,7 +19,6 @@ from conftest import ToyStore as Store
 from conftest import user
 
 from tplog import _model as m
-from tplog import _projections as proj
 from tplog._cli import main
 from tplog._errors import InvalidInputError, RebuildInProgressError, RebuildRequiredError
 from tplog._events import (
@@ -29,6 +28,7 @@ from tplog._events import (
     MessageRecorded,
     ThreadStarted,
 )
+from tplog.backends.lmdb import projections as proj
 
 T = "2025-01-20T10:00:00Z"
 
@@ -316,7 +316,7 @@ def test_a_second_rebuild_in_the_same_process_is_refused(tmp_path: Path) -> None
 _HOLDER = """
 import sys, time
 from pathlib import Path
-from tplog import _projections as proj
+from tplog.backends.lmdb import projections as proj
 from tplog._store import Store
 path, flag = sys.argv[1], Path(sys.argv[2])
 with Store(path) as s:
@@ -604,7 +604,7 @@ def test_verify_reports_an_event_missing_from_the_event_id_index(tmp_path: Path)
 
 def _damage(s: Store, tid: str, what: str) -> None:
     """One kind of damage to thread ``tid`` (seqs 1..3 at positions 1..3) or to the store."""
-    from tplog._keys import event_key, scope_tag, tkey, u64
+    from tplog.backends.lmdb.keys import event_key, scope_tag, tkey, u64
 
     tk = tkey(tid)
     keys = [event_key(tk, q) for q in (1, 2, 3)]
@@ -648,8 +648,8 @@ def test_verify_names_each_kind_of_damage_exactly(tmp_path: Path, what: str) -> 
         s.append(tid, [start(tid), user("one"), user("two")])
         assert _verify_problems(s) == []
         _damage(s, tid, what)
-        from tplog._keys import tkey
         from tplog._verify import verify_store
+        from tplog.backends.lmdb.keys import tkey
 
         nowhere = tkey("nowhere").hex()
         expected = {

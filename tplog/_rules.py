@@ -59,9 +59,10 @@ from tplog._events import (
     ThreadStarted,
     UserTurnSubmitted,
 )
+from tplog._fold import fold
 from tplog._validate import RULES, Finding, _Checker, is_uuid, parse_timestamp
 
-__all__ = ["EventCheck", "Tracker", "check_event", "stamp"]
+__all__ = ["EventCheck", "Tracker", "advance_rules", "check_event", "exported_calls", "rules_from_log", "stamp"]
 
 #: Rules that need the thread's history: checked by :class:`Tracker`, not per event.
 _HISTORY_RULES: Final = frozenset({"v3.2-tool-call-id", "v3.3-agent-ref"})
@@ -305,3 +306,61 @@ class Tracker:
         if self._slow is None or self._slow[0] != len(self.events):  # one fold per event at most
             self._slow = (len(self.events), self.exported_calls(self.events))
         return call_id in self._slow[1]
+
+
+# --------------------------------------------------------------------------- shared by the backends
+# Pure functions of a thread's events: each backend passes its own stored events, so every
+# backend keeps the same head values (and refuses the same appends).
+
+
+def exported_calls(events: list[Event]) -> set[str]:
+    """The tool-call ids the document and open turn of a thread with ``events`` hold:
+    the slow path of the ``v3.2-tool-call-id`` check (:class:`Tracker`'s ``exported_calls``)."""
+    res = fold(events)
+    out: set[str] = set()
+    turns: list[m.Turn] = list(res.thread.turns) if res.thread is not None else []
+    if res.in_progress is not None:
+        turns.append(res.in_progress)
+    for turn in turns:
+        msgs: list[Any] = [turn] if isinstance(turn, m.UserTurn) else turn.messages
+        for msg in msgs:
+            if not isinstance(msg, m.SystemMessage):
+                out.update(p.tool_call_id for p in msg.parts if isinstance(p, m.ToolCallPart))
+    return out
+
+
+def rules_from_log(h: Any, events: list[Event]) -> None:
+    """Fill the rules' values of a head written before they were kept (``rules == 0``)
+    from the thread's stored ``events`` (once: the next checked append keeps them)."""
+    res = fold(events)
+    th = res.thread
+    h.agents = list(th.agents) if th is not None else []
+    h.turn_end = None
+    for turn in th.turns if th is not None else []:
+        if isinstance(turn, m.UserTurn):
+            end = stamp(turn.submitted_at)
+        else:
+            at = turn.interruption.interrupted_at if isinstance(turn.interruption, m.Interruption) else None
+            end = stamp(at if turn.completion_status == "interrupted" else turn.completed_at)
+            end = end if end is not None else stamp(turn.started_at)
+        if end is not None:
+            h.turn_end = end
+    cur = res.in_progress
+    h.open_turn_start = stamp(cur.started_at) if cur is not None else None
+    h.open_turn_last = None
+    for msg in cur.messages if cur is not None else []:
+        t = stamp(msg.timestamp)
+        if t is not None:
+            h.open_turn_last = t
+
+
+def advance_rules(h: Any, tracker: Tracker | None) -> None:
+    """Write what ``tracker`` learned into the new head ``h`` once every event passed;
+    no tracker (an append with ``check_rules=False``): the values are not kept, and a
+    later checked append folds them from the log (``rules = 0``)."""
+    if tracker is None:
+        h.agents, h.turn_end, h.open_turn_start, h.open_turn_last, h.rules = [], None, None, None, 0
+    else:
+        h.agents, h.turn_end = tracker.agents, tracker.prev_end
+        h.open_turn_start, h.open_turn_last = tracker.open_start, tracker.open_last
+        h.rules = 1

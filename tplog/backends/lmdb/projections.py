@@ -53,16 +53,17 @@ from typing import Any, Final
 
 import msgspec
 
-from tplog import _model as m
 from tplog._codec import (
     F_BLOB,
     F_COMPRESSED,
     HEADER_CRC_SEED,
     MSG_KIND,
+    PEEK_FACTS,
     PREFIX,
     PREFIX_SIZE,
     Codec,
     Header,
+    peek_header,
 )
 from tplog._errors import InvalidInputError, RebuildInProgressError, RebuildRequiredError
 from tplog._events import (
@@ -77,29 +78,25 @@ from tplog._events import (
     ThreadStarted,
 )
 from tplog._fold import Item, ThreadState, feed, step
-from tplog._keys import TKEY_SIZE, from_u64, tkey, u64
-from tplog._storage import ReadTxn, WriteTxn
+from tplog.backends.contract import DECLARED as DECLARED
+from tplog.backends.contract import LINKS as LINKS
+from tplog.backends.contract import PROJECTIONS as PROJECTIONS
+from tplog.backends.contract import STATE as STATE
+from tplog.backends.contract import VERSIONS as VERSIONS
+from tplog.backends.contract import RebuildReport as RebuildReport
+from tplog.backends.contract import ThreadHead
+from tplog.backends.contract import outgoing as outgoing
+from tplog.backends.lmdb.engine import ReadTxn, WriteTxn
+from tplog.backends.lmdb.keys import TKEY_SIZE, from_u64, tkey, u64
 
 __all__ = ["PROJECTIONS", "VERSIONS", "ProjectionInfo", "RebuildReport", "rebuild"]
 
-LINKS: Final = "links"
-STATE: Final = "state"
-#: Fold code versions. Bump one when its fold changes meaning: stores built
-#: with the old version then report it stale until ``tplog rebuild``.
-#: links 2: the links declared in ``ThreadStarted.relationships`` are indexed, and a
-#: deleted thread is nobody's child (version 1 indexed neither).
-VERSIONS: Final = {LINKS: 2, STATE: 2}
-PROJECTIONS: Final = tuple(VERSIONS)
 
 SPAWNED_FROM: Final = "spawned_from"
 C_LINK: Final = 1  # children flag: the child has a spawned_from link to the parent
 C_SPAWN: Final = 2  # children flag: the parent recorded a thread_spawn event naming the child
 _K_LINK = KIND_CODE[LinkAdded]
 _K_STARTED = KIND_CODE[ThreadStarted]
-#: The ordinal (last 8 bytes of a ``links_in`` key) of the i-th link declared in a
-#: ThreadStarted is ``DECLARED | i``: one ThreadStarted (seq 1) may declare several
-#: links to the same target and relation. A LinkAdded's ordinal is its seq (≥ 2).
-DECLARED: Final = 1 << 63
 #: The kinds whose body an id-only fold reads: links, and agent turn boundaries
 #: written before format 3 (whose headers carry no ``turn`` facts); every other
 #: event is folded from its header alone.
@@ -112,6 +109,10 @@ _FLAGS: Final = F_COMPRESSED | F_BLOB  # every flag bit a value may have
 UNREAD_KINDS: Final = frozenset(KIND_CODE[c] for c in (ThreadStarted, AgentRegistered, ThreadInfoChanged))
 #: As UNREAD_KINDS, when the links projection is folded (it reads ThreadStarted bodies).
 UNREAD_FOR_LINKS: Final = UNREAD_KINDS - {_K_STARTED}
+#: :func:`peek_header` answers for events no id-only fold reads: the kinds above,
+#: with or without facts, and messages without facts (``_FOR_LINKS``: when links are folded).
+SKIPPED: Final = frozenset(UNREAD_KINDS | {k | PEEK_FACTS for k in UNREAD_KINDS} | {MSG_KIND})
+SKIPPED_FOR_LINKS: Final = frozenset(UNREAD_FOR_LINKS | {k | PEEK_FACTS for k in UNREAD_FOR_LINKS} | {MSG_KIND})
 STATE_PREFIX: Final = b"state\x00"
 SPAWNER_PREFIX: Final = b"spawner\x00"
 #: Events a rebuild folds per read snapshot and per write transaction: each chunk
@@ -123,6 +124,7 @@ CATCH_UP: Final = 5_000
 _enc = msgspec.msgpack.Encoder()
 _child_dec = msgspec.msgpack.Decoder(tuple[str, int])
 _state_dec = msgspec.msgpack.Decoder(ThreadState)
+_head_dec = msgspec.msgpack.Decoder(ThreadHead)
 
 
 class ProjectionInfo(msgspec.Struct, array_like=True):
@@ -203,18 +205,6 @@ def link_key(target: str, relation: str, source_tk: bytes, ordinal: int, scope: 
     return tkey(target, scope) + relation.encode() + b"\x00" + source_tk + u64(ordinal)
 
 
-def outgoing(seq: int, event: Any) -> list[tuple[int, m.ThreadLink]]:
-    """The links ``event`` records, each with its ``links_in`` ordinal: a LinkAdded's
-    link, or the links a ThreadStarted declares in ``relationships`` (in their order)."""
-    if isinstance(event, LinkAdded):
-        return [(seq, event.link)]
-    if isinstance(event, ThreadStarted):
-        rel = event.relationships
-        if isinstance(rel, m.ThreadRelationships) and isinstance(rel.links, list):
-            return [(DECLARED | i, lk) for i, lk in enumerate(rel.links)]
-    return []
-
-
 def started_event(codec: Codec, txn: ReadTxn, key: bytes, value: bytes, where: tuple[str, int]) -> Any:
     """A stored ThreadStarted, verified and decoded if its body may declare links (the
     body names ``relationships``), else ``None``: most threads declare none."""
@@ -224,8 +214,6 @@ def started_event(codec: Codec, txn: ReadTxn, key: bytes, value: bytes, where: t
 
 
 def _deleted(txn: ReadTxn, tk: bytes) -> bool:
-    from tplog._store import _head_dec
-
     raw = txn.get("heads", tk)
     return raw is not None and _head_dec.decode(raw).status == "deleted"
 
@@ -312,22 +300,6 @@ def save_state(tables: _Tables, tk: bytes, st: ThreadState) -> None:
 # --------------------------------------------------------------------------- rebuild
 
 
-class RebuildReport(msgspec.Struct, kw_only=True):
-    """What a rebuild did. ``differences`` (with ``verify``) lists every row
-    where the live projection and a fresh rebuild disagree; empty means equal."""
-
-    projection: str
-    verify: bool
-    events: int
-    seconds: float
-    position: int
-    differences: list[str] = []
-
-    @property
-    def events_per_second(self) -> float:
-        return self.events / self.seconds if self.seconds > 0 else 0.0
-
-
 def _items_in(
     txn: WriteTxn, codec: Codec, start: int, limit: int, covered: Callable[[bytes, int], bool] | None = None,
     do_links: bool = True,
@@ -341,14 +313,12 @@ def _items_in(
     no spawned thread, not an aborted response: nothing any id-only fold uses), is
     recognised from the header's bytes and skipped without decoding. With ``do_links``
     a ThreadStarted that may declare links is read (see :func:`started_event`)."""
-    from tplog._store import _head_dec
-
     out: list[tuple[int, str, bytes, Item, str | None]] = []
     names: dict[bytes, tuple[str, str | None]] = {}
     scanned = read = 0
     last = start - 1
     check, check_header, header = codec.check, codec.check_header, codec.header
-    unread = UNREAD_FOR_LINKS if do_links else UNREAD_KINDS
+    skipped = SKIPPED_FOR_LINKS if do_links else SKIPPED
     for pk, key in txn.range("global", u64(start)):
         if scanned >= limit:
             break
@@ -370,11 +340,7 @@ def _items_in(
         name, scope = known
         where = (name, seq)
         check_header(key, value, where=where)
-        # Header = msgpack fixarray(4) [kind, event_id, recorded_at, facts]: a kind no
-        # id-only fold reads, or a message (kind byte) whose facts are nil (the header's
-        # last byte; an encoded Facts ends with its ``spawned`` list, never with 0xC0).
-        hlen = (value[10] << 8) | value[11]
-        if value[12] == 0x94 and (value[13] in unread or (value[13] == MSG_KIND and value[11 + hlen] == 0xC0)):
+        if peek_header(value) in skipped:  # nothing an id-only fold reads
             continue
         hdr: Header = header(value, where=where)
         if hdr.kind == _K_STARTED:
@@ -408,8 +374,6 @@ def _scan_keys(txn: ReadTxn, codec: Codec, after: bytes, limit: int, do_links: b
     thread, seq by seq), folded in one snapshot. ``carry`` is the state of the thread
     the previous chunk stopped inside. What is read is verified, and what no fold uses is
     skipped by its header's bytes, as in :func:`_items_in`."""
-    from tplog._store import _head_dec
-
     end = txn.last("global")
     chunk = _Chunk(states={}, links=[], dropped=[], last_key=after, position=from_u64(end[0]) if end else 0,
                    events=0, done=True)
@@ -417,8 +381,8 @@ def _scan_keys(txn: ReadTxn, codec: Codec, after: bytes, limit: int, do_links: b
     check, check_header, header = codec.check, codec.check_header, codec.header
     body_bytes, decode_event = codec.body_bytes, codec.decode_event
     header_decode = codec.header_decoder.decode
-    crc32, prefix, seed = zlib.crc32, PREFIX.unpack_from, HEADER_CRC_SEED[3]
-    unread = UNREAD_FOR_LINKS if do_links else UNREAD_KINDS
+    crc32, prefix, seed, peek = zlib.crc32, PREFIX.unpack_from, HEADER_CRC_SEED[3], peek_header
+    skipped = SKIPPED_FOR_LINKS if do_links else SKIPPED
     current = key = b""
     st = ThreadState()
     name: str = ""
@@ -447,8 +411,8 @@ def _scan_keys(txn: ReadTxn, codec: Codec, after: bytes, limit: int, do_links: b
         if not (fmt == 3 and flags <= _FLAGS and hend <= len(value) - 4
                 and crc32(key, crc32(value[10:hend], seed)) == crc):
             check_header(key, value, where=(name, from_u64(key, TKEY_SIZE)))
-        if value[12] == 0x94 and (value[13] in unread or (value[13] == MSG_KIND and value[11 + hlen] == 0xC0)):
-            continue  # see _items_in
+        if peek(value) in skipped:  # see _items_in
+            continue
         seq = int.from_bytes(key[TKEY_SIZE:], "big")
         try:
             hdr: Header = header_decode(value[PREFIX_SIZE:hend])

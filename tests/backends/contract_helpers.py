@@ -1,0 +1,72 @@
+"""The backends every contract test runs over, and helpers to feed them.
+
+A new backend joins the contract suite and the differential test by adding one
+entry to :data:`FACTORIES` (a function of a fresh temporary directory); the tests
+themselves do not change.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+from tplog._codec import Codec, Encoded
+from tplog._events import Event, ThreadDeleted
+from tplog._store import new_event_id
+from tplog.backends.contract import ANY, ExpectedVersion, Recorder, ThreadAppend
+from tplog.backends.lmdb import LmdbRecorder
+from tplog.backends.memory import MemoryRecorder
+
+_codec = Codec()
+
+
+def _memory(path: Path, clock: Callable[[], int]) -> Recorder:
+    return MemoryRecorder(clock=clock)
+
+
+def _memory_p4(path: Path, clock: Callable[[], int]) -> Recorder:
+    return MemoryRecorder(clock=clock, logs=4)
+
+
+def _lmdb(path: Path, clock: Callable[[], int]) -> Recorder:
+    return LmdbRecorder(path / "lmdb", auto_dictionary=0)
+
+
+#: name → factory(tmp dir, clock). The clock is only honoured where a backend
+#: takes one (tests never depend on it but for ordering the differential test).
+#: ``memory-p4`` keeps four logs: the contract suite must hold for any number of logs.
+FACTORIES: dict[str, Callable[[Path, Callable[[], int]], Recorder]] = {
+    "memory": _memory, "memory-p4": _memory_p4, "lmdb": _lmdb}
+
+#: The backends the differential test compares with the reference (``memory``): each
+#: with one log, as the reference keeps (positions are then comparable one to one).
+DIFFERENTIAL: list[str] = ["lmdb"]
+
+
+def encode(events: Sequence[Event], event_ids: Sequence[str] | None = None, *, now: int | None = None) -> list[Encoded]:
+    """Encode as the facade does: one recorded_at for the whole append."""
+    t = time.time_ns() if now is None else now
+    ids = list(event_ids) if event_ids is not None else [new_event_id() for _ in events]
+    return [_codec.encode(ev, eid, t) for ev, eid in zip(events, ids, strict=True)]
+
+
+def part(thread_id: str, events: Sequence[Event], *, ids: Sequence[str] | None = None,
+         expected: ExpectedVersion = ANY, scope: str | None = None, now: int | None = None,
+         check_rules: bool = False) -> ThreadAppend:
+    """One thread's append. The suite tests storage mechanics on toy events (agents
+    never registered, placeholder times): only the order rules unless ``check_rules``."""
+    return ThreadAppend(thread_id=thread_id, events=encode(events, ids, now=now), expected=expected, scope=scope,
+                        fresh_ids=ids is None, check_rules=check_rules)
+
+
+def tombstone(reason: str | None = None, *, now: int | None = None) -> Encoded:
+    import msgspec
+
+    ev = ThreadDeleted(reason=reason if reason is not None else msgspec.UNSET)
+    return encode([ev], now=now)[0]
+
+
+def append(rec: Recorder, *parts: ThreadAppend) -> Any:
+    return rec.submit(list(parts)).result(timeout=30)

@@ -1,0 +1,124 @@
+"""``Store`` over each backend: the same verbs give the same answers.
+
+``Store("memory:")`` opens the reference backend, a path or ``lmdb:///dir`` the
+LMDB one; the facade (checks, encoding, scopes, fold cache, folds) is the same.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from pathlib import Path
+from typing import Any
+
+import msgspec
+import pytest
+from conftest import T, agent_start, completed, exchange, link, register, spawn_message, started, user
+
+from tplog import AsyncStore, Store, thread_hash
+from tplog import _model as m
+from tplog._errors import (
+    InvalidEventError,
+    InvalidInputError,
+    StoreClosedError,
+    ThreadDeletedError,
+    WrongExpectedVersionError,
+)
+from tplog._events import MessageRecorded
+from tplog.backends.lmdb import LmdbRecorder
+from tplog.backends.memory import MemoryRecorder
+
+
+def scenario(s: Store) -> list[Any]:
+    """A run through most verbs; returns what they answered, times left out."""
+    a, b, c = (str(uuid.UUID(int=i + 1)) for i in range(3))
+    call = m.ToolCallPart(tool_name="search", tool_call_id="c1", args={"q": "x"})
+    s.append(a, [started(a)], expected_version="no_stream", event_ids=["a0"])
+    s.append(a, [register(), *exchange("hi", "hello")])
+    s.append(a, [user(), agent_start(), spawn_message(b),
+                 MessageRecorded(message=m.ResponseMessage(timestamp=T, agent_id="a1", parts=[call]))])
+    s.append(b, [started(b), link(a, "spawned_from"), link(c, "referenced")])
+    s.append(c, [started(c), link(a, "referenced")])
+    out: list[Any] = []
+    with pytest.raises(WrongExpectedVersionError):
+        s.append(a, [completed()], expected_version=3)
+    with pytest.raises(InvalidEventError) as refused:  # the validation rules, on every backend
+        s.append(a, [completed(), user(), agent_start("ghost")])
+    out.append((refused.value.rule, refused.value.seq, refused.value.path))
+    dup = s.append(a, [started(a)], event_ids=["a0"])
+    out.append((dup.duplicate, dup.first_position))
+    out.append([(e.thread_id, e.seq, e.position, e.event_id if e.event_id == "a0" else "", e.event)
+                for e in s.read_all()])
+    out.append([e.seq for e in s.read(a, start=3, limit=2)])
+    out.append([e.seq for e in s.read(a, start=5, direction="backward", limit=3)])
+    out.append(thread_hash(s.thread(a)))
+    out.append(s.load(a).in_progress is not None)
+    out.append(s.pending(a))
+    out.append(s.interrupts(a))
+    out.append(s.links(b))
+    out.append(s.incoming(a))
+    out.append(s.incoming(a, limit=1))
+    out.append(s.children(a))
+    out.append(s.descendants(a))
+    out.append([h.thread_id for h in s.threads().threads])
+    out.append(msgspec.structs.replace(s.head(a), created_ns=0, updated_ns=0, stored_bytes=0))
+    s.delete_thread(c, reason="done")
+    with pytest.raises(ThreadDeletedError):
+        s.thread(c)
+    out.append(s.exists(c))
+    out.append(s.incoming(a))
+    out.append([e.position for e in s.iter_all(chunk=2)])
+    out.append(s.projections())
+    view = s.scoped("tenant")
+    view.append(a, [started(a)])
+    out.append((len(view.read_all()), len(s.read_all()), view.head(a).version))
+    out.append([(r.projection, r.differences) for r in s.rebuild(verify=True)])
+    out.append(s.verify().problems)
+    return out
+
+
+def test_memory_and_lmdb_answer_alike(tmp_path: Path) -> None:
+    with Store("memory:") as mem, Store(tmp_path / "db", auto_dictionary=0) as disk:
+        assert isinstance(mem.backend, MemoryRecorder) and isinstance(disk.backend, LmdbRecorder)
+        got = scenario(mem)
+        assert got == scenario(disk)
+        assert ("v3.3-agent-ref", 13, "$.agent_id") in got
+
+
+def test_lmdb_url_names_a_directory(tmp_path: Path) -> None:
+    t = str(uuid.uuid4())
+    with Store(f"lmdb://{tmp_path / 'db'}") as s:
+        assert isinstance(s.backend, LmdbRecorder)
+        s.append(t, [started(t)])
+    with Store(tmp_path / "db") as s:
+        assert s.head(t).version == 1
+    for bad in ("lmdb://", "postgres-ish://x"):
+        with pytest.raises(InvalidInputError):
+            Store(bad)
+
+
+def test_memory_store_cannot_be_read_only() -> None:
+    with pytest.raises(InvalidInputError):
+        Store("memory:", readonly=True)
+
+
+def test_memory_store_is_closed_like_any_other() -> None:
+    t = str(uuid.uuid4())
+    s = Store("memory:")
+    s.append(t, [started(t)])
+    s.close()
+    with pytest.raises(StoreClosedError):
+        s.append(t, [user()])
+
+
+@pytest.mark.parametrize("target", ["memory:", "lmdb"])
+def test_async_store_over_each_backend(target: str, tmp_path: Path) -> None:
+    async def main() -> list[int]:
+        path = target if target == "memory:" else str(tmp_path / "db")
+        async with await AsyncStore.open(path) as s:
+            tids = [str(uuid.uuid4()) for _ in range(8)]
+            await asyncio.gather(*(s.append(t, [started(t), register()]) for t in tids))
+            await asyncio.gather(*(s.append(t, exchange()) for t in tids))
+            return sorted(e.position for e in await s.read_all())
+
+    assert asyncio.run(main()) == list(range(1, 49))

@@ -1,0 +1,686 @@
+"""The reference backend: the contract in plain Python (dicts and lists, one lock).
+
+It is the model the differential test checks LMDB against, so it favours being
+obviously right over being fast: every append takes the lock, checks, then
+writes; nothing is cached; projections are recomputed the straightforward way.
+It also shows the contract is not shaped after LMDB's tables. ``Store("memory:")``
+opens one (handy in users' tests); its content lives as long as the process.
+"""
+
+from __future__ import annotations
+
+import bisect
+import copy
+import itertools
+import os
+import threading
+import time
+from collections.abc import Callable, Sequence
+from concurrent.futures import Future
+from typing import Any, Final, TypeVar
+
+import msgspec
+
+from tplog._codec import MSG_KIND, Codec, Encoded, Limits
+from tplog._errors import (
+    IdempotencyError,
+    InvalidEventError,
+    InvalidInputError,
+    NotFoundError,
+    RebuildInProgressError,
+    StoreClosedError,
+    ThreadDeletedError,
+    TplogError,
+    WrongExpectedVersionError,
+)
+from tplog._events import (
+    KIND_CODE,
+    AgentRegistered,
+    AgentTurnCompleted,
+    AgentTurnInterrupted,
+    AgentTurnStarted,
+    LinkAdded,
+    MessageRecorded,
+    RecordedEvent,
+    ThreadDeleted,
+    ThreadInfoChanged,
+    ThreadStarted,
+    UserTurnSubmitted,
+)
+from tplog._fold import Item, ThreadState, feed
+from tplog._rules import Tracker, advance_rules, check_event, exported_calls, rules_from_log
+from tplog.backends.contract import (
+    EXISTS,
+    NO_STREAM,
+    Append,
+    AppendResult,
+    Cursor,
+    Direction,
+    Handle,
+    RebuildReport,
+    ThreadAppend,
+    ThreadHead,
+    ThreadPage,
+    Tracking,
+    VerifyReport,
+    check_append,
+    outgoing,
+    thread_key,
+)
+from tplog.backends.contract import VERSIONS as VERSIONS
+
+__all__ = ["MemoryRecorder"]
+
+T = TypeVar("T")
+SPAWNED_FROM: Final = "spawned_from"
+_codec = Codec()
+
+
+class _Stored(msgspec.Struct):
+    """One stored event: what a read returns, plus what the projections need."""
+
+    seq: int
+    position: int
+    event_id: str
+    recorded_at: int
+    kind: int
+    facts: Any
+    event: Any
+    size: int
+
+
+class _Thread:
+    def __init__(self, head: ThreadHead) -> None:
+        self.head = head
+        self.events: list[_Stored] = []
+
+
+class _Held:
+    def __init__(self, locks: set[str], guard: threading.Condition, name: str) -> None:
+        self.locks, self.guard, self.name = locks, guard, name
+
+    def release(self) -> None:
+        with self.guard:
+            self.locks.discard(self.name)
+
+
+def _done(fn: Callable[[], T]) -> Future[T]:
+    fut: Future[T] = Future()
+    try:
+        fut.set_result(fn())
+    except TplogError as exc:
+        fut.set_exception(exc)
+    return fut
+
+
+class MemoryRecorder:
+    """The reference :class:`~tplog.backends.contract.Recorder`, in memory.
+
+    ``logs``: how many ordered logs (1 by default, as LMDB; more shows what a
+    catch-up reader sees from a sharded backend: a thread's log is a fixed
+    function of its key, positions are gap-free per log). ``clock``: nanoseconds
+    since the epoch for heads' times (tests pass a counter so that two backends
+    order their listings the same way)."""
+
+    def __init__(self, *, clock: Callable[[], int] = time.time_ns, limits: Limits | None = None,
+                 logs: int = 1) -> None:
+        if isinstance(logs, bool) or not isinstance(logs, int) or logs < 1:
+            raise InvalidInputError(f"logs must be an int ≥ 1, not {logs!r}")
+        self.logs = logs
+        self.codec = Codec(limits)
+        self._clock = clock
+        self._lock = threading.Condition(threading.Lock())
+        self._threads: dict[bytes, _Thread] = {}
+        self._ids: dict[tuple[str | None, str], tuple[bytes, int, int]] = {}  # (scope, id) → (tk, seq, pos)
+        # Per log: (position, tk, seq) in position order, and the last position handed out.
+        self._logs: list[list[tuple[int, bytes, int]]] = [[] for _ in range(logs)]
+        self._last = [0] * logs
+        self._links: list[tuple[bytes, bytes, bytes, int, str]] = []  # (target tk, relation, source tk, seq) + ids
+        self._children: dict[tuple[bytes, bytes], list[Any]] = {}  # (parent tk, child tk) → [child id, flags]
+        self._states: dict[bytes, ThreadState] = {}
+        self._tracking: dict[str, tuple[str, int, Cursor]] = {
+            name: ("live", v, (0,) * logs) for name, v in VERSIONS.items()}
+        self._locks: set[str] = set()
+        self._closed = False
+
+    # ------------------------------------------------------------------ writes
+
+    def gate(self) -> None:
+        pass
+
+    def submit(self, append: Append, *, lead: bool = True) -> Handle[list[AppendResult]]:
+        return _done(lambda: self._append(append))
+
+    def _append(self, append: Append) -> list[AppendResult]:
+        check_append(append)
+        with self._lock:
+            self._check_open()
+            # Plan every part against the current state, write only if all pass.
+            out: list[AppendResult | None] = []
+            plans: list[tuple[bytes, ThreadHead, list[Encoded], Any]] = []
+            for part in append:
+                tk = thread_key(part.thread_id, part.scope)
+                t = self._threads.get(tk)
+                if t is not None and t.head.thread_id.lower() != part.thread_id.lower():
+                    raise InvalidInputError(
+                        f"thread id {part.thread_id!r} collides with stored thread {t.head.thread_id!r}")
+                dup = self._duplicate(part.thread_id, tk, part.scope, part.events)
+                if dup is not None:
+                    out.append(dup)
+                    continue
+                head = t.head if t is not None else ThreadHead(thread_id=part.thread_id, scope=part.scope)
+                if head.status == "deleted":
+                    raise ThreadDeletedError(f"thread {part.thread_id} was deleted; its id cannot be reused")
+                exp = part.expected
+                if (exp == NO_STREAM and head.version != 0) or (exp == EXISTS and head.version == 0) or (
+                    isinstance(exp, int) and exp != head.version
+                ):
+                    raise WrongExpectedVersionError(part.thread_id, exp, head.version)
+                stored = [x.event for x in t.events] if t is not None and part.check_rules else []
+                new_head = _advance(part.thread_id, head, part.events, stored if part.check_rules else None)
+                plans.append((tk, new_head, part.events, part))
+                out.append(None)
+            results = iter([self._write(tk, h, p) for tk, h, _, p in plans])
+            final = [r if r is not None else next(results) for r in out]
+            self._lock.notify_all()
+            return final
+
+    def _duplicate(self, thread_id: str, tk: bytes, scope: str | None, events: list[Encoded]) -> AppendResult | None:
+        found = [self._ids.get((scope, e.event_id)) for e in events]
+        if all(f is None for f in found):
+            return None
+        if any(f is None for f in found):
+            stored = [e.event_id for e, f in zip(events, found, strict=True) if f is not None]
+            raise IdempotencyError(
+                f"thread {thread_id}: event ids {stored} are already stored but the others of this append are "
+                "not; an idempotent retry must resend exactly the original events")
+        refs = [f for f in found if f is not None]
+        for e, f in zip(events, refs, strict=True):
+            if f[0] != tk:
+                raise IdempotencyError(f"event id {e.event_id!r} is already stored in another thread")
+        seqs = [f[1] for f in refs]
+        if seqs != list(range(seqs[0], seqs[0] + len(seqs))):
+            raise IdempotencyError(f"thread {thread_id}: event ids {[e.event_id for e in events]} are stored, "
+                                   "but not as one contiguous append in this order")
+        return AppendResult(thread_id=thread_id, first_seq=seqs[0], last_seq=seqs[-1], first_position=refs[0][2],
+                            last_position=refs[-1][2], event_ids=[e.event_id for e in events], duplicate=True)
+
+    def _write(self, tk: bytes, head: ThreadHead, part: ThreadAppend) -> AppendResult:
+        # Link rows and results name the thread as this append spelled it.
+        events, scope, name = part.events, part.scope, part.thread_id
+        t = self._threads.get(tk)
+        if t is None:
+            t = self._threads[tk] = _Thread(head)
+        seq0 = head.version - len(events) + 1
+        log = self._log_of(tk)
+        first = self._last[log] + 1
+        live_links = self._tracking["links"][0] == "live"
+        live_state = self._tracking["state"][0] == "live"
+        for i, enc in enumerate(events):
+            s = self._store_event(t, tk, scope, enc, seq0 + i)
+            head.stored_bytes += s.size
+            if live_links:
+                self._index_links(tk, name, scope, s)
+            if live_state:
+                feed(self._states.setdefault(tk, ThreadState()), _item(s))
+        now = self._clock()
+        head.last_position = self._last[log]
+        if head.created_ns == 0:
+            head.created_ns = now
+        head.updated_ns = now
+        t.head = head
+        return AppendResult(thread_id=name, first_seq=seq0, last_seq=head.version, first_position=first,
+                            last_position=self._last[log], event_ids=[e.event_id for e in events])
+
+    def _log_of(self, tk: bytes) -> int:
+        return int.from_bytes(tk[:4], "big") % self.logs
+
+    def _store_event(self, t: _Thread, tk: bytes, scope: str | None, enc: Encoded, seq: int) -> _Stored:
+        log = self._log_of(tk)
+        self._last[log] += 1
+        pos = self._last[log]
+        hdr = _codec.header(enc.finish(b""))
+        # An independent copy, decoded as a reader of stored bytes would decode it.
+        event = _codec.decode_event(_codec.encode_body(enc.event))
+        s = _Stored(seq, pos, enc.event_id, hdr.recorded_at, enc.kind, enc.facts, event,
+                    14 + len(enc.head_and_body))
+        t.events.append(s)
+        self._ids[(scope, enc.event_id)] = (tk, seq, pos)
+        self._logs[log].append((pos, tk, seq))
+        return s
+
+    def _index_links(self, tk: bytes, thread_id: str, scope: str | None, s: _Stored) -> None:
+        for ordinal, lk in outgoing(s.seq, s.event):
+            ttk = thread_key(lk.thread_id, scope)
+            self._links.append((ttk, lk.relation.encode(), tk, ordinal, thread_id))
+            if lk.relation == SPAWNED_FROM:
+                self._set_child(ttk, tk, thread_id, 1)
+        for child in s.facts.spawned if s.facts is not None else ():
+            ck = thread_key(child, scope)
+            t = self._threads.get(ck)
+            if t is None or t.head.status != "deleted":  # a deleted thread is nobody's child
+                self._set_child(tk, ck, child, 2)
+
+    def _set_child(self, parent: bytes, child: bytes, child_id: str, flag: int) -> None:
+        row = self._children.get((parent, child))
+        if row is None:
+            self._children[(parent, child)] = [child_id, flag]
+        else:
+            # The row keeps the id of the latest writer, as a key/value upsert would.
+            row[0], row[1] = child_id, row[1] | flag
+
+    def delete_thread(self, thread_id: str, tombstone: Encoded, *, scope: str | None = None) -> Handle[AppendResult]:
+        return _done(lambda: self._delete(thread_id, tombstone, scope))
+
+    def _delete(self, thread_id: str, tombstone: Encoded, scope: str | None) -> AppendResult:
+        if not isinstance(tombstone.event, ThreadDeleted):
+            raise InvalidInputError(f"thread {thread_id}: a deletion's tombstone must be a ThreadDeleted event")
+        tk = thread_key(thread_id, scope)
+        with self._lock:
+            self._check_open()
+            t = self._threads.get(tk)
+            if t is None:
+                raise NotFoundError(f"thread {thread_id} does not exist")
+            if t.head.status == "deleted":
+                raise ThreadDeletedError(f"thread {thread_id} is already deleted")
+            if (scope, tombstone.event_id) in self._ids:
+                raise IdempotencyError(f"event id {tombstone.event_id!r} is already stored")
+            gone = {s.position for s in t.events}
+            for s in t.events:
+                del self._ids[(scope, s.event_id)]
+            log = self._logs[self._log_of(tk)]
+            log[:] = [e for e in log if e[0] not in gone]
+            self._links = [row for row in self._links if row[2] != tk]
+            for key in list(self._children):
+                row = self._children[key]
+                if key[1] == tk:  # a deleted thread is nobody's child
+                    row[1] = 0
+                if key[0] == tk:  # the parent's spawn facts too
+                    row[1] &= ~2
+                if not row[1]:
+                    del self._children[key]
+            self._states.pop(tk, None)
+            head = t.head
+            t.events = []
+            s = self._store_event(t, tk, scope, tombstone, head.version + 1)
+            t.head = msgspec.structs.replace(
+                head, version=s.seq, last_position=s.position, status="deleted", updated_ns=self._clock(),
+                open_turn_agent=None, open_turn_seq=0, stored_bytes=0)
+            self._lock.notify_all()
+            return AppendResult(thread_id=thread_id, first_seq=s.seq, last_seq=s.seq, first_position=s.position,
+                                last_position=s.position, event_ids=[tombstone.event_id])
+
+    # ------------------------------------------------------------------ reads
+
+    def head(self, thread_id: str, *, scope: str | None = None) -> ThreadHead | None:
+        with self._lock:
+            self._check_open()
+            t = self._threads.get(thread_key(thread_id, scope))
+            return None if t is None else msgspec.structs.replace(t.head)
+
+    def read_thread(self, thread_id: str, *, scope: str | None = None, after: int | None = None,
+                    limit: int | None = None, direction: Direction = "forward") -> list[RecordedEvent]:
+        with self._lock:
+            self._check_open()
+            t = self._threads.get(thread_key(thread_id, scope))
+            if t is None:
+                raise NotFoundError(f"thread {thread_id} does not exist")
+            if direction == "forward":
+                rows = [s for s in t.events if after is None or s.seq > after]
+            else:
+                rows = [s for s in reversed(t.events) if after is None or s.seq < after]
+            rows = rows if limit is None else rows[:limit]
+            return [_recorded(t.head.thread_id, s) for s in rows]
+
+    def log_of(self, thread_id: str, *, scope: str | None = None) -> int:
+        return self._log_of(thread_key(thread_id, scope))
+
+    def read_log(self, log: int, *, after: int = 0, limit: int | None = None,
+                 scope: str | None = None) -> list[RecordedEvent]:
+        if isinstance(log, bool) or not isinstance(log, int) or not 0 <= log < self.logs:
+            raise InvalidInputError(f"log {log!r} does not exist: this store keeps {self.logs} log(s)")
+        with self._lock:
+            self._check_open()
+            out: list[RecordedEvent] = []
+            entries = self._logs[log]
+            for _pos, tk, seq in entries[bisect.bisect_right(entries, (after, b"\xff" * 17, 0)):]:
+                if limit is not None and len(out) >= limit:
+                    break
+                t = self._threads[tk]
+                if t.head.scope != scope:
+                    continue
+                s = next(s for s in t.events if s.seq == seq)
+                out.append(_recorded(t.head.thread_id, s))
+            return out
+
+    def positions(self) -> Cursor:
+        with self._lock:
+            return tuple(self._last)
+
+    def wait(self, cursor: Cursor, timeout: float | None = None) -> Cursor:
+        deadline = None if timeout is None else time.monotonic() + timeout
+        with self._lock:
+            while all(a <= b for a, b in zip(self._last, cursor, strict=True)) and not self._closed:
+                left = None if deadline is None else deadline - time.monotonic()
+                if left is not None and left <= 0:
+                    break
+                self._lock.wait(left)
+            return tuple(self._last)
+
+    def threads(self, *, scope: str | None = None, after: str | None = None, limit: int = 50,
+                include_deleted: bool = False) -> ThreadPage:
+        if isinstance(limit, bool) or not isinstance(limit, int) or limit <= 0:
+            raise InvalidInputError("limit must be > 0")
+        bound: tuple[int, bytes] | None = None
+        if after is not None:
+            try:
+                raw = bytes.fromhex(after)
+                if len(raw) != 24:
+                    raise ValueError
+            except ValueError as exc:
+                raise InvalidInputError(f"cursor {after!r} is not one this store returned") from exc
+            bound = (int.from_bytes(raw[:8], "big"), raw[8:])
+        with self._lock:
+            self._check_open()
+            rows = sorted(((t.head.updated_ns, tk, t.head) for tk, t in self._threads.items()
+                           if t.head.scope == scope), key=lambda r: (r[0], r[1]), reverse=True)
+            out: list[ThreadHead] = []
+            last: tuple[int, bytes] | None = None
+            more = False
+            for upd, tk, h in rows:
+                if bound is not None and (upd, tk) >= bound:
+                    continue
+                if h.status == "deleted" and not include_deleted:
+                    continue
+                if len(out) >= limit:
+                    more = True
+                    break
+                out.append(msgspec.structs.replace(h))
+                last = (upd, tk)
+            cursor = (last[0].to_bytes(8, "big") + last[1]).hex() if more and last is not None else None
+            return ThreadPage(out, cursor)
+
+    def incoming(self, thread_id: str, *, scope: str | None = None, relation: str | None = None,
+                 after: tuple[str, str] | None = None, limit: int | None = None) -> list[tuple[str, str]]:
+        ttk = thread_key(thread_id, scope)
+        with self._lock:
+            self._check_open()
+            self._require_live("links")
+            rows = sorted(r for r in self._links if r[0] == ttk
+                          and (relation is None or r[1] == relation.encode()))
+            if not rows:
+                self._require_known(thread_id, ttk)
+            if after is not None:
+                bound = (after[1].encode(), thread_key(after[0], scope))
+                rows = [r for r in rows if (r[1], r[2]) > bound]
+            if limit is not None and len(rows) > limit:
+                last = rows[limit - 1]
+                rows = rows[:limit] + list(itertools.takewhile(
+                    lambda r: (r[1], r[2]) == (last[1], last[2]), rows[limit:]))
+            return [(r[4], r[1].decode()) for r in rows]
+
+    def children(self, thread_id: str, *, scope: str | None = None, after: str | None = None,
+                 limit: int | None = None) -> list[str]:
+        ptk = thread_key(thread_id, scope)
+        with self._lock:
+            self._check_open()
+            self._require_live("links")
+            rows = sorted((ck, row[0]) for (pk, ck), row in self._children.items() if pk == ptk)
+            if after is not None:
+                atk = thread_key(after, scope)
+                rows = [r for r in rows if r[0] > atk]
+            if not rows:
+                self._require_known(thread_id, ptk)
+            return [cid for _, cid in (rows if limit is None else rows[:limit])]
+
+    def thread_state(self, thread_id: str, *, scope: str | None = None) -> ThreadState | None:
+        with self._lock:
+            self._check_open()
+            if thread_key(thread_id, scope) not in self._threads:
+                raise NotFoundError(f"thread {thread_id} does not exist")
+            if self._tracking["state"][0] != "live":
+                return None
+            return copy.deepcopy(self._states.get(thread_key(thread_id, scope), ThreadState()))
+
+    def thread_events(self, thread_id: str, *, scope: str | None = None,
+                      after: int = 0) -> tuple[ThreadHead, list[Any]]:
+        with self._lock:
+            self._check_open()
+            t = self._threads.get(thread_key(thread_id, scope))
+            if t is None:
+                raise NotFoundError(f"thread {thread_id} does not exist")
+            if t.head.status != "active" or after > t.head.version:
+                after = 0
+            return msgspec.structs.replace(t.head), [s.event for s in t.events if s.seq > after]
+
+    def items(self, thread_id: str, *, scope: str | None = None) -> list[Item]:
+        with self._lock:
+            self._check_open()
+            t = self._threads.get(thread_key(thread_id, scope))
+            if t is None:
+                raise NotFoundError(f"thread {thread_id} does not exist")
+            return [Item(s.seq, s.kind, s.facts, None if s.kind == MSG_KIND else s.event) for s in t.events]
+
+    def descendants(self, thread_id: str, *, scope: str | None = None,
+                    max_depth: int | None = None) -> list[tuple[str, int]]:
+        root = thread_key(thread_id, scope)
+        seen = {root}
+        out: list[tuple[str, int]] = []
+        frontier = [root]
+        depth = 0
+        with self._lock:
+            self._check_open()
+            while frontier and (max_depth is None or depth < max_depth):
+                self._require_live("links")
+                depth += 1
+                nxt: list[bytes] = []
+                for tk in frontier:
+                    rows = sorted((ck, row[0]) for (pk, ck), row in self._children.items() if pk == tk)
+                    if not rows and depth == 1:  # the root: is it known at all?
+                        self._require_known(thread_id, root)
+                    for ck, child in rows:
+                        if ck not in seen:
+                            seen.add(ck)
+                            out.append((child, depth))
+                            nxt.append(ck)
+                frontier = nxt
+        return out
+
+    def _require_known(self, thread_id: str, tk: bytes) -> None:
+        """An empty links answer for a thread never stored, that no stored thread links
+        to or names as spawned, is ``NotFoundError`` (with the lock held)."""
+        if tk in self._threads or any(r[0] == tk for r in self._links) or any(
+                pk == tk or (ck == tk and row[1] & 2) for (pk, ck), row in self._children.items()):
+            return
+        raise NotFoundError(f"thread {thread_id} does not exist, and no stored thread links to it")
+
+    def links(self, thread_id: str, *, scope: str | None = None) -> list[Any]:
+        with self._lock:
+            self._check_open()
+            t = self._threads.get(thread_key(thread_id, scope))
+            if t is None:
+                raise NotFoundError(f"thread {thread_id} does not exist")
+            return [lk for s in t.events for _, lk in outgoing(s.seq, s.event)]
+
+    def _require_live(self, name: str) -> None:
+        from tplog._errors import RebuildRequiredError
+
+        if self._tracking[name][0] != "live":
+            raise RebuildRequiredError(f"memory: the {name} projection is stale; run rebuild({name!r})")
+
+    # ------------------------------------------------------------------ projections
+
+    def tracking(self) -> list[Tracking]:
+        with self._lock:
+            return [Tracking(name=n, version=v, code_version=VERSIONS[n], status=st,
+                             position=tuple(self._last) if st == "live" else pos)
+                    for n, (st, v, pos) in self._tracking.items()]
+
+    def rebuild(self, names: Sequence[str], *, verify: bool = False, force: bool = False, chunk: int = 20_000,
+                progress: Callable[[int, int], None] | None = None) -> list[RebuildReport]:
+        for n in names:
+            if n not in VERSIONS:
+                raise InvalidInputError(f"unknown projection {n!r}; known: {', '.join(VERSIONS)}")
+        for n in names:
+            if n in self._locks and not force:
+                raise RebuildInProgressError(f"memory: a rebuild of {n} is in progress")
+        t0 = time.monotonic()
+        with self._lock:
+            self._check_open()
+            links: list[tuple[bytes, bytes, bytes, int, str]] = []
+            children: dict[tuple[bytes, bytes], list[Any]] = {}
+            states: dict[bytes, ThreadState] = {}
+            saved = self._links, self._children
+            self._links, self._children = links, children
+            try:
+                for _pos, tk, seq in (e for entries in self._logs for e in entries):
+                    t = self._threads[tk]
+                    s = next(s for s in t.events if s.seq == seq)
+                    if s.kind != _K_DELETED:
+                        self._index_links(tk, t.head.thread_id, t.head.scope, s)
+                        feed(states.setdefault(tk, ThreadState()), _item(s))
+            finally:
+                self._links, self._children = saved
+            events = sum(len(entries) for entries in self._logs)
+            reports = []
+            for n in names:
+                problems: list[str] = []
+                if verify:
+                    if n == "links" and (sorted(links) != sorted(self._links) or children != self._children):
+                        problems.append("links: the live index differs from a rebuild")
+                    if n == "state" and {k: v for k, v in states.items() if v != ThreadState()} != {
+                            k: v for k, v in self._states.items() if v != ThreadState()}:
+                        problems.append("state: the live rows differ from a rebuild")
+                else:
+                    if n == "links":
+                        self._links, self._children = links, children
+                    else:
+                        self._states = states
+                    self._tracking[n] = ("live", VERSIONS[n], tuple(self._last))
+                reports.append(RebuildReport(projection=n, verify=verify, events=events,
+                                             seconds=time.monotonic() - t0, position=sum(self._last),
+                                             differences=problems))
+            if progress is not None:
+                progress(events, events)
+            return reports
+
+    # ------------------------------------------------------------------ maintenance
+
+    def try_lock(self, name: str) -> _Held | None:
+        if not name or not all(c.isascii() and (c.isalnum() or c in "-_") for c in name):
+            raise InvalidInputError(f"lock name must be ASCII letters, digits, '-' or '_', not {name!r}")
+        with self._lock:
+            if name in self._locks:
+                return None
+            self._locks.add(name)
+            return _Held(self._locks, self._lock, name)
+
+    def backup(self, dest: str, *, compact: bool = True) -> None:
+        """The log as JSON lines (``dest/log.jsonl``): a memory store has no files to copy."""
+        os.makedirs(dest, exist_ok=True)
+        rows = [msgspec.json.encode(e) for log in range(self.logs) for e in self.read_log(log, scope=None)]
+        with open(os.path.join(dest, "log.jsonl"), "wb") as f:
+            f.write(b"\n".join(rows) + (b"\n" if rows else b""))
+
+    def stats(self) -> dict[str, Any]:
+        with self._lock:
+            return {"backend": "memory", "threads": len(self._threads),
+                    "events": sum(len(t.events) for t in self._threads.values()), "last_position": sum(self._last),
+                    "logs": self.logs}
+
+    def verify(self, *, projections: bool = True) -> VerifyReport:
+        problems: list[str] = []
+        with self._lock:
+            for _tk, t in self._threads.items():
+                seqs = [s.seq for s in t.events]
+                want = [t.head.version] if t.head.status == "deleted" else list(range(1, t.head.version + 1))
+                if seqs != want:
+                    problems.append(f"thread {t.head.thread_id}: seqs {seqs[:5]}… do not match its head")
+        if projections:
+            for report in self.rebuild(list(VERSIONS), verify=True):
+                problems += report.differences
+        with self._lock:
+            return VerifyReport(events=sum(len(t.events) for t in self._threads.values()),
+                                threads=len(self._threads), problems=problems)
+
+    def sync(self) -> None:
+        pass
+
+    def train_dictionary(self, *, samples: int = 2000, size: int = 64 << 10) -> int:
+        return 0  # nothing is compressed in memory
+
+    def check_open(self) -> None:
+        self._check_open()
+
+    def close(self) -> None:
+        with self._lock:
+            self._closed = True
+            self._lock.notify_all()
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise StoreClosedError("memory: cannot use the store, as it has been closed")
+
+
+_K_DELETED: Final = KIND_CODE[ThreadDeleted]
+
+
+def _item(s: _Stored) -> Item:
+    return Item(s.seq, s.kind, s.facts, None if s.kind == MSG_KIND else s.event)
+
+
+def _recorded(thread_id: str, s: _Stored) -> RecordedEvent:
+    return RecordedEvent(thread_id=thread_id, seq=s.seq, position=s.position, event_id=s.event_id,
+                         recorded_at=s.recorded_at, event=s.event)
+
+
+def _advance(thread_id: str, head: ThreadHead, events: list[Encoded], stored: list[Any] | None) -> ThreadHead:
+    """The order rules and (``stored``: the thread's events, given when the append
+    checks the rules) the validation rules of tplog._rules, checked event by event;
+    the head they lead to (a copy). The tool-call check always takes the slow path
+    here (no state projection is consulted): simple, and the same answers."""
+    h = msgspec.structs.replace(head)
+    tracker = None
+    if stored is not None:
+        if h.rules == 0 and h.version > 0:
+            rules_from_log(h, stored)
+        tracker = Tracker(thread_id, h, None, lambda before: exported_calls([*stored, *before]))
+    for i, enc in enumerate(events):
+        ev = enc.event
+        seq = h.version + 1
+        where = f"thread {thread_id}, events[{i}] (would be seq {seq})"
+        if isinstance(ev, ThreadStarted):
+            if h.version != 0:
+                raise InvalidEventError(f"{where}: ThreadStarted must be the first event of a thread")
+            if ev.thread_id != thread_id:
+                raise InvalidEventError(f"{where}: ThreadStarted names thread {ev.thread_id!r} "
+                                        f"but is appended to {thread_id!r}")
+            h.links += len(outgoing(seq, ev))
+        elif h.version == 0:
+            raise InvalidEventError(f"{where}: the first event of a thread must be ThreadStarted")
+        elif isinstance(ev, (MessageRecorded, AgentTurnCompleted, AgentTurnInterrupted)):
+            if h.open_turn_agent is None:
+                raise InvalidEventError(f"{where}: {type(ev).__name__} needs an open agent turn")
+            if isinstance(ev, MessageRecorded):
+                h.messages += 1
+            else:
+                h.open_turn_agent, h.open_turn_seq = None, 0
+        elif isinstance(ev, (UserTurnSubmitted, AgentTurnStarted)):
+            if h.open_turn_agent is not None:
+                raise InvalidEventError(f"{where}: the agent turn of {h.open_turn_agent!r} is still open")
+            if isinstance(ev, UserTurnSubmitted):
+                h.user_turns += 1
+            else:
+                h.open_turn_agent, h.open_turn_seq = ev.agent_id, seq
+                h.agent_turns += 1
+        elif isinstance(ev, LinkAdded):
+            h.links += 1
+        elif isinstance(ev, ThreadDeleted):
+            raise InvalidEventError(f"{where}: delete a thread with delete_thread(), not by appending")
+        elif not isinstance(ev, (AgentRegistered, ThreadInfoChanged)):
+            raise InvalidEventError(f"{where}: unknown event {type(ev).__name__}")
+        if tracker is not None:
+            tracker.step(ev, check_event(ev), seq, i)
+        h.version = seq
+    advance_rules(h, tracker)
+    return h
