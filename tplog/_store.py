@@ -62,6 +62,7 @@ from tplog._errors import (
     InvalidEventError,
     InvalidInputError,
     NotFoundError,
+    StorageError,
     StoreClosedError,
     ThreadDeletedError,
     TplogError,
@@ -286,6 +287,26 @@ def _wake(reqs: list[_Request]) -> None:
             with contextlib.suppress(RuntimeError):  # its event loop is closed: nobody to tell
                 loop.call_soon_threadsafe(_resolve, fut, req)
     reqs.clear()
+
+
+def _fsync_tree(dest: str) -> None:
+    """Flush a finished backup: LMDB's copy only write()s it, so a power cut right
+    after ``backup`` returned could leave an empty or partial copy."""
+    try:
+        for dirpath, _dirs, files in os.walk(dest):
+            for name in files:
+                fd = os.open(os.path.join(dirpath, name), os.O_RDONLY)
+                try:
+                    os.fsync(fd)
+                finally:
+                    os.close(fd)
+            fd = os.open(dirpath, os.O_RDONLY)
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+    except OSError as exc:
+        raise StorageError(f"backup {dest}: flushing the copy failed: {exc}") from exc
 
 
 def _check_page_limit(limit: object) -> None:
@@ -1318,9 +1339,11 @@ class Store:
     # ------------------------------------------------------------------ maintenance
 
     def backup(self, dest: str, *, compact: bool = True) -> None:
-        """A consistent copy of the live store into the empty directory ``dest``."""
+        """A consistent copy of the live store into the empty directory ``dest``; on
+        disk (flushed, with its directory entries) when it returns."""
         self._check_open()
         self.engine.backup(dest, compact=compact)
+        _fsync_tree(dest)
 
     def sync(self) -> None:
         """Force everything committed so far to disk (useful in ``relaxed`` mode)."""
