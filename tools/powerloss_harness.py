@@ -136,7 +136,7 @@ def worker(store_dir: str, wid: int, threads: int, seed: int, durability: str, s
             r = rng.random()
             uniq = f"{wid}-{ti}-{seed}-{step}"
             try:
-                if version and r < 0.03 and not deterministic or deterministic and step == steps - 2:
+                if (version and r < 0.03 and not deterministic) or (deterministic and step == steps - 2):
                     emit({"del_try": tid})
                     res = store.delete_thread(tid)
                     emit({"del_ack": tid, "pos": res.last_position})
@@ -149,17 +149,17 @@ def worker(store_dir: str, wid: int, threads: int, seed: int, durability: str, s
                     store.sync()
                     emit({"sync_ack": 1})
                     continue
-                if r < 0.11 and ti == 0 and not deterministic:
+                if r < 0.097 and ti == 0 and not deterministic:
                     dest = backups / f"b-{wid}-{seed}-{step}"
                     backups.mkdir(exist_ok=True)
                     emit({"backup_try": str(dest)})
                     store.backup(str(dest))
                     emit({"backup": str(dest)})
                     continue
-                if r < 0.13 and ti == 0 and not deterministic:
+                if r < 0.102 and ti == 0 and not deterministic:
                     store.train_dictionary(samples=200)
                     continue
-                if r < 0.14 and ti == 0 and not deterministic:
+                if r < 0.105 and ti == 0 and not deterministic:
                     store.rebuild()
                     continue
                 ids = [] if version else [f"s.0.{uniq}"]
@@ -596,6 +596,23 @@ def run_boundaries(workdir: str, *, seed: int = 0, steps: int = 5, modes: tuple[
     return tally
 
 
+def run_soak(workdir: str, cuts: int, *, seed: int = 0, log: Any = None) -> Tally:
+    """``cuts`` cuts: 60 % at random moments, the rest at the flush boundaries of short
+    runs (durable and relaxed in turn, a new seed each)."""
+    tally = run_random(str(Path(workdir) / "random"), cuts * 6 // 10, seed=seed, log=log)
+    i = 0
+    while tally.cuts < cuts:
+        dur = ("durable", "relaxed")[i % 2]
+        t = run_boundaries(str(Path(workdir) / f"boundaries-{i}"), seed=seed + i, steps=5 + i % 4,
+                           durability=dur)
+        for k, v in t.__dict__.items():
+            setattr(tally, k, getattr(tally, k) + v)
+        if log:
+            log(f"boundaries {i} ({dur}): {tally.cuts} cuts, lost {tally.lost}, problems {len(tally.problems)}")
+        i += 1
+    return tally
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
     ap.add_argument("workdir")
@@ -606,6 +623,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--check-backup", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--cuts", type=int, default=50)
     ap.add_argument("--boundaries", action="store_true", help="cut a short run before each data operation")
+    ap.add_argument("--soak", action="store_true", help="--cuts cuts: 60%% random, the rest flush boundaries")
     ap.add_argument("--seed", type=int, default=None)
     ap.add_argument("--mode", default="mixed", choices=["mixed", "flushed", "harsh"])
     ap.add_argument("--durability", default="mixed", choices=["mixed", "durable", "relaxed"])
@@ -627,7 +645,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"cannot run: {why}", file=sys.stderr)
         return 2
     t0 = time.monotonic()
-    if args.boundaries:
+    if args.soak:
+        tally = run_soak(args.workdir, args.cuts, seed=seed, log=print)
+    elif args.boundaries:
         dur = "durable" if args.durability == "mixed" else args.durability
         tally = run_boundaries(args.workdir, seed=seed, steps=args.steps or 5, durability=dur, broken=args.broken,
                                log=print)
