@@ -126,6 +126,7 @@ def worker(store_dir: str, wid: int, threads: int, seed: int, durability: str, s
         emit({"error": f"{type(exc).__name__}: {exc}"})
         os._exit(3)
     backups = Path(store_dir).parent / "backups"
+    (Path(store_dir).parent / f"ready-{wid}").touch()  # the harness cuts once a worker is this far
 
     def run_thread(ti: int) -> None:
         rng = random.Random(seed * 1000 + wid * 10 + ti)
@@ -539,7 +540,7 @@ def run_random(workdir: str, cuts: int, *, seed: int = 0, mode: str = "mixed", d
             tally.workers += len(procs)
             started = time.monotonic() + 30  # cut once the store is there (now and then before)
             early = rng.random() < 0.05
-            while not early and not (store_dir / "data.mdb").exists() and time.monotonic() < started \
+            while not early and not list(store_dir.parent.glob("ready-*")) and time.monotonic() < started \
                     and any(p.poll() is None for p in procs):
                 time.sleep(0.02)
             deadline = time.monotonic() + rng.uniform(0.0, max_wait)
@@ -555,6 +556,8 @@ def run_random(workdir: str, cuts: int, *, seed: int = 0, mode: str = "mixed", d
             log(f"round {r}: {dur}/{m} {len(msgs)} lines, {tally.cuts} cuts, {tally.acked_events_checked} "
                 f"acked checked, lost {tally.lost}, torn {tally.torn}, problems {len(tally.problems)}")
         shutil.rmtree(backing / "backups", ignore_errors=True)
+        for ready in backing.glob("ready-*"):
+            ready.unlink()
     shutil.rmtree(backing, ignore_errors=True)
     return tally
 
