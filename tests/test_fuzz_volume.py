@@ -64,3 +64,30 @@ def test_fuzz_volume_soak(tmp_path: Path) -> None:
     cases = int(os.environ.get("TPLOG_FUZZ_CASES", "125000"))
     tally = _run(cases, tmp_path)
     assert sum(t["cases"] for t in tally.values()) >= 8 * cases
+
+
+# --------------------------------------------------------------------------- crashers found at volume
+
+
+@pytest.mark.parametrize("index", [-10, -1, 99, True])
+def test_ui_stream_body_reference_out_of_range(index: object) -> None:
+    """Found by tools/fuzz_volume.py (import-vercel-ui, seed 7): a ``data-tp-user_turn``
+    part naming ``"$index": -10`` in the request body raised IndexError; -1 silently took
+    the last part. Every index outside the body now reads as a missing reference."""
+    from tplog import TplogError
+    from tplog.integrations.importers import load_events
+
+    fx = json.loads((Path(__file__).resolve().parent / "integrations" / "fixtures" / "text.json").read_text())
+    run = fx["runs"][0]
+    assert '"$index":0' in run["sse"]
+    sse = run["sse"].replace('"$index":0', f'"$index":{json.dumps(index)}').encode()
+
+    def outcome(data: bytes) -> object:
+        try:
+            return load_events("vercel-ui", data, request=json.dumps(run["body"]).encode(), thread_id=fv.TID,
+                               agent_id="a", clock=lambda: fv.CLOCK)
+        except TplogError as exc:
+            return type(exc)
+
+    out_of_range = run["sse"].replace('"$index":0', '"$index":99').encode()
+    assert outcome(sse) == outcome(out_of_range)
