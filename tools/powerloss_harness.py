@@ -14,7 +14,7 @@ mounts the FUSE file system of tools/powerloss_fs.py over a backing directory,
 starts worker processes that append (durable or relaxed, several threads each,
 so appends form group commits), delete threads, back up, train dictionaries,
 rebuild projections and ``sync``, on a small map that must grow, and then
-cuts the power: the file system freezes (every later operation fails), the
+cuts the power: the file system freezes (every later write, flush or metadata change fails), the
 workers are SIGKILLed, and the backing files are rewritten to what a disk
 would hold — only the flushed writes (``flushed``), or besides a random part of
 the unflushed ones, reordered and with torn pages (``harsh``). Random rounds
