@@ -531,7 +531,8 @@ def _resolve_part(part: dict[str, Any], cur: _Cursor, body_parts: list[dict[str,
     kind = part.get("part_kind")
     if src == "body":
         idx = part.get("$index")
-        if body_parts is None or not isinstance(idx, int) or idx >= len(body_parts):
+        # from the stream, so outside input: a negative index must not count from the end
+        if body_parts is None or type(idx) is not int or not 0 <= idx < len(body_parts):
             return _MISSING
         out["content"] = body_parts[idx].get("content")
         return out
