@@ -7,6 +7,9 @@ themselves do not change.
 
 from __future__ import annotations
 
+import atexit
+import itertools
+import os
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -30,9 +33,49 @@ def _lmdb(path: Path, clock: Callable[[], int]) -> Recorder:
     return LmdbRecorder(path / "lmdb", auto_dictionary=0, fold_cache=0)
 
 
+_pg: list[str] = []  # the DSN of this test process's PostgreSQL server, once started
+_schemas = itertools.count()
+
+
+def pg_dsn() -> str:
+    """One real PostgreSQL server for the whole test run (tests/postgres/pg_server.py), started on first use.
+
+    Without the server binaries: a skip, or under ``CI=true`` a failure."""
+    if not _pg:
+        import pytest
+        from postgres.pg_server import INSTALL_HINT, PostgresServer, find_bindir
+
+        if find_bindir() is None:
+            if os.environ.get("CI") == "true":
+                pytest.fail(f"CI=true and no PostgreSQL server binaries: {INSTALL_HINT}")
+            pytest.skip(INSTALL_HINT)
+        server = PostgresServer().start()
+        atexit.register(server.stop)
+        _pg.append(server.dsn)
+    return _pg[0]
+
+
+def _postgres(path: Path, clock: Callable[[], int]) -> Recorder:
+    """A PostgreSQL recorder in a schema of its own (dropped when it is closed)."""
+    from tplog.backends.postgres import PostgresRecorder
+
+    class Throwaway(PostgresRecorder):
+        def close(self) -> None:
+            first = not self._closing
+            super().close()
+            if first:
+                import psycopg
+
+                with psycopg.connect(self._conninfo, autocommit=True) as c:
+                    c.execute(f"DROP SCHEMA {self.schema} CASCADE".encode())
+
+    return Throwaway(pg_dsn(), schema=f"t{os.getpid()}_{next(_schemas)}", clock=clock, pool_size=2)
+
+
 #: name → factory(tmp dir, clock). The clock is only honoured where a backend
 #: takes one (tests never depend on it but for ordering the differential test).
-FACTORIES: dict[str, Callable[[Path, Callable[[], int]], Recorder]] = {"memory": _memory, "lmdb": _lmdb}
+FACTORIES: dict[str, Callable[[Path, Callable[[], int]], Recorder]] = {
+    "memory": _memory, "lmdb": _lmdb, "postgres": _postgres}
 
 
 def encode(events: Sequence[Event], event_ids: Sequence[str] | None = None, *, now: int | None = None) -> list[Encoded]:
