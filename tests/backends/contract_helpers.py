@@ -55,8 +55,11 @@ def pg_dsn() -> str:
     return _pg[0]
 
 
+_free_schemas: list[str] = []  # emptied schemas, ready for the next recorder (creating one costs more)
+
+
 def _postgres(path: Path, clock: Callable[[], int]) -> Recorder:
-    """A PostgreSQL recorder in a schema of its own (dropped when it is closed)."""
+    """A PostgreSQL recorder in a schema of its own, emptied and handed to the next test when it is closed."""
     from tplog.backends.postgres import PostgresRecorder
 
     class Throwaway(PostgresRecorder):
@@ -66,16 +69,27 @@ def _postgres(path: Path, clock: Callable[[], int]) -> Recorder:
             if first:
                 import psycopg
 
-                with psycopg.connect(self._conninfo, autocommit=True) as c:
-                    c.execute(f"DROP SCHEMA {self.schema} CASCADE".encode())
+                with psycopg.connect(self._conninfo, autocommit=True) as c, c.transaction():
+                    c.execute(f"SET LOCAL search_path TO {self.schema}".encode())
+                    for table in ("events", "heads", "links", "children", "states", "blobs"):
+                        c.execute(f"DELETE FROM {table}".encode())
+                    c.execute("UPDATE logs SET position = 0")
+                    c.execute("UPDATE tracking SET status = 'live'")
+                _free_schemas.append(self.schema)
 
-    return Throwaway(pg_dsn(), schema=f"t{os.getpid()}_{next(_schemas)}", clock=clock, pool_size=2)
+    schema = _free_schemas.pop() if _free_schemas else f"t{os.getpid()}_{next(_schemas)}"
+    # Durability is not what these tests check (tests/postgres does): no fsync wait per commit.
+    return Throwaway(pg_dsn(), schema=schema, clock=clock, pool_size=2, settings={"synchronous_commit": "off"})
 
 
 #: name → factory(tmp dir, clock). The clock is only honoured where a backend
 #: takes one (tests never depend on it but for ordering the differential test).
 FACTORIES: dict[str, Callable[[Path, Callable[[], int]], Recorder]] = {
     "memory": _memory, "lmdb": _lmdb, "postgres": _postgres}
+
+#: Differential-test examples per backend where the default (EXAMPLES) would take too
+#: long: every step reads everything back, a round trip per read on a server backend.
+DIFF_EXAMPLES: dict[str, int] = {"postgres": 100}
 
 
 def encode(events: Sequence[Event], event_ids: Sequence[str] | None = None, *, now: int | None = None) -> list[Encoded]:

@@ -172,11 +172,12 @@ class PostgresRecorder:
     is created. ``lock_timeout``: seconds an append waits for a lock before
     :class:`LockTimeoutError`. ``migrate``: upgrade an older schema on open (else
     :class:`SchemaError` names the command that does). ``clock``: nanoseconds for
-    heads' times.
+    heads' times. ``settings``: server settings for every connection (``SET name = value``).
     """
 
     def __init__(self, url: str, *, schema: str | None = None, logs: int | None = None, create: bool = True,
                  migrate: bool = False, lock_timeout: float = 30.0, pool_size: int = 4,
+                 settings: dict[str, str] | None = None,
                  clock: Callable[[], int] = time.time_ns, codec: Codec | None = None) -> None:
         conninfo, ours = _parse_url(url)
         self.url = _redact(url)
@@ -187,10 +188,11 @@ class PostgresRecorder:
         self._clock = clock
         self.codec = codec or Codec()
         self._channel = f"tplog_{self.schema}"
-        self._kwargs: dict[str, Any] = {
-            "autocommit": True,
-            "options": f"-c search_path={self.schema} -c lock_timeout={max(1, int(lock_timeout * 1000))}",
-        }
+        opts = {"search_path": self.schema, "lock_timeout": str(max(1, int(lock_timeout * 1000))), **(settings or {})}
+        for k, v in opts.items():
+            if not k.replace("_", "").replace(".", "").isalnum() or not v.replace("_", "").replace(".", "").isalnum():
+                raise InvalidInputError(f"setting {k}={v!r}: names and values are letters, digits, '_' or '.'")
+        self._kwargs: dict[str, Any] = {"autocommit": True, "options": " ".join(f"-c {k}={v}" for k, v in opts.items())}
         try:
             self._conninfo = psycopg.conninfo.make_conninfo(conninfo)
         except psycopg.ProgrammingError as exc:
@@ -206,6 +208,7 @@ class PostgresRecorder:
         self._closing = False
         self._closed = False
         self._listener: threading.Thread | None = None
+        self._live_until: dict[str, float] = {}
         self._wconn: psycopg.Connection[Any] | None = None
         self._writer = threading.Thread(target=self._write_loop, name=f"tplog-pg-writer-{self.schema}", daemon=True)
         self._writer.start()
@@ -794,8 +797,16 @@ class PostgresRecorder:
         return ThreadPage(heads, cursor)
 
     def _require_live(self, conn: psycopg.Connection[Any], name: str) -> bool:
+        # A projection turns stale only when a process with other fold code rebuilds it: a live
+        # answer is trusted for a second, sparing every link/state read a second query.
+        now = time.monotonic()
+        if self._live_until.get(name, 0.0) > now:
+            return True
         row = conn.execute("SELECT status, version FROM tracking WHERE name = %s", (name,)).fetchone()
-        return row is not None and row[0] == "live" and row[1] == VERSIONS[name]
+        live = row is not None and row[0] == "live" and row[1] == VERSIONS[name]
+        if live:
+            self._live_until[name] = now + 1.0
+        return live
 
     def incoming(self, thread_id: str, *, scope: str | None = None, relation: str | None = None,
                  after: tuple[str, str] | None = None, limit: int | None = None) -> list[tuple[str, str]]:
