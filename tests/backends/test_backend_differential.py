@@ -51,8 +51,8 @@ def tool_call(call_id: str) -> MessageRecorded:
 
 
 def tool_return(call_id: str) -> MessageRecorded:
-    return MessageRecorded(message=m.RequestMessage(
-        timestamp=T, agent_id="a1", parts=[m.ToolReturnPart(tool_name="f", tool_call_id=call_id, content="r", status="success")]))
+    part = m.ToolReturnPart(tool_name="f", tool_call_id=call_id, content="r", status="success")
+    return MessageRecorded(message=m.RequestMessage(timestamp=T, agent_id="a1", parts=[part]))
 
 
 def event_strategy() -> st.SearchStrategy[Event]:
@@ -211,34 +211,32 @@ class Differential(RuleBasedStateMachine):
         """Every read of the contract, each with its outcome (a value or an error type)."""
         out: list[tuple[str, Any]] = []
 
-        def read(what: str, fn: Any) -> None:
+        def read(what: str, fn: Any, *args: Any, **kw: Any) -> None:
             try:
-                out.append((what, fn()))
+                out.append((what, fn(*args, **kw)))
             except TplogError as exc:
                 out.append((what, type(exc).__name__))
 
         read("positions", r.positions)
         read("tracking", lambda: [(t.name, t.status, t.version, t.position) for t in r.tracking()])
         for scope in SCOPES:
-            read(f"read_log {scope}", lambda: r.read_log(0, scope=scope))
-            read(f"read_log page {scope}", lambda: r.read_log(0, after=2, limit=3, scope=scope))
+            read(f"read_log {scope}", r.read_log, 0, scope=scope)
+            read(f"read_log page {scope}", r.read_log, 0, after=2, limit=3, scope=scope)
             for include in (False, True):
-                read(f"threads {scope} {include}", lambda: self.listing(r, scope, include))
+                read(f"threads {scope} {include}", self.listing, r, scope, include)
             for t in THREADS:
                 at = f"{t} {scope}"
-                read(f"head {at}", lambda: head_view(r.head(t, scope=scope)))
-                read(f"read_thread {at}", lambda: r.read_thread(t, scope=scope))
-                read(f"read_thread backward {at}",
-                     lambda: r.read_thread(t, scope=scope, direction="backward", after=3, limit=2))
-                read(f"read_thread page {at}", lambda: r.read_thread(t, scope=scope, after=1, limit=2))
-                read(f"incoming {at}", lambda: r.incoming(t, scope=scope))
-                read(f"incoming pages {at}",
-                     lambda: self.pages(lambda after: r.incoming(t, scope=scope, after=after, limit=1)))
-                read(f"incoming spawned_from {at}", lambda: r.incoming(t, scope=scope, relation="spawned_from"))
-                read(f"children {at}", lambda: r.children(t, scope=scope))
-                read(f"children pages {at}",
-                     lambda: self.pages(lambda after: r.children(t, scope=scope, after=after, limit=1)))
-                read(f"thread_state {at}", lambda: r.thread_state(t, scope=scope))
+                read(f"head {at}", lambda t, scope: head_view(r.head(t, scope=scope)), t, scope)
+                read(f"read_thread {at}", r.read_thread, t, scope=scope)
+                read(f"read_thread backward {at}", r.read_thread, t, scope=scope, direction="backward", after=3,
+                     limit=2)
+                read(f"read_thread page {at}", r.read_thread, t, scope=scope, after=1, limit=2)
+                read(f"incoming {at}", r.incoming, t, scope=scope)
+                read(f"incoming pages {at}", self.pages, r.incoming, t, scope)
+                read(f"incoming spawned_from {at}", r.incoming, t, scope=scope, relation="spawned_from")
+                read(f"children {at}", r.children, t, scope=scope)
+                read(f"children pages {at}", self.pages, r.children, t, scope)
+                read(f"thread_state {at}", r.thread_state, t, scope=scope)
         return out
 
     @staticmethod
@@ -253,11 +251,12 @@ class Differential(RuleBasedStateMachine):
             after = page.cursor
 
     @staticmethod
-    def pages(fetch: Any) -> list[Any]:
+    def pages(verb: Any, thread: str, scope: str | None) -> list[Any]:
+        """Every page of ``verb`` at one item per page, following ``after``."""
         out: list[Any] = []
         after = None
         for _ in range(50):
-            page = fetch(after)
+            page = verb(thread, scope=scope, after=after, limit=1)
             if not page:
                 break
             out.append(page)
