@@ -34,7 +34,7 @@ from collections import deque
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Future
 from contextlib import contextmanager
-from typing import Any, Final
+from typing import Any, Final, ParamSpec, TypeVar
 
 import msgspec
 import psycopg
@@ -77,6 +77,8 @@ from tplog.backends.postgres.schema import SCHEMA_VERSION, TABLES, check_schema_
 
 __all__ = ["PostgresRecorder"]
 
+P = ParamSpec("P")
+R = TypeVar("R")
 SPAWNED_FROM: Final = "spawned_from"
 _K_DELETED: Final = KIND_CODE[ThreadDeleted]
 #: Submissions joined into one transaction at most (bounds its size and its lock time).
@@ -110,6 +112,22 @@ def _redact(url: str) -> str:
         return url
     netloc = parts.netloc.replace(":" + parts.password + "@", ":***@")
     return urllib.parse.urlunsplit(parts._replace(netloc=netloc))
+
+
+def _retried(fn: Callable[P, R]) -> Callable[P, R]:
+    """Reads are idempotent: one on a pooled connection the server has since dropped is run
+    again (the pool discards a broken connection when it comes back)."""
+
+    def run(*args: P.args, **kwargs: P.kwargs) -> R:
+        for _ in range(3):
+            try:
+                return fn(*args, **kwargs)
+            except PostgresUnavailableError:
+                time.sleep(0.05)
+        return fn(*args, **kwargs)
+
+    run.__doc__, run.__name__ = fn.__doc__, fn.__name__
+    return run
 
 
 class _Held:
@@ -692,12 +710,14 @@ class PostgresRecorder:
         return RecordedEvent(thread_id=thread_id, seq=seq, position=position, event_id=event_id,
                              recorded_at=hdr.recorded_at, event=ev)
 
+    @_retried
     def head(self, thread_id: str, *, scope: str | None = None) -> ThreadHead | None:
         with self._read() as conn:
             row = conn.execute("SELECT head, last_position FROM heads WHERE log_id = %s AND scope = %s AND tk = %s "
                                "AND head IS NOT NULL", self._key(thread_id, scope)).fetchone()
         return None if row is None else msgspec.structs.replace(_head_dec.decode(row[0]), last_position=row[1])
 
+    @_retried
     def read_thread(self, thread_id: str, *, scope: str | None = None, after: int | None = None,
                     limit: int | None = None, direction: Direction = "forward") -> list[RecordedEvent]:
         log, sc, tk = self._key(thread_id, scope)
@@ -715,6 +735,7 @@ class PostgresRecorder:
                 raise NotFoundError(f"thread {thread_id} does not exist")
             return [self._event(conn, r[0], log, tk, r[1], r[2], r[3], r[4]) for r in rows if r[1] is not None]
 
+    @_retried
     def read_log(self, log: int, *, after: int = 0, limit: int | None = None,
                  scope: str | None = None) -> list[RecordedEvent]:
         if isinstance(log, bool) or not isinstance(log, int) or not 0 <= log < self.logs:
@@ -727,6 +748,7 @@ class PostgresRecorder:
                 binary=True).fetchall()
             return [self._event(conn, r[0], log, bytes(r[1]), r[2], r[3], r[4], r[5]) for r in rows]
 
+    @_retried
     def positions(self) -> Cursor:
         with self._read() as conn:
             return tuple(r[0] for r in conn.execute("SELECT position FROM logs ORDER BY log_id").fetchall())
@@ -770,6 +792,7 @@ class PostgresRecorder:
             except psycopg.Error:
                 time.sleep(0.5)  # the server went away: waiters poll meanwhile
 
+    @_retried
     def threads(self, *, scope: str | None = None, after: str | None = None, limit: int = 50,
                 include_deleted: bool = False) -> ThreadPage:
         if isinstance(limit, bool) or not isinstance(limit, int) or limit <= 0:
@@ -808,6 +831,7 @@ class PostgresRecorder:
             self._live_until[name] = now + 1.0
         return live
 
+    @_retried
     def incoming(self, thread_id: str, *, scope: str | None = None, relation: str | None = None,
                  after: tuple[str, str] | None = None, limit: int | None = None) -> list[tuple[str, str]]:
         log, sc, tk = self._key(thread_id, scope)
@@ -833,6 +857,7 @@ class PostgresRecorder:
                     (log, sc, tk, last[1], last[2], last[3])).fetchall()
         return [(r[0], bytes(r[1]).decode()) for r in rows]
 
+    @_retried
     def children(self, thread_id: str, *, scope: str | None = None, after: str | None = None,
                  limit: int | None = None) -> list[str]:
         log, sc, tk = self._key(thread_id, scope)
@@ -848,6 +873,7 @@ class PostgresRecorder:
                                 f"{cond} ORDER BY child LIMIT %s", [*params, limit]).fetchall()
         return [r[0] for r in rows]
 
+    @_retried
     def thread_state(self, thread_id: str, *, scope: str | None = None) -> ThreadState | None:
         with self._read() as conn:
             if not self._require_live(conn, "state"):
@@ -858,6 +884,7 @@ class PostgresRecorder:
 
     # ------------------------------------------------------------------ projections
 
+    @_retried
     def tracking(self) -> list[Tracking]:
         with self._read() as conn:
             rows = {r[0]: r for r in conn.execute("SELECT name, status, version FROM tracking").fetchall()}
@@ -918,6 +945,7 @@ class PostgresRecorder:
                     for data in copy:
                         f.write(data)
 
+    @_retried
     def stats(self) -> dict[str, Any]:
         with self._read() as conn:
             threads = conn.execute("SELECT count(*) FROM heads WHERE head IS NOT NULL").fetchone()
