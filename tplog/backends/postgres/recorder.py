@@ -227,6 +227,8 @@ class PostgresRecorder:
         self._closed = False
         self._listener: threading.Thread | None = None
         self._live_until: dict[str, float] = {}
+        #: Append transactions this process committed (submissions ÷ commits = the mean group).
+        self.commits = 0
         self._wconn: psycopg.Connection[Any] | None = None
         self._writer = threading.Thread(target=self._write_loop, name=f"tplog-pg-writer-{self.schema}", daemon=True)
         self._writer.start()
@@ -457,6 +459,7 @@ class PostgresRecorder:
             plans = [self._plan(b, job.append, lookup_all) for job in jobs if job.append is not None]
             bases = self._write_rows(conn, b, keys)
         base = {log: cur.fetchone()[0] for log, cur in bases.items()}
+        self.commits += 1
         out: list[Any] = []
         for plan in plans:
             if isinstance(plan, BaseException):
