@@ -9,6 +9,7 @@ from __future__ import annotations
 import itertools
 import os
 import random
+import subprocess
 import sys
 import threading
 import time
@@ -421,3 +422,53 @@ def test_rebuild_online_while_appending(open_rec: Callable[..., PostgresRecorder
             w.join()
     assert not errors, errors
     assert recs[0].verify() == []
+
+
+def test_server_restart_mid_load(pg_dsn: str) -> None:
+    """PostgreSQL restarts (fast shutdown) while writers append: callers get the typed, retryable
+    error at worst, the pool and the writer reconnect, and every append is stored exactly once."""
+    from .pg_server import PostgresServer
+
+    with PostgresServer() as server:
+        rec = PostgresRecorder(server.dsn, schema="restart")
+        try:
+            threads = [tid() for _ in range(4)]
+            rec.submit([part(t, [started(t)]) for t in threads]).result(timeout=30)
+            errors: list[BaseException] = []
+            failures = [0]
+
+            def writer(t: str) -> None:
+                try:
+                    for n in range(30):
+                        for _attempt in range(200):
+                            try:
+                                rec.submit([part(t, [user()], ids=[f"{t}-{n}"])]).result(timeout=60)
+                                break
+                            except PostgresUnavailableError as exc:
+                                assert exc.retryable
+                                failures[0] += 1
+                                time.sleep(0.05)
+                        else:
+                            raise AssertionError(f"{t}: append {n} never got through")
+                        time.sleep(0.01)
+                except BaseException as exc:
+                    errors.append(exc)
+
+            ws = [threading.Thread(target=writer, args=(t,)) for t in threads]
+            for w in ws:
+                w.start()
+            time.sleep(0.3)
+            # The restarted server keeps pg_ctl's stdout: not a pipe, or run() would wait for it.
+            subprocess.run(server._cmd("pg_ctl", "-D", str(server.data), "-m", "fast", "-w", "restart"),
+                           check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            for w in ws:
+                w.join()
+            assert not errors, errors
+            assert failures[0] > 0  # the restart was seen
+            for t in threads:
+                assert [e.event_id for e in rec.read_thread(t)][1:] == [f"{t}-{n}" for n in range(30)]
+            rows = log_rows(rec)
+            assert [p for _, _, p, _ in rows] == list(range(1, len(rows) + 1))
+            assert rec.verify() == []
+        finally:
+            rec.close()

@@ -212,7 +212,10 @@ class PostgresRecorder:
                 raise InvalidInputError(f"setting {k}={v!r}: names and values are letters, digits, '_' or '.'")
         self._kwargs: dict[str, Any] = {"autocommit": True, "options": " ".join(f"-c {k}={v}" for k, v in opts.items())}
         try:
-            self._conninfo = psycopg.conninfo.make_conninfo(conninfo)
+            given = psycopg.conninfo.conninfo_to_dict(conninfo)
+            # A server that does not answer must not hang a writer forever.
+            self._conninfo = psycopg.conninfo.make_conninfo(
+                conninfo, **({} if "connect_timeout" in given else {"connect_timeout": 10}))
         except psycopg.ProgrammingError as exc:
             raise InvalidInputError(f"bad PostgreSQL URL {self.url!r}: {exc}") from exc
         with self._connect() as conn:
@@ -375,7 +378,7 @@ class PostgresRecorder:
             try:
                 conn = self._writer_conn()
                 if batch[0].delete is not None:
-                    return [self._delete_txn(conn, *batch[0].delete)]
+                    return [self._delete_txn(conn, *batch[0].delete, retrying=lost)]
                 return self._append_txn(conn, batch, lookup_all=lost)
             except _RETRY as exc:
                 if len(batch) > 1:
@@ -662,8 +665,8 @@ class PostgresRecorder:
                 "val": ev[5], "hscope": hd[0], "htk": hd[1], "tid": hd[2], "head": hd[3], "upd": hd[4], "del": hd[5],
                 "hoff": hd[6]}
 
-    def _delete_txn(self, conn: psycopg.Connection[Any], thread_id: str, tomb: Encoded,
-                    scope: str | None) -> AppendResult:
+    def _delete_txn(self, conn: psycopg.Connection[Any], thread_id: str, tomb: Encoded, scope: str | None, *,
+                    retrying: bool = False) -> AppendResult:
         log, sc, tk = self._key(thread_id, scope)
         with conn.transaction():
             row = conn.execute("SELECT head, last_position FROM heads WHERE log_id = %s AND scope = %s AND tk = %s "
@@ -671,6 +674,13 @@ class PostgresRecorder:
             if row is None:
                 raise NotFoundError(f"thread {thread_id} does not exist")
             head = _head_dec.decode(row[0])
+            if head.status == "deleted" and retrying:
+                # After a lost COMMIT: this deletion's own tombstone means it did commit.
+                got = conn.execute("SELECT seq, position FROM events WHERE log_id = %s AND scope = %s AND tk = %s "
+                                   "AND event_id = %s", (log, sc, tk, tomb.event_id)).fetchone()
+                if got is not None:
+                    return AppendResult(thread_id=thread_id, first_seq=got[0], last_seq=got[0],
+                                        first_position=got[1], last_position=got[1], event_ids=[tomb.event_id])
             if head.status == "deleted":
                 raise ThreadDeletedError(f"thread {thread_id} is already deleted")
             if conn.execute("SELECT 1 FROM events WHERE log_id = %s AND scope = %s AND event_id = %s",
