@@ -472,3 +472,44 @@ def test_server_restart_mid_load(pg_dsn: str) -> None:
             assert rec.verify() == []
         finally:
             rec.close()
+
+
+_WRITER = """
+import sys, uuid
+sys.path[:0] = [sys.argv[3], sys.argv[3] + "/backends"]
+from conftest import started, user
+from contract_helpers import part
+from tplog.backends.postgres import PostgresRecorder
+rec = PostgresRecorder(sys.argv[1], schema=sys.argv[2])
+shared = "shared-thread"
+mine = str(uuid.uuid4())
+rec.submit([part(mine, [started(mine)])]).result(timeout=60)
+for n in range(20):
+    rec.submit([part(mine, [user()], ids=[f"{mine}-{n}"])]).result(timeout=60)
+    rec.submit([part(shared, [user()], ids=[f"{mine}-s{n}"])]).result(timeout=60)
+rec.close()
+print(mine)
+"""
+
+
+def test_processes_share_one_store(pg_dsn: str, schema: str, open_rec: Callable[..., PostgresRecorder]) -> None:
+    """Writer processes that share no memory append to their own threads and to one shared
+    thread: each append is recorded once, every log position once, each thread gap-free."""
+    rec = open_rec()
+    rec.submit([part("shared-thread", [started("shared-thread")])]).result(timeout=30)
+    tests_dir = str(Path(__file__).resolve().parent.parent)
+    procs = [subprocess.Popen([sys.executable, "-c", _WRITER, pg_dsn, schema, tests_dir], stdout=subprocess.PIPE,
+                              text=True) for _ in range(3)]
+    mine = []
+    for p in procs:
+        out, _ = p.communicate(timeout=300)
+        assert p.returncode == 0
+        mine.append(out.strip())
+    rows = log_rows(rec)
+    assert [p for _, _, p, _ in rows] == list(range(1, 1 + 1 + 3 * 41))
+    shared = rec.read_thread("shared-thread")
+    assert [e.seq for e in shared] == list(range(1, 62))
+    assert sorted(e.event_id for e in shared[1:]) == sorted(f"{m}-s{n}" for m in mine for n in range(20))
+    for m in mine:
+        assert [e.event_id for e in rec.read_thread(m)][1:] == [f"{m}-{n}" for n in range(20)]
+    assert rec.verify() == []
