@@ -1,5 +1,5 @@
 # Two commands set everything up on a fresh machine with Python 3.11+:
-#   make demo   records agent runs into ./demo-store and prints what tplog derives from them
+#   make demo   records agent runs into ./demo-store (replacing only one it made) and prints what tplog derives
 #   make test   lints (ruff, mypy --strict) and runs the whole test suite
 # `make test-lowest` runs the suite against the lowest supported dependencies (CI runs both).
 PYTHON ?= python3

@@ -250,9 +250,10 @@ def tplog_bulk_load(
     store = Store(path, durability=durability)
     try:
         try:
-            from tplog._store import ANY, _Request
+            from tplog._store import ANY
+            from tplog.backends.lmdb.recorder import _Request
 
-            encode, commit = store._encode, store._commit
+            encode, commit = store._encode, store.backend._commit  # type: ignore[attr-defined]
         except (ImportError, AttributeError):
             encode = None
         if encode is not None:
@@ -273,8 +274,7 @@ def tplog_bulk_load(
                     for i in range(0, len(threads), batch):
                         await asyncio.gather(*(astore.append(tid, evs) for tid, evs in threads[i : i + batch]))
                 finally:
-                    astore._leader.stop = True  # the leader thread only: the store is closed below
-                    astore._leader.wake.set()
+                    pass  # the store (and its leader thread) is closed below
 
             asyncio.run(main())
         store.sync()

@@ -87,7 +87,8 @@ def tplog_load(Store: Any, path: Any, threads: Sequence[tuple[str, Any]], *, bat
     Returns seconds taken.
     """
     try:
-        from tplog._store import ANY, _Request
+        from tplog._store import ANY
+        from tplog.backends.lmdb.recorder import _Request
 
         fresh = "fresh_ids" in inspect.signature(_Request).parameters
     except (ImportError, AttributeError, TypeError, ValueError):  # pragma: no cover - internals changed
@@ -95,7 +96,7 @@ def tplog_load(Store: Any, path: Any, threads: Sequence[tuple[str, Any]], *, bat
     t0 = time.perf_counter()
     store = Store(path, durability="relaxed", map_size=max(64 << 20, 4096 * len(threads)))
     try:
-        encode, commit = store._encode, store._commit
+        encode, commit = store._encode, store.backend._commit  # type: ignore[attr-defined]
 
         def done(job: tuple[Future[None], list[Any]]) -> None:
             job[0].result()

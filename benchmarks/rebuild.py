@@ -74,7 +74,7 @@ def _tplog() -> Any:
     from tplog import LinkAdded
     from tplog._codec import MSG_KIND
     from tplog._fold import Item, interrupts, pending
-    from tplog._keys import TKEY_SIZE, from_u64
+    from tplog.backends.lmdb.keys import TKEY_SIZE, from_u64
 
     return LinkAdded, MSG_KIND, Item, interrupts, pending, TKEY_SIZE, from_u64
 

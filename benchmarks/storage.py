@@ -67,7 +67,7 @@ def tplog_sizes(Store: Any, path: Any) -> dict[str, Any]:
 
 def install_dictionary(Store: Any, train_path: Any, path: Any, threads: list[Any]) -> tuple[int, int]:
     """Train on the held-out store; put the dictionary into a fresh store at ``path``. Returns (id, bytes)."""
-    from tplog._keys import u64
+    from tplog.backends.lmdb.keys import u64
 
     with Store(train_path, durability="relaxed") as t:
         dict_id = t.train_dictionary()

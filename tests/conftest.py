@@ -15,7 +15,7 @@ import time
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import pytest
 
@@ -128,7 +128,29 @@ def snapshot(store: Store) -> dict[str, Any]:
 # --------------------------------------------------------------------------- a Store that records its groups
 
 
-class CountingStore(Store):
+class HookedStore(Store):
+    """An LMDB store whose group commit runs this object's ``_commit`` (tests override
+    it to hold or count groups; ``super()._commit(batch)`` commits)."""
+
+    def __init__(self, *a: Any, **kw: Any) -> None:
+        super().__init__(*a, **kw)
+        rec: Any = self.backend
+        self._rec_commit = type(rec)._commit.__get__(rec)
+        rec._commit = self._commit
+
+    @property
+    def _gc(self) -> Any:
+        return cast(Any, self.backend)._gc
+
+    @property
+    def _cond(self) -> Any:
+        return cast(Any, self.backend)._cond
+
+    def _commit(self, batch: list[Any]) -> None:
+        self._rec_commit(batch)
+
+
+class CountingStore(HookedStore):
     """Records every commit group. The first group waits (at most 10 s) until
     ``gate`` appends are in it or queued behind it, so that the next group is
     certain to hold the rest together."""

@@ -39,8 +39,8 @@ def test_first_dictionary_is_trained_in_the_background(tmp_path: Path) -> None:
         s.append("t1", _events(150, "t1"))
         assert s.stats()["dictionaries"] == 0  # not yet: 150 < 200
         s.append("t2", _events(150, "t2"))  # crosses 200: training starts
-        assert s._gc.trainer is not None
-        s._gc.trainer.join(30)
+        assert s.backend._gc.trainer is not None
+        s.backend._gc.trainer.join(30)
         assert s.codec.current_dict == 1 and s.stats()["dictionaries"] == 1
         before = _values(s)
         s.append("t3", _events(60, "t3"))
@@ -59,7 +59,7 @@ def test_first_dictionary_is_trained_in_the_background(tmp_path: Path) -> None:
 def test_auto_dictionary_off(tmp_path: Path) -> None:
     with Store(tmp_path / "s", auto_dictionary=0) as s:
         s.append("t1", _events(300, "t1"))
-        assert s._gc.trainer is None and s.stats()["dictionaries"] == 0
+        assert s.backend._gc.trainer is None and s.stats()["dictionaries"] == 0
 
 
 def _reader(path: str, ready: Any, go: Any, out: Any) -> None:
@@ -96,7 +96,7 @@ def test_appends_through_scoped_views_train_it_too(tmp_path: Path) -> None:
     with Store(tmp_path / "s", auto_dictionary=200) as s:
         view = s.scoped("tenant-a")
         view.append("t1", _events(250, "t1"))
-        trainer = s._gc.trainer
+        trainer = s.backend._gc.trainer
         assert trainer is not None
         trainer.join(30)
         assert s.stats()["dictionaries"] == 1 and view.codec.current_dict == 1

@@ -311,7 +311,7 @@ def test_open_while_another_process_grows_the_map(tmp_path: Path, monkeypatch: p
     """Found by the crash harness: a process opening the store between another process's map growth
     and its own first transaction gets MDB_MAP_RESIZED from the write transaction that opens the
     tables, surfaced as a StorageError instead of being adopted."""
-    import tplog._storage as storage
+    import tplog.backends.lmdb.engine as storage
 
     path = tmp_path / "s"
     with Store(path, map_size=256 << 10) as s:
@@ -335,7 +335,7 @@ def test_lmdb_open_itself_meets_a_map_resize(tmp_path: Path, monkeypatch: pytest
     """Found by the crash harness: py-lmdb's open begins a transaction of its own, which gets
     MDB_MAP_RESIZED when another process grew the map between LMDB reading the meta page and
     that transaction. The open is retried (it adopts the grown map), not failed."""
-    import tplog._storage as storage
+    import tplog.backends.lmdb.engine as storage
 
     path = tmp_path / "s"
     with Store(path, map_size=256 << 10) as s:

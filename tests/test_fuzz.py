@@ -480,7 +480,7 @@ _BOMB = textwrap.dedent("""
     from conftest import started, user
     from tplog import CorruptionError, TplogError
     from tplog._store import Store
-    from tplog._keys import event_key, tkey
+    from tplog.backends.lmdb.keys import event_key, tkey
 
     with Store(sys.argv[1]) as s:
         s.append("t", [started("t"), user("x" * 300)])   # seq 2 is stored compressed

@@ -29,9 +29,9 @@ from tplog._events import (
     ThreadStarted,
 )
 from tplog._json import from_builtins
-from tplog._keys import tkey
 from tplog._store import Store
 from tplog._versions import upgrade
+from tplog.backends.lmdb.keys import tkey
 
 T = "2025-01-20T10:00:00Z"
 
@@ -584,8 +584,8 @@ def test_engine_scan_check_runs_in_the_scan_and_errors_release_the_reader(store:
 
 
 def test_links_queries_raise_when_the_projection_is_stale(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from tplog import _projections as proj
     from tplog._errors import RebuildRequiredError
+    from tplog.backends.lmdb import projections as proj
 
     path = tmp_path / "s"
     with Store(path) as s:

@@ -15,7 +15,6 @@ import msgspec
 import pytest
 
 from tplog import _model as m
-from tplog import _projections as proj
 from tplog._cli import main
 from tplog._errors import InvalidInputError, RebuildInProgressError, RebuildRequiredError
 from tplog._events import (
@@ -26,6 +25,7 @@ from tplog._events import (
     ThreadStarted,
 )
 from tplog._store import Store
+from tplog.backends.lmdb import projections as proj
 
 T = "2025-01-20T10:00:00Z"
 
@@ -312,7 +312,7 @@ def test_a_second_rebuild_in_the_same_process_is_refused(tmp_path: Path) -> None
 _HOLDER = """
 import sys, time
 from pathlib import Path
-from tplog import _projections as proj
+from tplog.backends.lmdb import projections as proj
 from tplog._store import Store
 path, flag = sys.argv[1], Path(sys.argv[2])
 with Store(path) as s:

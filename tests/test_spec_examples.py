@@ -1,6 +1,7 @@
 """Every JSON example of the protocol documents that is a thread, turn, message, part or event.
 
-The fixtures in ``tests/fixtures/spec`` are the examples of /work/shared/spec/*.md.
+The fixtures in ``tests/fixtures/spec`` are the examples of the protocol documents
+(copied into ``tests/fixtures/spec/docs``).
 The ``json`` blocks of the v0.0.3 spec are copied verbatim; the rest are
 TypeScript / Python object literals made literal JSON, and each record below says
 what had to change ("literal: ..."). Examples that are not ThreadProtocol objects

@@ -1,4 +1,4 @@
-"""The storage contract every engine must meet (tplog/_storage.py ``Engine``).
+"""The LMDB backend's key/value engine contract (tplog/backends/lmdb/engine.py ``Engine``).
 
 Written against the contract only — named ordered tables of bytes, ``read()``
 snapshots, ``run_write(fn)`` all-or-nothing, ``try_lock(name)`` advisory locks
@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 
 from tplog import ReadOnlyError, StorageError, StorageFullError, StoreClosedError
-from tplog._storage import TABLES, LmdbEngine
+from tplog.backends.lmdb.engine import TABLES, LmdbEngine
 
 SMALL = 64 * 1024
 
@@ -335,3 +335,25 @@ def test_try_lock_on_a_readonly_or_closed_engine(make_engine: Callable[..., Any]
     r = make_engine("ro", readonly=True)
     with pytest.raises(ReadOnlyError):
         r.try_lock("job")
+
+
+def test_scan_is_a_bounded_range_in_one_snapshot(engine: Any) -> None:
+    """``scan`` (the short-query path of links and children) returns what ``range``
+    returns for the same bounds, runs ``check`` first in the same snapshot, and
+    stops at ``limit``."""
+    keys = _fill(engine)
+    with engine.read() as txn:
+        want = [(bytes(k), bytes(v)) for k, v in txn.range("events", b"\x03", b"\x07")]
+    assert [(bytes(k), bytes(v)) for k, v in engine.scan("events", b"\x03", b"\x07")] == want
+    assert len(want) == 4 and want[0][0] == keys[2]
+    assert [k for k, _ in engine.scan("events", b"\x03", b"\x07", limit=2)] == [k for k, _ in want[:2]]
+    assert engine.scan("events", b"\x0a", b"\xff") == []
+    seen: list[object] = []
+    engine.scan("events", b"", b"\xff", check=lambda txn: seen.append(txn.get("events", keys[0])))
+    assert seen == [b"v" + keys[0]]
+
+    def refuse(txn: Any) -> None:
+        raise StorageError("check failed")
+
+    with pytest.raises(StorageError):
+        engine.scan("events", b"", b"\xff", check=refuse)

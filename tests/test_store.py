@@ -25,6 +25,7 @@ import msgspec
 import pytest
 from conftest import (
     CountingStore,
+    HookedStore,
     T,
     agent_start,
     completed,
@@ -64,8 +65,8 @@ from tplog import (
     WrongExpectedVersionError,
 )
 from tplog._codec import Limits
-from tplog._keys import event_key, tkey
 from tplog._store import AppendResult, Store
+from tplog.backends.lmdb.keys import event_key, tkey
 
 
 def event_ids_stored(store: Store, eids: list[str]) -> list[bool]:
@@ -926,7 +927,7 @@ def test_a_group_that_fails_outside_the_engine_fails_its_appends(tmp_path: Path)
     """An unexpected error in the leader's commit (not an engine error) must fail every
     append of that group: none may be left waiting, or take the lead alongside another."""
 
-    class Boom(Store):
+    class Boom(HookedStore):
         stage = 0
 
         def _commit(self, batch: list[Any]) -> None:
@@ -965,7 +966,7 @@ def test_a_group_that_fails_outside_the_engine_fails_its_appends(tmp_path: Path)
         assert s.append("after", [started("after")]).last_position == 3
 
 
-class _Staged(Store):
+class _Staged(HookedStore):
     """Commit groups held until enough appends queue behind them: group 1 is ``u0``
     alone, group 2 is ``u1``..``u4``, group 3 is ``u5``, ``u6``. ``fail`` makes group 3
     raise before it reaches the engine; else its transaction, once built, stays open

@@ -269,6 +269,7 @@ def test_iter_all_streams_the_log_and_sees_a_delete_between_chunks(tmp_path: Pat
 #: Store's public names that AsyncStore does not mirror, and why.
 NOT_MIRRORED = {
     "iter_thread_values": "raw values with one read transaction held for the iteration: an in-process tool",
+    "engine": "the LMDB backend's key/value engine: maintenance and tests, in process",
 }
 
 

@@ -104,17 +104,17 @@ from tplog import (  # noqa: E402
     to_builtins,
 )
 from tplog._codec import F_BLOB, Limits, stored_body  # noqa: E402
-from tplog._keys import TKEY_SIZE, from_u64, tkey, u64  # noqa: E402
 from tplog._store import ThreadHead  # noqa: E402
+from tplog.backends.lmdb.keys import TKEY_SIZE, from_u64, tkey, u64  # noqa: E402
 
-# The on-disk layouts the checks read directly (README "Storage format"); kept here, not imported from
+# The on-disk layouts the checks read directly (tplog/FORMAT.md); kept here, not imported from
 # tplog's internals, so that the harness checks the format rather than trusting the code under test.
 C_LINK = 1  # children flag: the child has a spawned_from link to the parent
 C_SPAWN = 2  # children flag: the parent recorded a thread_spawn event naming the child
 _head_dec = msgspec.msgpack.Decoder(ThreadHead)
 
 try:  # tenant scopes: keys carry the scope (unscoped stores keep the plain layout)
-    from tplog._keys import eid_key, scope_tag
+    from tplog.backends.lmdb.keys import eid_key, scope_tag
 except ImportError:  # pragma: no cover - before scopes
     def eid_key(event_id: str, scope: str | None) -> bytes:
         return event_id.encode()
@@ -431,7 +431,7 @@ def check_structure(store: Store) -> tuple[list[str], dict[str, Any]]:
                 bad(f"event {k.hex()} belongs to no thread head")
                 continue
             try:
-                r = store._decode_value(txn, k, v, h.thread_id, seq, key_pos.get(k, 0))
+                r = store.backend._decode_value(txn, k, v, h.thread_id, seq, key_pos.get(k, 0), h.scope)
             except TplogError as exc:
                 bad(f"event {h.thread_id}/{seq} does not decode: {exc!r}")
                 continue

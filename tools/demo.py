@@ -2,6 +2,9 @@
 
 Usage: python tools/demo.py [STORE_DIR]   (default ./demo-store; recreated each run)
 
+A directory is only deleted if an earlier demo run made it (the marker file
+``MARKER`` in it): the demo refuses to touch any other existing directory.
+
 If the Pydantic AI integration is installed (``tplog[pydantic-ai]``) the runs
 are real Pydantic AI runs of a scripted model (no API key); otherwise the same
 conversation is recorded as history events directly. Either way it records:
@@ -34,6 +37,7 @@ from tplog._events import (
 from tplog._store import Store
 
 AGENT = "7d9f3c2e-0000-4000-8000-000000000001"
+MARKER = ".made-by-tplog-demo"
 T0 = "2025-01-20T10:00:00Z"
 
 
@@ -115,7 +119,13 @@ def record(store: Store) -> tuple[str, str, str]:
 def main() -> int:
     path = Path(sys.argv[1] if len(sys.argv) > 1 else "demo-store")
     if path.exists():
+        if not (path / MARKER).is_file() and (not path.is_dir() or any(path.iterdir())):
+            sys.stderr.write(f"error: {path} exists and was not made by the demo; remove it yourself or "
+                             "pass another directory (python tools/demo.py DIR)\n")
+            return 2
         shutil.rmtree(path)
+    path.mkdir(parents=True)
+    (path / MARKER).write_text("made by tools/demo.py: `make demo` deletes and recreates this directory\n")
     with Store(path) as store:
         root, child, how = record(store)
         print(f"tplog {tplog.__version__}: recorded {how} into {path}/\n")

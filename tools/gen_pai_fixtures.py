@@ -33,9 +33,36 @@ from pydantic_ai.models.function import AgentInfo, DeltaThinkingPart, DeltaToolC
 
 from tplog._fold import fold
 from tplog.integrations.pydantic_ai import ThreadRecorder, history_from_thread
-from tplog.integrations.vercel import recorded_vercel_stream
+from tplog.integrations.vercel import CHAT_ID_KEY, recorded_vercel_stream, thread_id_for_chat
 
 HANG: asyncio.Event | None = None
+
+
+def ui_history(history: list[Any]) -> list[dict[str, Any]]:
+    """The UI messages a ``useChat`` client holds for ``history`` (Pydantic AI's own dump, SDK v6)."""
+    from pydantic_ai.ui.vercel_ai import VercelAIAdapter
+
+    return [
+        u.model_dump(mode="json", by_alias=True, exclude_none=True)
+        for u in VercelAIAdapter.dump_messages(history, sdk_version=6)
+    ]
+
+
+def answered(decisions: dict[str, dict[str, Any]]) -> Any:
+    """A request body builder: the client's UI history with the tool parts of ``decisions`` updated
+    (``{"state": "approval-responded", "approval": ...}`` or ``{"state": "output-available", "output": ...}``),
+    as AI SDK v6 sends it after ``addToolApprovalResponse`` / ``addToolOutput``."""
+
+    def build(history: list[Any]) -> dict[str, Any]:
+        msgs = ui_history(history)
+        for part in msgs[-1]["parts"]:
+            cid = part.get("toolCallId")
+            if cid in decisions:
+                part.pop("approval", None)
+                part.update(decisions[cid])
+        return {"trigger": "submit-message", "id": "chat", "messages": msgs}
+
+    return build
 
 
 def body(text: str | None, files: list[dict[str, Any]] | None = None) -> dict[str, Any]:
@@ -244,6 +271,151 @@ async def s_cancel(kind: str) -> Any:
     return {"agent": weather_agent(stream), "runs": [run]}
 
 
+async def s_tool_raises(_: Any) -> Any:
+    """A tool raises (not ModelRetry): the run errors after a complete response; the adapter closes
+    the call with a synthetic "interrupted by an error" output that is no tool return."""
+
+    async def stream(messages: list[Any], info: AgentInfo) -> Any:
+        if n_responses(messages) == 0:
+            yield "Let me look. "
+            yield {1: DeltaToolCall(name="explode", json_args="{}", tool_call_id="x1")}
+        else:
+            yield "unreachable"
+
+    agent: Agent[None, Any] = Agent(FunctionModel(stream_function=stream, model_name="fn-model"))
+
+    @agent.tool_plain
+    def explode() -> str:
+        raise RuntimeError("tool blew up")
+
+    return {"agent": agent, "runs": [{"body": body("call explode")}]}
+
+
+async def s_cancel_during_tool(_: Any) -> Any:
+    """Cancelled while a tool runs: the adapter closes the call with a synthetic 'interrupted' output."""
+    token = CancellationToken()
+
+    async def stream(messages: list[Any], info: AgentInfo) -> Any:
+        if n_responses(messages) == 0:
+            yield "Checking. "
+            yield {1: DeltaToolCall(name="slow", json_args='{"n": 1}', tool_call_id="s1")}
+        else:
+            yield "unreachable"
+
+    agent: Agent[None, Any] = Agent(FunctionModel(stream_function=stream, model_name="fn-model"))
+
+    @agent.tool_plain
+    async def slow(n: int) -> str:
+        token.cancel()
+        await hang()
+        return "never"
+
+    return {"agent": agent, "runs": [{"body": body("run slow"), "cancellation_token": token}]}
+
+
+def _approval_agent() -> Any:
+    async def stream(messages: list[Any], info: AgentInfo) -> Any:
+        n = n_responses(messages)
+        if n == 0:
+            yield "I will delete both. "
+            yield {1: DeltaToolCall(name="delete_file", json_args='{"path": "a.txt"}', tool_call_id="d1")}
+            yield {2: DeltaToolCall(name="get_weather", json_args='{"city": "Rome"}', tool_call_id="w1")}
+            yield {3: DeltaToolCall(name="delete_file", json_args='{"path": "b.txt"}', tool_call_id="d2")}
+        else:
+            yield "Deleted a.txt, kept b.txt."
+
+    agent = weather_agent(stream, output_type=[str, DeferredToolRequests])
+
+    @agent.tool_plain(requires_approval=True)
+    def delete_file(path: str) -> str:
+        return f"deleted {path}"
+
+    return agent
+
+
+async def s_approval_resume(_: Any) -> Any:
+    """AI SDK v6 approval flow: the second request carries the approvals in the client's UI history;
+    the resumed stream announces the approved call again before its output."""
+    decisions = {
+        "d1": {"state": "approval-responded", "approval": {"id": "d1", "approved": True}},
+        "d2": {"state": "approval-responded", "approval": {"id": "d2", "approved": False, "reason": "keep it"}},
+    }
+    return {
+        "agent": _approval_agent(),
+        "runs": [{"body": body("delete a.txt and b.txt")}, {"body_from_history": answered(decisions)}],
+    }
+
+
+async def s_client_tool(_: Any) -> Any:
+    """A client-side tool (AI SDK v6 ``addToolOutput``): the server defers the call, the browser runs
+    it and sends the result as an ``output-available`` tool part; that result resumes the run."""
+
+    async def stream(messages: list[Any], info: AgentInfo) -> Any:
+        if n_responses(messages) == 0:
+            yield {0: DeltaToolCall(name="get_location", json_args="{}", tool_call_id="loc1")}
+        else:
+            yield "You are in Lyon."
+
+    agent: Agent[None, Any] = Agent(
+        FunctionModel(stream_function=stream, model_name="fn-model"), output_type=[str, DeferredToolRequests]
+    )
+
+    @agent.tool_plain
+    def get_location() -> str:
+        raise CallDeferred  # runs in the browser
+
+    decisions = {"loc1": {"state": "output-available", "output": {"city": "Lyon"}}}
+    return {"agent": agent, "runs": [{"body": body("where am I?")}, {"body_from_history": answered(decisions)}]}
+
+
+async def s_sources_data(_: Any) -> Any:
+    """A tool whose return carries Vercel source/data chunks (Pydantic AI streams them after the output)."""
+    from pydantic_ai import ToolReturn
+    from pydantic_ai.ui.vercel_ai.response_types import DataChunk, SourceDocumentChunk, SourceUrlChunk
+
+    async def stream(messages: list[Any], info: AgentInfo) -> Any:
+        if n_responses(messages) == 0:
+            yield {0: DeltaToolCall(name="search", json_args='{"q": "tplog"}', tool_call_id="q1")}
+        else:
+            yield "Found it."
+
+    agent: Agent[None, Any] = Agent(FunctionModel(stream_function=stream, model_name="fn-model"))
+
+    @agent.tool_plain
+    def search(q: str) -> Any:
+        return ToolReturn(
+            return_value=f"results for {q}",
+            metadata=[
+                SourceUrlChunk(source_id="s1", url="https://example.com/tplog", title="tplog"),
+                SourceDocumentChunk(source_id="s2", media_type="application/pdf", title="spec"),
+                DataChunk(type="data-search-stats", data={"hits": 2}),
+            ],
+        )
+
+    return {"agent": agent, "runs": [{"body": body("search tplog")}]}
+
+
+async def s_output_retry(_: Any) -> Any:
+    """An output validator rejects the first text answer: two model responses in one UI step, and
+    the retry request between them emits no chunk."""
+
+    async def stream(messages: list[Any], info: AgentInfo) -> Any:
+        if n_responses(messages) == 0:
+            yield "fourty-two"
+        else:
+            yield "42"
+
+    agent: Agent[None, Any] = Agent(FunctionModel(stream_function=stream, model_name="fn-model"))
+
+    @agent.output_validator
+    def digits_only(out: str) -> str:
+        if not out.isdigit():
+            raise ModelRetry("answer with digits only")
+        return out
+
+    return {"agent": agent, "runs": [{"body": body("6 times 7?")}]}
+
+
 SCENARIOS: dict[str, Any] = {
     "text": lambda: s_text(None),
     "thinking": lambda: s_thinking(None),
@@ -258,6 +430,12 @@ SCENARIOS: dict[str, Any] = {
     "cancel_after_tool_cycle": lambda: s_cancel("aftertool"),
     "timeout": lambda: s_cancel("timeout"),
     "model_error": lambda: s_cancel("error"),
+    "tool_raises": lambda: s_tool_raises(None),
+    "cancel_during_tool": lambda: s_cancel_during_tool(None),
+    "approval_resume": lambda: s_approval_resume(None),
+    "client_tool": lambda: s_client_tool(None),
+    "sources_data": lambda: s_sources_data(None),
+    "output_retry": lambda: s_output_retry(None),
 }
 
 
@@ -267,13 +445,17 @@ async def run_scenario(name: str) -> dict[str, Any]:
     spec = await SCENARIOS[name]()
     agent = spec["agent"]
     events: list[Any] = []
-    rec = ThreadRecorder(events.extend, f"thread-{name}")
-    await rec.start_thread(title=name)
+    chat_id = f"chat-{name}"  # an AI SDK chat id, not a UUID: the thread id is made from it
+    rec = ThreadRecorder(events.extend, thread_id_for_chat(chat_id))
+    await rec.start_thread(title=name, metadata={CHAT_ID_KEY: chat_id})
     await rec.register_agent("agent-1", "assistant", model_name="fn-model")
     runs_out: list[dict[str, Any]] = []
     history: list[Any] = []
     for run in spec["runs"]:
-        kwargs = {k: v for k, v in run.items() if k != "body"}
+        kwargs = {k: v for k, v in run.items() if k not in ("body", "body_from_history")}
+        if "body_from_history" in run:
+            run["body"] = run["body_from_history"](history)
+        run["body"]["id"] = chat_id
         start = len(events)
         sse: list[str] = []
         if True:
@@ -283,7 +465,7 @@ async def run_scenario(name: str) -> dict[str, Any]:
                 ):
                     sse.append(line)
             except RuntimeError:
-                pass  # model_error: the stream ends with an `error` chunk, the exception re-raised after
+                pass  # model/tool error: the stream ends with an `error` chunk, the exception re-raised after
         thread = fold(events).thread
         assert thread is not None
         history = history_from_thread(thread)

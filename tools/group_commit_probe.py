@@ -9,7 +9,7 @@ fsyncs, plus getting the GIL back after them) and *gap* (from one group's end
 to the next one's start: waking the callers and handing the lead over). It
 also prints events/s and the process's user/sys CPU per event (``os.times``).
 
-A diagnostic, not a benchmark: it wraps ``Store._commit`` and the engine's
+A diagnostic, not a benchmark: it wraps the LMDB backend's ``_commit`` and the engine's
 ``run_write`` to take timestamps, which costs a few µs per group.
 """
 
@@ -64,7 +64,7 @@ def probe(path: str, threads: int, appends: int) -> dict[str, Any]:
         store.append(tid, events[:1])  # ThreadStarted: every append below is one message-sized event
     spans: list[tuple[float, float, float, float, float, int]] = []
     marks: dict[str, float] = {}
-    engine, commit = store.engine, store._commit
+    engine, commit = store.engine, store.backend._commit
     run_write = engine.run_write
 
     def timed_run_write(fn: Any) -> Any:
@@ -84,7 +84,7 @@ def probe(path: str, threads: int, appends: int) -> dict[str, Any]:
         spans.append((t0, marks["start"], marks["built"], marks["committed"], time.perf_counter(), len(batch)))
 
     engine.run_write = timed_run_write  # type: ignore[method-assign]
-    store._commit = timed_commit  # type: ignore[method-assign]
+    store.backend._commit = timed_commit  # type: ignore[method-assign]
     barrier, workers = start_writers(store, own, threads, appends)
     cpu0 = os.times()
     barrier.wait()

@@ -2,7 +2,8 @@
 
 Output is JSON on stdout (one document, or JSON lines for event streams);
 errors go to stderr as ``error: <message>`` with exit status 2 (1 for a
-validation report with errors). Run ``tplog COMMAND --help`` for each.
+validation report with errors); Ctrl-C prints ``tplog: interrupted`` and exits
+130. Run ``tplog COMMAND --help`` for each.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 import msgspec
 
-from tplog._errors import InvalidInputError, TplogError
+from tplog._errors import InvalidInputError, TplogError, WrongExpectedVersionError
 
 if TYPE_CHECKING:
     from tplog._events import Event
@@ -102,7 +103,7 @@ def cmd_hash(args: argparse.Namespace) -> int:
     data = _read_input(args.file)
     with _input_named(args.file):
         digest = hash_json(data, exclude_noncanonical=not args.include_noncanonical)
-    print(digest)
+    _emit({"hash": digest, "include_noncanonical": args.include_noncanonical})
     return 0
 
 
@@ -115,7 +116,8 @@ def cmd_stat(args: argparse.Namespace) -> int:
 def cmd_backup(args: argparse.Namespace) -> int:
     with _store(args) as s:
         s.backup(args.dest, compact=not args.no_compact)
-    print(args.dest)
+    data = os.path.join(args.dest, "data.mdb")
+    _emit({"dest": args.dest, "compact": not args.no_compact, "bytes": os.path.getsize(data)})
     return 0
 
 
@@ -138,7 +140,7 @@ def _import_events(args: argparse.Namespace) -> list[list[Event]]:
 
         if args.request is not None:
             raise InvalidInputError("--request only goes with --format vercel-ui")
-        with _input_named(args.file):
+        with _input_named(args.file), _format_hint(data, args.format):
             return [events_from_thread(upgrade(from_json(data, m.Thread)))]
     try:
         from tplog.integrations.importers import load_events
@@ -147,8 +149,45 @@ def _import_events(args: argparse.Namespace) -> list[list[Event]]:
             f"--format {args.format} needs the Pydantic AI integration: pip install 'tplog[pydantic-ai]' ({exc})"
         ) from exc
     request = _read_input(args.request) if args.request is not None else None
-    with _input_named(args.file if args.request is None else f"{args.file} (with --request {args.request})"):
+    named = args.file if args.request is None else f"{args.file} (with --request {args.request})"
+    with _input_named(named), _format_hint(data, args.format):
         return [list(events) for events in load_events(args.format, data, request=request)]
+
+
+def _guess_format(data: bytes) -> str | None:
+    """Which ``--format`` the input looks like (by its outer shape only), or None."""
+    head = data.lstrip()[:64]
+    if head.startswith((b"data:", b"event:", b"id:", b":")):
+        return "vercel-ui"  # an SSE stream
+    try:
+        doc = msgspec.json.decode(data)
+    except msgspec.DecodeError:
+        lines = [ln for ln in data.splitlines() if ln.strip()]
+        return "vercel-ui" if len(lines) > 1 and all(ln.lstrip().startswith(b"{") for ln in lines) else None
+    if isinstance(doc, dict) and "thread_id" in doc and "turns" in doc:
+        return "threadprotocol"
+    if isinstance(doc, list) and doc and all(isinstance(x, dict) for x in doc):
+        if all(x.get("kind") in ("request", "response") and "parts" in x for x in doc):
+            return "pydantic-ai"  # ModelMessagesTypeAdapter JSON
+        if all("role" in x and "parts" in x for x in doc):
+            return "vercel-ui"  # a stored UIMessage array
+    return None
+
+
+@contextlib.contextmanager
+def _format_hint(data: bytes, fmt: str) -> Iterator[None]:
+    """An input that fails to parse in ``fmt`` but looks like another format says which ``--format`` to use."""
+    try:
+        yield
+    except InvalidInputError as exc:
+        guess = _guess_format(data)
+        if guess is not None and guess != fmt:
+            looks = {"threadprotocol": "a ThreadProtocol document", "pydantic-ai": "a Pydantic AI message history",
+                     "vercel-ui": "a Vercel AI UI stream or message array"}[guess]
+            flag = "--format threadprotocol (the default)" if guess == "threadprotocol" else f"--format {guess}"
+            exc.args = (f"{exc.args[0] if exc.args else ''} (this looks like {looks}: import it with {flag})",
+                        *exc.args[1:])
+        raise
 
 
 def cmd_import(args: argparse.Namespace) -> int:
@@ -161,7 +200,15 @@ def cmd_import(args: argparse.Namespace) -> int:
             first = events[0] if events else None
             if not isinstance(first, ThreadStarted):  # pragma: no cover - both conversions start with it
                 raise InvalidInputError("the input converts to no thread (no ThreadStarted event)")
-            _emit(s.append(first.thread_id, events, expected_version=NO_STREAM))
+            try:
+                res = s.append(first.thread_id, events, expected_version=NO_STREAM)
+            except WrongExpectedVersionError as exc:  # the library's advice (expected_version=...) is for API users
+                raise InvalidInputError(
+                    f"thread {first.thread_id} is already in {args.store} (version {exc.actual}); import never "
+                    "changes a stored thread (and a deleted thread's id stays taken): import into another store, "
+                    "or give the document another thread_id"
+                ) from exc
+            _emit(res)
     return 0
 
 
@@ -265,6 +312,8 @@ def cmd_rebuild(args: argparse.Namespace) -> int:
         from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
     except ImportError:  # pragma: no cover - rich is in the cli extra
         Progress = None  # type: ignore[assignment,misc]
+        if sys.stderr.isatty():
+            sys.stderr.write("tplog: no progress bar without rich: pip install 'tplog[cli]'\n")
     chunk = {} if args.chunk is None else {"chunk": args.chunk}
     with _store(args, readonly=False) as s:
         if Progress is None or not sys.stderr.isatty():
@@ -304,8 +353,10 @@ def cmd_serve(args: argparse.Namespace) -> int:
         raise InvalidInputError(f"tplog serve needs the server extra: pip install 'tplog[server]' ({exc})") from exc
     if os.path.exists(args.store) and not os.path.isdir(args.store):
         raise InvalidInputError(f"{args.store}: is a file, not a store directory")
+    if args.shutdown_grace < 0:
+        raise InvalidInputError(f"--shutdown-grace must be ≥ 0 seconds, not {args.shutdown_grace}")
     serve(args.store, host=args.host, port=args.port, workers=args.workers, agents=args.agents,
-          on_disconnect=args.on_disconnect, durability=args.durability)
+          on_disconnect=args.on_disconnect, durability=args.durability, shutdown_grace=args.shutdown_grace)
     return 0
 
 
@@ -313,7 +364,10 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from tplog import __version__
+
     p = argparse.ArgumentParser(prog="tplog", description="An append-only LMDB log store for ThreadProtocol threads.")
+    p.add_argument("--version", action="version", version=f"tplog {__version__}")
     sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     def add(name: str, fn: Callable[[argparse.Namespace], int], help: str, *, store: bool = True,
@@ -380,8 +434,12 @@ def build_parser() -> argparse.ArgumentParser:
                     help="when a chat client goes away: finish the run and record it (default), or interrupt it")
     sp.add_argument("--durability", choices=["durable", "relaxed"], default="durable",
                     help="fsync policy of the store (default durable)")
-    sp = add("train", cmd_train, "Train a zstd dictionary on the store's events; new values use it.")
-    sp.add_argument("--samples", type=int, default=2000, help="how many recent events to sample")
+    sp.add_argument("--shutdown-grace", type=float, default=30.0, metavar="SECONDS",
+                    help="on SIGTERM/Ctrl-C, how long running chats get to finish before they are recorded as "
+                         "interrupted (server_shutdown) (default 30)")
+    sp = add("train", cmd_train, "Train a zstd dictionary on the store's events; new values use it. Trains nothing "
+             "(\"trained\": false) below 64 events: zstd's trainer needs that many samples to find what recurs.")
+    sp.add_argument("--samples", type=int, default=2000, help="how many recent events to sample (at least 64 train)")
     sp = add("rebuild", cmd_rebuild, "Rebuild projections from the log (safe while others append).")
     sp.add_argument("--projection", choices=["links", "state"], default=None, help="only this projection")
     sp.add_argument("--verify", action="store_true",
@@ -399,13 +457,15 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = build_parser()
-    args = parser.parse_args(argv)
     try:
+        args = build_parser().parse_args(argv)
         return int(args.fn(args))
     except TplogError as exc:
         sys.stderr.write(f"error: {exc}\n")
         return 2
+    except KeyboardInterrupt:  # Ctrl-C: the shell's convention (128 + SIGINT), no traceback
+        sys.stderr.write("tplog: interrupted\n")
+        return 130
     except BrokenPipeError:  # pragma: no cover
         return 0
 

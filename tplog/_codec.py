@@ -600,6 +600,20 @@ class Codec:
         return d.as_bytes()
 
 
+def peek_header(value: bytes) -> tuple[int, bool] | None:
+    """``(kind, has_facts)`` of a stored value (format 2 or 3) read off its header's
+    bytes without decoding it, or ``None`` when the header is not the plain
+    ``[kind, event_id, recorded_at, facts]`` form (a turn boundary's 5 elements):
+    decode it with :meth:`Codec.header` then. Verify the header CRC first.
+
+    The header is a msgpack fixarray(4) (0x94) whose first element is the kind (a
+    positive fixint); ``facts`` is its last element, nil (0xC0) when absent (an
+    encoded Facts ends with its ``spawned`` list, never with 0xC0)."""
+    if value[12] != 0x94:
+        return None
+    return value[13], value[11 + ((value[10] << 8) | value[11])] != 0xC0
+
+
 def value_ok(key: bytes, value: bytes, mv: memoryview) -> bool:
     """Whether ``value`` (``mv`` = its memoryview) is well-formed and matches its CRCs."""
     if len(value) < PREFIX_SIZE or value[1] & ~(F_COMPRESSED | F_BLOB):

@@ -3,7 +3,7 @@
 A thread's log is a sequence of these events; every view (the ThreadProtocol
 document, interrupt state, pending tools, links) is a fold over it. Events are
 msgspec Structs tagged by ``type``; the tag values and field names are the
-persisted format (see README "Storage format") and never change meaning. New
+persisted format (see tplog/FORMAT.md) and never change meaning. New
 fields only ever get defaults, so every stored event stays decodable; golden
 files in ``tests/golden`` pin that.
 

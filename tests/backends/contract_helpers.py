@@ -30,7 +30,7 @@ def _memory(path: Path, clock: Callable[[], int]) -> Recorder:
 
 
 def _lmdb(path: Path, clock: Callable[[], int]) -> Recorder:
-    return LmdbRecorder(path / "lmdb", auto_dictionary=0, fold_cache=0)
+    return LmdbRecorder(path / "lmdb", auto_dictionary=0)
 
 
 _pg: list[str] = []  # the DSN of this test process's PostgreSQL server, once started

@@ -27,6 +27,7 @@ from tplog._errors import (
     WrongExpectedVersionError,
 )
 from tplog._events import AgentTurnStarted, MessageRecorded, ThreadDeleted
+from tplog._fold import ThreadState
 from tplog.backends.contract import Handle, Recorder, ThreadAppend, thread_key
 
 
@@ -332,7 +333,11 @@ def test_state_projection_rows(rec: Recorder) -> None:
                          MessageRecorded(message=m.ResponseMessage(timestamp="t", agent_id="a1", parts=[call]))]))
     st = rec.thread_state(a)
     assert st is not None and list(st.open_calls) == ["c1"]
-    assert rec.thread_state(tid()) is not None  # no row: an empty state
+    with pytest.raises(NotFoundError):
+        rec.thread_state(tid())
+    b = tid()
+    append(rec, part(b, [started(b)]))
+    assert rec.thread_state(b) == ThreadState()  # no facts yet: an empty state
 
 
 def test_tracking_and_rebuild(rec: Recorder) -> None:
@@ -347,7 +352,7 @@ def test_tracking_and_rebuild(rec: Recorder) -> None:
     assert [r.projection for r in reports] == ["links", "state"]
     assert (rec.incoming(a), rec.children(a), rec.thread_state(b)) == before
     assert all(not r.differences for r in rec.rebuild(["links", "state"], verify=True))
-    assert rec.verify() == []
+    assert rec.verify().problems == []
     with pytest.raises(InvalidInputError):
         rec.rebuild(["nope"])
 

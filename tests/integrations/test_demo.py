@@ -110,3 +110,25 @@ def test_tools_demo_prints_all_four(tmp_path: Path) -> None:
     assert "Pending tool calls: book_train (call_train, deferred, approval)" in out
     assert "spawned_from" in out
     assert "8 canonical turns" in out
+
+
+def test_tools_demo_keeps_a_directory_it_did_not_make(tmp_path: Path) -> None:
+    """`make demo` recreates ./demo-store only if the demo made it (its marker file); anything else stays."""
+    mine = tmp_path / "demo-store"
+    mine.mkdir()
+    (mine / "notes.txt").write_text("my data")
+    r = subprocess.run([sys.executable, str(ROOT / "tools/demo.py"), str(mine)], capture_output=True, text=True,
+                       timeout=60)
+    assert r.returncode == 2 and r.stdout == ""
+    assert r.stderr.startswith(f"error: {mine} exists and was not made by the demo") and "Traceback" not in r.stderr
+    assert (mine / "notes.txt").read_text() == "my data" and sorted(p.name for p in mine.iterdir()) == ["notes.txt"]
+    # A directory the demo made is recreated on the next run; an empty one is used.
+    made = tmp_path / "made"
+    for _ in range(2):
+        subprocess.run([sys.executable, str(ROOT / "tools/demo.py"), str(made)], capture_output=True, check=True,
+                       timeout=60)
+        assert (made / ".made-by-tplog-demo").is_file()
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    subprocess.run([sys.executable, str(ROOT / "tools/demo.py"), str(empty)], capture_output=True, check=True,
+                   timeout=60)

@@ -6,6 +6,7 @@ runs (FunctionModel, no network) streamed through ``recorded_vercel_stream``.
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import pytest
@@ -15,15 +16,39 @@ from pydantic_ai.messages import ModelMessagesTypeAdapter
 from tplog import InvalidInputError, to_builtins
 from tplog import _model as m
 from tplog._canonical import thread_hash
-from tplog._events import AgentTurnCompleted, AgentTurnInterrupted, MessageRecorded, UserTurnSubmitted
-from tplog._fold import fold
+from tplog._events import (
+    AgentTurnCompleted,
+    AgentTurnInterrupted,
+    AgentTurnStarted,
+    MessageRecorded,
+    UserTurnSubmitted,
+)
+from tplog._fold import fold, items_from_events, pending
+from tplog._validate import validate
+from tplog.integrations.importers import load_events
 from tplog.integrations.pydantic_ai import events_from_messages, history_from_thread
-from tplog.integrations.vercel import assemble_turn, parse_sse
+from tplog.integrations.vercel import (
+    ERRORED_TOOL_OUTPUT,
+    INTERRUPTED_TOOL_OUTPUT,
+    assemble_turn,
+    client_tool_results,
+    parse_sse,
+)
 
 FIXTURES = {p.stem: p for p in FIXTURE_FILES}
-CANCELLED = {"cancel_during_text", "cancel_during_tool_args", "cancel_after_tool_cycle", "timeout", "model_error"}
+CANCELLED = {
+    "cancel_during_text",
+    "cancel_during_tool_args",
+    "cancel_after_tool_cycle",
+    "cancel_during_tool",
+    "timeout",
+    "model_error",
+    "tool_raises",
+}
 EXPECTED_REASON = {
     "cancel_during_text": "user_cancelled",
+    "cancel_during_tool": "user_cancelled",
+    "tool_raises": "error",
     "cancel_during_tool_args": "user_cancelled",
     "cancel_after_tool_cycle": "user_cancelled",
     "timeout": "timeout",
@@ -41,6 +66,10 @@ def test_corpus_is_complete() -> None:
         "deferred",
         "multimodal",
         "structured_output",
+        "approval_resume",
+        "client_tool",
+        "sources_data",
+        "output_retry",
         *CANCELLED,
     }
 
@@ -273,3 +302,342 @@ def test_stream_cut_anywhere_never_crashes(name: str) -> None:
 def test_parse_sse_handles_done_and_comments() -> None:
     chunks = list(parse_sse(': comment\n\ndata: {"type":"start"}\n\nevent: x\ndata: [DONE]\n\n'))
     assert chunks == [{"type": "start"}, "[DONE]"]
+
+
+# --------------------------------------------------------------------------- client side == server side
+
+
+def _outcome(events: list[Any]) -> tuple[list[Any], list[Any], list[str]]:
+    """What the client side must agree on: turns (kind, status, reason, messages with their parts'
+    kinds, texts, args, call ids and statuses), pending calls and the calls an interrupted turn
+    dropped. System messages are left out (see test_plain_stream_system_messages)."""
+    thread = fold(events).thread
+    assert thread is not None
+    turns: list[Any] = []
+    for turn in thread.turns:
+        if isinstance(turn, m.UserTurn):
+            turns.append(("user", [to_builtins(p).get("content") for p in turn.parts]))
+            continue
+        msgs = []
+        for msg in turn.messages:
+            if isinstance(msg, m.SystemMessage):
+                continue
+            parts = []
+            for p in msg.parts:
+                b = to_builtins(p)
+                text = b.get("content") if b["part_kind"] in ("text", "thinking") else None
+                parts.append((b["part_kind"], text, b.get("args"), b.get("tool_call_id"), b.get("status")))
+            msgs.append((type(msg).__name__, parts))
+        reason = turn.interruption.reason if isinstance(turn.interruption, m.Interruption) else None
+        turns.append(("agent", turn.completion_status, reason, msgs))
+    st = pending(items_from_events(events))
+    return (
+        turns,
+        sorted((c.tool_call_id, c.state, c.kind) for c in st.pending),
+        sorted(c.tool_call_id for c in st.abandoned),
+    )
+
+
+def _user_texts(outcome: Any) -> Any:
+    """User prompt content: a str on one side may be a one-item list on the other."""
+    turns, pend, abandoned = outcome
+    out = []
+    for t in turns:
+        if t[0] == "user":
+            t = ("user", [c[0] if isinstance(c, list) and len(c) == 1 else c for c in t[1]])
+        out.append(t)
+    return out, pend, abandoned
+
+
+def _retry_as_failure(outcome: Any, call_ids: set[str]) -> Any:
+    """The plain stream cannot tell a ModelRetry raised by a tool from a tool failure: both are
+    `tool-output-error` (Pydantic AI: "'failed' and 'retried' share output-error")."""
+    turns, pend, abandoned = outcome
+    out = []
+    for t in turns:
+        if t[0] == "agent":
+            msgs = [
+                (
+                    kind,
+                    [
+                        ("tool-return", None, None, p[3], "error") if p[0] == "retry-prompt" and p[3] in call_ids else p
+                        for p in parts
+                    ],
+                )
+                for kind, parts in t[3]
+            ]
+            t = (*t[:3], msgs)
+        out.append(t)
+    return out, pend, abandoned
+
+
+def _without_retry_feedback(outcome: Any) -> Any:
+    """The plain stream carries nothing of a retry request that answers no tool call (an output
+    validator's retry): the request is missing on the client side."""
+    turns, pend, abandoned = outcome
+    out = []
+    for t in turns:
+        if t[0] == "agent":
+            msgs = [
+                (kind, parts)
+                for kind, parts in t[3]
+                if not (kind == "RequestMessage" and all(p[0] == "retry-prompt" and p[3] is None for p in parts))
+            ]
+            t = (*t[:3], msgs)
+        out.append(t)
+    return out, pend, abandoned
+
+
+def _server_seen_plainly(name: str, server: Any) -> Any:
+    """The server's outcome, minus exactly what the plain stream cannot carry (README, Decisions)."""
+    if name == "retries":
+        return _retry_as_failure(server, {"r2"})
+    if name == "output_retry":
+        return _without_retry_feedback(server)
+    return server
+
+
+def _assert_valid(events: list[Any]) -> None:
+    thread = fold(events).thread
+    assert thread is not None
+    report = validate(thread)
+    assert report.ok, [str(f) for f in report.errors]
+
+
+@pytest.mark.parametrize("name", sorted(FIXTURES))
+def test_plain_stream_assembly_matches_server(name: str) -> None:
+    """Plain adapter stream + request bodies: same turns, statuses, pending and dropped calls."""
+    fx = load_fixture(FIXTURES[name])
+    client = client_events(fx, strip_tp=True)
+    _assert_valid(client)
+    assert _user_texts(_outcome(client)) == _user_texts(_server_seen_plainly(name, _outcome(fx["events"])))
+
+
+@pytest.mark.parametrize("name", sorted(FIXTURES))
+def test_wrapper_stream_assembly_validates_and_matches(name: str) -> None:
+    fx = load_fixture(FIXTURES[name])
+    client = client_events(fx)
+    _assert_valid(client)
+    _assert_valid(fx["events"])
+    assert _outcome(client) == _outcome(fx["events"])
+
+
+def test_plain_stream_differences_are_pinned() -> None:
+    """The two fixtures whose plain assembly differs, and exactly how (README, Decisions)."""
+    retries = load_fixture(FIXTURES["retries"])
+    server, client = _outcome(retries["events"]), _outcome(client_events(retries, strip_tp=True))
+    assert _user_texts(client) != _user_texts(server)
+    assert _user_texts(client) == _user_texts(_retry_as_failure(server, {"r2"}))
+    retry = load_fixture(FIXTURES["output_retry"])
+    server, client = _outcome(retry["events"]), _outcome(client_events(retry, strip_tp=True))
+    kinds = [k for k, _ in server[0][-1][3]]
+    assert kinds == ["ResponseMessage", "RequestMessage", "ResponseMessage"]
+    assert [k for k, _ in client[0][-1][3]] == ["ResponseMessage", "ResponseMessage"]
+    assert [p[1] for _, parts in client[0][-1][3] for p in parts] == ["fourty-two", "42"]
+
+
+def test_cut_off_responses_are_not_kept() -> None:
+    """Pydantic AI closes the open text part before abort/error; the cut-off text is no response."""
+    for name in ("cancel_during_text", "timeout", "cancel_during_tool_args"):
+        fx = load_fixture(FIXTURES[name])
+        assert '"type":"text-end"' in fx["runs"][-1]["sse"]  # the adapter did close the part
+        turn = fold(client_events(fx, strip_tp=True)).thread.turns[-1]  # type: ignore[union-attr]
+        assert isinstance(turn, m.AgentTurn) and turn.messages == []
+    fx = load_fixture(FIXTURES["model_error"])
+    turn = fold(client_events(fx, strip_tp=True)).thread.turns[-1]  # type: ignore[union-attr]
+    texts = [p.content for msg in turn.messages for p in getattr(msg, "parts", []) if isinstance(p, m.TextPart)]
+    assert "Partial ans" not in texts
+
+
+@pytest.mark.parametrize(
+    ("name", "output"), [("tool_raises", ERRORED_TOOL_OUTPUT), ("cancel_during_tool", INTERRUPTED_TOOL_OUTPUT)]
+)
+def test_closeout_tool_output_is_no_return(name: str, output: str) -> None:
+    """The adapter's synthetic output for a call cut off by the run's end is not a tool return:
+    the call is dropped with its response, as on the server."""
+    fx = load_fixture(FIXTURES[name])
+    assert output in fx["runs"][-1]["sse"]
+    events = client_events(fx, strip_tp=True)
+    st = pending(items_from_events(events))
+    assert [c.tool_call_id for c in st.abandoned] == [
+        c.tool_call_id for c in pending(items_from_events(fx["events"])).abandoned
+    ]
+    assert st.abandoned and st.pending == []
+    returns = [e for e in events if isinstance(e, MessageRecorded) and isinstance(e.message, m.RequestMessage)]
+    assert returns == []
+
+
+@pytest.mark.parametrize("name", ["approval_resume", "deferred"])
+def test_approval_resume_records_each_call_once_in_order(name: str) -> None:
+    fx = load_fixture(FIXTURES[name])
+    run = fx["runs"][-1]
+    announced = [ln for ln in run["sse"].splitlines() if '"type":"tool-input-available"' in ln and "data-tp" not in ln]
+    assert announced  # the resumed stream does announce the approved call again
+    for strip in (True, False):
+        thread = fold(client_events(fx, strip_tp=strip)).thread
+        assert thread is not None
+        calls = [
+            p.tool_call_id
+            for t in thread.turns
+            for msg in getattr(t, "messages", [])
+            for p in getattr(msg, "parts", [])
+            if isinstance(p, m.ToolCallPart)
+        ]
+        assert len(calls) == len(set(calls))
+        report = validate(thread)
+        assert not [f for f in report.errors + report.warnings if "duplicate" in f.message.lower()]
+    server_calls = [p for p in _outcome(fx["events"])[0][1][3][0][1] if p[0] == "tool-call"]
+    client_calls = [p for p in _outcome(client_events(fx, strip_tp=True))[0][1][3][0][1] if p[0] == "tool-call"]
+    assert client_calls == server_calls
+
+
+def test_client_tool_result_resumes_the_run() -> None:
+    fx = load_fixture(FIXTURES["client_tool"])
+    body = fx["runs"][1]["body"]
+    assert client_tool_results(body) == {"loc1": ("output", {"city": "Lyon"})}
+    thread = fold(fx["events"]).thread
+    assert thread is not None
+    resumed = thread.turns[-1]
+    assert isinstance(resumed, m.AgentTurn) and resumed.completion_status == "complete"
+    first = resumed.messages[0]
+    assert isinstance(first, m.RequestMessage)
+    ret = first.parts[0]
+    assert isinstance(ret, m.ToolReturnPart) and ret.tool_call_id == "loc1" and ret.content == {"city": "Lyon"}
+    assert pending(items_from_events(fx["events"])).pending == []
+
+
+def test_plain_stream_system_messages() -> None:
+    """source-*/data-* chunks become system messages after the step's messages; the thread validates.
+    The server recording has none of them (they are not Pydantic AI messages)."""
+    fx = load_fixture(FIXTURES["sources_data"])
+    events = client_events(fx, strip_tp=True)
+    _assert_valid(events)
+    thread = fold(events).thread
+    assert thread is not None
+    msgs = thread.turns[-1].messages  # type: ignore[union-attr]
+    sys_types = [msg.event_type for msg in msgs if isinstance(msg, m.SystemMessage)]
+    assert sys_types == ["source.url", "source.document", "data-search-stats"]
+    kinds = [type(msg).__name__ for msg in msgs]
+    assert kinds.index("SystemMessage") > kinds.index("RequestMessage")
+    server = fold(fx["events"]).thread
+    assert server is not None
+    assert not [msg for t in server.turns for msg in getattr(t, "messages", []) if isinstance(msg, m.SystemMessage)]
+
+
+def _importable(name: str) -> bool:
+    """The last request body holds the client's whole history (one run, or the AI SDK's resend)."""
+    fx = load_fixture(FIXTURES[name])
+    return len(fx["runs"]) == 1 or len(fx["runs"][-1]["body"]["messages"]) > 1
+
+
+@pytest.mark.parametrize("strip", [True, False], ids=["plain", "data-tp"])
+@pytest.mark.parametrize("name", sorted(n for n in FIXTURES if _importable(n)))
+def test_vercel_ui_import_matches_server(name: str, strip: bool) -> None:
+    """`tplog import --format vercel-ui` of the last stream + its request body: same outcome as the
+    server recording (earlier turns come from the body's UI messages)."""
+    fx = load_fixture(FIXTURES[name])
+    run = fx["runs"][-1]
+    sse = run["sse"]
+    if strip:
+        sse = "".join(ln + "\n" for ln in sse.splitlines() if '"type":"data-tp-' not in ln)
+    events = load_events("vercel-ui", sse.encode(), request=json.dumps(run["body"]).encode(), agent_id="agent-1")[0]
+    _assert_valid(events)
+    server = _outcome(fx["events"])
+    expected = _server_seen_plainly(name, server) if strip else server
+    assert _user_texts(_outcome(events)) == _user_texts(expected)
+
+
+def test_json_lines_transcript_with_done_chunk() -> None:
+    """A JSON-lines transcript may end with Pydantic AI's DoneChunk written as {"type":"done"}; unknown
+    chunks are ignored wherever they come; a known chunk after the end is still refused."""
+    fx = load_fixture(FIXTURES["text"])
+    run = fx["runs"][0]
+    body = json.dumps(run["body"]).encode()
+    lines = [json.dumps({"type": "done"} if c == "[DONE]" else c) for c in parse_sse(run["sse"])]
+    unknown = json.dumps({"type": "some-future-chunk", "x": 1})
+    data = "\n".join([unknown, *lines, unknown]).encode()
+    events = load_events("vercel-ui", data, request=body, agent_id="agent-1")[0]
+    assert _user_texts(_outcome(events)) == _user_texts(_outcome(fx["events"]))
+    late = json.dumps({"type": "text-start", "id": "late"})
+    with pytest.raises(InvalidInputError, match="after \\[DONE\\]"):
+        load_events("vercel-ui", "\n".join([*lines, late]).encode(), request=body)
+
+
+def test_list_request_body_is_named_an_array() -> None:
+    fx = load_fixture(FIXTURES["text"])
+    with pytest.raises(InvalidInputError, match="request body is a JSON array, not an object"):
+        load_events("vercel-ui", fx["runs"][0]["sse"].encode(), request=b"[]")
+
+
+def _import_with_ui_history(name: str) -> list[Any]:
+    """Import a new turn whose request body carries the fixture's conversation as UI history (what a
+    client reloading the thread holds: Pydantic AI's own dump of it)."""
+    from pydantic_ai.ui.vercel_ai import VercelAIAdapter
+
+    server = fold(load_fixture(FIXTURES[name])["events"]).thread
+    assert server is not None
+    ui = VercelAIAdapter.dump_messages(history_from_thread(server), sdk_version=6)
+    new = load_fixture(FIXTURES["text"])["runs"][0]
+    body = {
+        "trigger": "submit-message",
+        "id": "chat-x",
+        "messages": [u.model_dump(mode="json", by_alias=True, exclude_none=True) for u in ui] + new["body"]["messages"],
+    }
+    sse = "".join(ln + "\n" for ln in new["sse"].splitlines() if '"type":"data-tp-' not in ln)
+    events = load_events("vercel-ui", sse.encode(), request=json.dumps(body).encode(), agent_id="agent-1")[0]
+    _assert_valid(events)
+    return events
+
+
+def test_ui_history_cannot_carry_an_interruption() -> None:
+    """Pinned (README, Decisions): a UI message has no interruption; the earlier turn reads as complete."""
+    server = _outcome(load_fixture(FIXTURES["cancel_after_tool_cycle"])["events"])[0]
+    imported = _outcome(_import_with_ui_history("cancel_after_tool_cycle"))[0][:-2]
+    assert server[1][1:3] == ("interrupted", "user_cancelled")
+    assert imported[1][1:3] == ("complete", None)
+    assert imported[0] == server[0] and imported[1][3] == server[1][3]
+
+
+def test_ui_history_cannot_carry_the_turn_boundary_of_a_resumed_run() -> None:
+    """Pinned (README, Decisions): a run that ended on deferred calls and the run that resumed it are
+    one assistant UI message; imported as history they are one agent turn."""
+    server = _outcome(load_fixture(FIXTURES["client_tool"])["events"])[0]
+    imported = _outcome(_import_with_ui_history("client_tool"))[0][:-2]
+    assert [t[0] for t in server] == ["user", "agent", "agent"]
+    assert [t[0] for t in imported] == ["user", "agent"]
+    assert imported[1][3] == server[1][3] + server[2][3]
+
+
+def test_plain_stream_cannot_carry_agent_identity() -> None:
+    """Pinned (README, Decisions): the plain stream names no agent and no model: the assembled turn
+    belongs to the agent_id the caller gives; the importer registers it as "assistant" without a model."""
+    fx = load_fixture(FIXTURES["text"])
+    run = fx["runs"][0]
+    server = fold(fx["events"]).thread
+    assert server is not None
+    assert to_builtins(server.agents["agent-1"]) | {"created_at": None} == {
+        "agent_id": "agent-1",
+        "agent_name": "assistant",
+        "model_name": "fn-model",
+        "created_at": None,
+    }
+    sse = "".join(ln + "\n" for ln in run["sse"].splitlines() if '"type":"data-tp-' not in ln)
+    events = assemble_turn(sse, run["body"], agent_id="someone-else")
+    assert {e.agent_id for e in events if isinstance(e, AgentTurnStarted)} == {"someone-else"}
+    thread = fold(
+        load_events("vercel-ui", sse.encode(), request=json.dumps(run["body"]).encode(), agent_id="x")[0]
+    ).thread
+    assert thread is not None
+    assert to_builtins(thread.agents["x"]) | {"created_at": None} == {
+        "agent_id": "x",
+        "agent_name": "assistant",
+        "created_at": None,
+    }
+    # nor which model answered, its usage or finish reason: the plain response has none of them
+    server_resp = to_builtins(server.turns[-1].messages[0])  # type: ignore[union-attr]
+    plain_resp = next(to_builtins(e.message) for e in events if isinstance(e, MessageRecorded))
+    assert server_resp["model_name"] == "fn-model" and "usage" in server_resp
+    assert {"model_name", "usage", "finish_reason"} & set(plain_resp) == set()
+    # with the data-tp chunks the turn is the server's, agent and model names included
+    exact = assemble_turn(run["sse"], run["body"], agent_id="someone-else")
+    assert {e.agent_id for e in exact if isinstance(e, AgentTurnStarted)} == {"agent-1"}

@@ -14,7 +14,7 @@ from pydantic_ai.models.test import TestModel
 
 from tplog import InvalidInputError, Store
 from tplog import _model as m
-from tplog._events import AgentTurnInterrupted, LinkAdded
+from tplog._events import AgentRegistered, AgentTurnInterrupted, LinkAdded, ThreadStarted
 from tplog._fold import fold
 from tplog.integrations.pydantic_ai import (
     ThreadRecorder,
@@ -439,8 +439,25 @@ def test_incomplete_parts_are_discarded_and_broken_stream_interrupts() -> None:
     )
     assert isinstance(events[-1], AgentTurnInterrupted)
     assert events[-1].interruption.reason == "network_failure"
-    msgs = [e.message for e in events if hasattr(e, "message")]
-    assert len(msgs) == 1 and [type(p).__name__ for p in msgs[0].parts] == ["TextPart"]
+    # the step never reached finish-step: not even its ended text part is a complete response
+    assert [e for e in events if hasattr(e, "message")] == []
+    finished = assemble_turn(
+        [
+            {"type": "start"},
+            {"type": "start-step"},
+            {"type": "text-start", "id": "t"},
+            {"type": "text-delta", "id": "t", "delta": "done"},
+            {"type": "text-end", "id": "t"},
+            {"type": "tool-input-start", "toolCallId": "c", "toolName": "f"},
+            {"type": "tool-input-delta", "toolCallId": "c", "inputTextDelta": '{"broken'},
+            {"type": "finish-step"},
+            {"type": "start-step"},
+            {"type": "reasoning-start", "id": "r"},
+        ],
+        agent_id="a",
+    )
+    msgs = [e.message for e in finished if hasattr(e, "message")]
+    assert len(msgs) == 1 and [type(p).__name__ for p in msgs[0].parts] == ["TextPart"]  # call never completed
 
 
 def test_plain_stream_data_and_sources_become_system_messages() -> None:
@@ -470,3 +487,116 @@ def test_bad_tp_notice_payload() -> None:
                 {"type": "finish"},
             ]
         )
+
+
+def test_closing_the_wrapper_stream_mid_run_is_clean(tmp_path: Path) -> None:
+    """aclose() of the data-tp stream mid-run: the turn is recorded as interrupted, and no task
+    fails behind the caller's back ("aclose(): asynchronous generator is already running")."""
+    import gc
+
+    from tplog.integrations.vercel import recorded_vercel_stream
+
+    async def stream(messages: list[Any], info: AgentInfo) -> Any:
+        yield "one "
+        yield "two "
+        yield "three"
+
+    agent = Agent(FunctionModel(stream_function=stream))
+    tid = "00000000-0000-4000-8000-0000000000a1"
+    problems: list[Any] = []
+
+    async def go() -> None:
+        asyncio.get_running_loop().set_exception_handler(lambda _loop, ctx: problems.append(ctx))
+        with Store(tmp_path / "db") as store:
+            rec = ThreadRecorder(lambda evs: store.append(tid, evs), tid)
+            await rec.start_thread()
+            await rec.register_agent("a1", "assistant")
+            body = {
+                "trigger": "submit-message",
+                "id": "c",
+                "messages": [{"id": "u", "role": "user", "parts": [{"type": "text", "text": "count"}]}],
+            }
+            gen = recorded_vercel_stream(rec, agent, body, agent_id="a1")
+            n = 0
+            async for _ in gen:
+                n += 1
+                if n == 3:
+                    break
+            await gen.aclose()
+            gc.collect()
+            await asyncio.sleep(0.05)
+            last = thread_of(store, tid).turns[-1]
+            assert isinstance(last, m.AgentTurn) and last.completion_status == "interrupted"
+
+    run(go())
+    assert problems == []
+
+
+def test_assembled_turn_that_breaks_message_order_is_refused() -> None:
+    """A data-tp stream whose messages go back in time: a typed error, no events to store."""
+    from tplog import ValidationError
+
+    def msg(ts: str, text: str) -> dict[str, Any]:
+        return {
+            "type": "data-tp-message",
+            "data": {
+                "message": {
+                    "message_type": "response",
+                    "timestamp": ts,
+                    "agent_id": "a",
+                    "parts": [{"part_kind": "text", "content": text}],
+                }
+            },
+        }
+
+    chunks = [
+        {"type": "start"},
+        {"type": "data-tp-turn_start", "data": {"agent_id": "a", "started_at": "2026-01-01T00:00:00Z"}},
+        msg("2026-01-01T00:00:05Z", "later"),
+        msg("2026-01-01T00:00:01Z", "earlier"),
+        {"type": "data-tp-turn_end", "data": {"deferred": {}, "completed_at": "2026-01-01T00:00:09Z"}},
+        {"type": "finish"},
+    ]
+    with pytest.raises(ValidationError, match=r"v3\.5-message-order") as info:
+        assemble_turn(chunks)
+    assert info.value.report.errors[0].rule == "v3.5-message-order"
+    chunks[3] = msg("2026-01-01T00:00:06Z", "in order")
+    assert len(assemble_turn(chunks)) == 4
+
+
+def test_plain_assembly_orders_messages_even_with_a_clock_going_back() -> None:
+    """Messages (system messages from source/data chunks included) never get a time earlier than the
+    messages recorded before them, whatever the clock says."""
+    from tplog._validate import validate
+
+    ticks = iter(f"2026-01-01T00:00:{s:02d}Z" for s in (30, 29, 20, 10, 5, 4, 3, 2, 1, 0))
+    events = assemble_turn(
+        [
+            {"type": "start"},
+            {"type": "start-step"},
+            {"type": "text-start", "id": "t"},
+            {"type": "text-delta", "id": "t", "delta": "see"},
+            {"type": "text-end", "id": "t"},
+            {"type": "source-url", "sourceId": "s", "url": "https://example.com"},
+            {"type": "data-x-note", "data": {"n": 1}},
+            {"type": "finish-step"},
+            {"type": "start-step"},
+            {"type": "text-start", "id": "u"},
+            {"type": "text-delta", "id": "u", "delta": "more"},
+            {"type": "text-end", "id": "u"},
+            {"type": "finish-step"},
+            {"type": "finish"},
+        ],
+        agent_id="a",
+        clock=lambda: next(ticks),
+    )
+    stamps = [e.message.timestamp for e in events if hasattr(e, "message")]
+    assert stamps == sorted(stamps) and len(stamps) == 4
+    th = fold(
+        [
+            ThreadStarted(thread_id="00000000-0000-4000-8000-0000000000b1", created_at="2026-01-01T00:00:00Z"),
+            AgentRegistered(agent=m.AgentConfig(agent_id="a", agent_name="a", created_at="2026-01-01T00:00:00Z")),
+            *events,
+        ]
+    ).thread
+    assert th is not None and validate(th).ok, validate(th).errors

@@ -148,7 +148,7 @@ def test_lost_commit_is_retried_once_and_recorded_once(pg_dsn: str, schema: str,
             assert res.duplicate == (own_ids and lose == "reply")
         rows = log_rows(rec)
         assert [(s, p) for _, s, p, _ in rows] == [(1, 1), (2, 2), (3, 3), (4, 4)]
-        assert rec.verify() == []
+        assert rec.verify().problems == []
     finally:
         rec.close()
         proxy.close()
@@ -210,7 +210,7 @@ def test_connections_killed_mid_load_lose_and_duplicate_nothing(pg_dsn: str,
     assert [p for _, _, p, _ in rows] == list(range(1, len(rows) + 1))
     for t in threads:
         assert [e.event_id for e in recs[1].read_thread(t)][1:] == [f"{t}-{n}" for n in range(25)]
-    assert recs[0].verify() == []
+    assert recs[0].verify().problems == []
 
 
 def test_tailing_readers_see_exactly_the_final_log(open_rec: Callable[..., PostgresRecorder]) -> None:
@@ -314,7 +314,7 @@ def test_multi_thread_appends_in_random_order_do_not_deadlock(pg_dsn: str,
     with psycopg.connect(pg_dsn, autocommit=True) as c:
         assert c.execute(deadlocks).fetchone() == before  # none detected (and retried away) either
     assert len(log_rows(recs[0])) == 6 + 6 * 15 * 3 * 3
-    assert recs[1].verify() == []  # links, children and states equal a replay of the log
+    assert recs[1].verify().problems == []  # links, children and states equal a replay of the log
 
 
 def test_wrong_url_and_unreachable_server(pg_dsn: str) -> None:
@@ -421,7 +421,7 @@ def test_rebuild_online_while_appending(open_rec: Callable[..., PostgresRecorder
         for w in ws:
             w.join()
     assert not errors, errors
-    assert recs[0].verify() == []
+    assert recs[0].verify().problems == []
 
 
 def test_server_restart_mid_load(pg_dsn: str) -> None:
@@ -469,7 +469,7 @@ def test_server_restart_mid_load(pg_dsn: str) -> None:
                 assert [e.event_id for e in rec.read_thread(t)][1:] == [f"{t}-{n}" for n in range(30)]
             rows = log_rows(rec)
             assert [p for _, _, p, _ in rows] == list(range(1, len(rows) + 1))
-            assert rec.verify() == []
+            assert rec.verify().problems == []
         finally:
             rec.close()
 
@@ -512,4 +512,4 @@ def test_processes_share_one_store(pg_dsn: str, schema: str, open_rec: Callable[
     assert sorted(e.event_id for e in shared[1:]) == sorted(f"{m}-s{n}" for m in mine for n in range(20))
     for m in mine:
         assert [e.event_id for e in rec.read_thread(m)][1:] == [f"{m}-{n}" for n in range(20)]
-    assert rec.verify() == []
+    assert rec.verify().problems == []

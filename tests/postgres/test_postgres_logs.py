@@ -68,7 +68,7 @@ def test_append_across_logs_is_atomic_and_links_live_in_the_target_log(rec: Post
     assert rec.positions() == before  # nothing of the failed append, in either log
     rec.delete_thread(b, tombstone()).result(timeout=30)
     assert rec.incoming(a) == [] and rec.children(a) == []
-    assert rec.verify() == []
+    assert rec.verify().problems == []
 
 
 def test_wait_wakes_on_any_log(rec: PostgresRecorder) -> None:

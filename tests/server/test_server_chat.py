@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import uuid
 from typing import Any
 
@@ -15,7 +16,7 @@ from tplog.integrations.vercel import assemble_turn
 
 
 def tid() -> str:
-    return f"t-{uuid.uuid4()}"
+    return str(uuid.uuid4())
 
 
 def enc(events: list[Any]) -> bytes:
@@ -314,3 +315,70 @@ def _open(server: ServerProcess, t: str) -> bool:
 
 def test_sse_frames_helper() -> None:
     assert sse_frames("id: 1\nevent: x\ndata: {}\n\n: ping\n\n") == [{"id": "1", "event": "x", "data": "{}"}]
+
+
+def test_chat_ids_that_are_not_uuids(server: ServerProcess) -> None:
+    """An AI SDK chat id ("chat-1", useChat's nanoid) names a UUIDv5 thread; every endpoint takes either."""
+    from tplog._validate import validate
+    from tplog.integrations.vercel import CHAT_ID_KEY, thread_id_for_chat
+
+    chat = f"chat-{uuid.uuid4().hex[:8]}"
+    t = thread_id_for_chat(chat)
+    assert uuid.UUID(t).version == 5 and thread_id_for_chat(chat) == t
+    with server.client() as c:
+        r = c.post("/api/chat", json=chat_body(chat, "hello"))
+        assert r.status_code == 200, r.text
+        assert r.headers["x-tplog-thread"] == t
+        r = c.post("/api/chat", json=chat_body(chat, "delete old.txt"))
+        assert r.status_code == 200, r.text
+        for ident in (chat, t):
+            th = from_json(c.get(f"/threads/{ident}").content, m.Thread)
+            assert th.thread_id == t and th.metadata == {CHAT_ID_KEY: chat}
+            assert validate(th).ok, validate(th).errors
+            assert c.get(f"/threads/{ident}/turns").json()["thread_id"] == t
+            assert len(c.get(f"/threads/{ident}/pending").json()["pending"]) == 1
+            assert c.get(f"/threads/{ident}/interrupts").status_code == 200
+            frames = sse_frames(c.get(f"/threads/{ident}/events", params={"follow": "0"}).text)
+            assert json.loads(frames[0]["data"])["event"]["thread_id"] == t
+        cid = c.get(f"/threads/{chat}/pending").json()["pending"][0]["tool_call_id"]
+        r = c.post(f"/threads/{chat}/approvals", json={"approvals": {cid: True}})
+        assert r.status_code == 200, r.text
+        assert "deleted old.txt" in r.text
+    assert [type(t).__name__ for t in fold([e.event for e in read_events(server.store, t)]).thread.turns] == [  # type: ignore[union-attr]
+        "UserTurn", "AgentTurn", "UserTurn", "AgentTurn", "AgentTurn"]
+
+
+def test_client_side_tool_result_resumes_the_run(server: ServerProcess) -> None:
+    """AI SDK v6 addToolOutput: the result comes back as an output-available tool part of the
+    assistant message; it is the tool return that resumes the run (not a 422, not a re-deferral)."""
+    t = tid()
+    with server.client() as c:
+        r = c.post("/api/chat", json=chat_body(t, "where am I?"))
+        assert r.status_code == 200, r.text
+        calls = [ch for ch in sse_chunks(r.text) if isinstance(ch, dict) and ch["type"] == "tool-input-available"]
+        cid = calls[0]["toolCallId"]
+        assert c.get(f"/threads/{t}/pending").json()["pending"][0]["kind"] == "external"
+        body = {"trigger": "submit-message", "id": t, "messages": [
+            {"id": "u1", "role": "user", "parts": [{"type": "text", "text": "where am I?"}]},
+            {"id": "a1", "role": "assistant", "parts": [
+                {"type": "step-start"},
+                {"type": "tool-get_location", "toolCallId": cid, "state": "output-available",
+                 "input": {}, "output": {"city": "Lyon"}}]},
+        ]}
+        r = c.post("/api/chat", json=body)
+        assert r.status_code == 200, r.text
+        chunks = [ch for ch in sse_chunks(r.text) if isinstance(ch, dict)]
+        assert {"type": "tool-output-available", "toolCallId": cid, "output": {"city": "Lyon"}} in chunks
+        assert "get_location: {'city': 'Lyon'}." in "".join(ch.get("delta", "") for ch in chunks)
+        assert c.get(f"/threads/{t}/pending").json()["pending"] == []
+        th = from_json(c.get(f"/threads/{t}").content, m.Thread)
+        last = th.turns[-1]
+        assert isinstance(last, m.AgentTurn) and last.completion_status == "complete"
+        first = last.messages[0]
+        assert isinstance(first, m.RequestMessage) and isinstance(first.parts[0], m.ToolReturnPart)
+        assert first.parts[0].tool_call_id == cid and first.parts[0].content == {"city": "Lyon"}
+        # the same body again: that result was taken; nothing is waiting for it
+        v = head(server.store, t).version
+        r = c.post("/api/chat", json=body)
+        assert r.status_code == 409 and r.json()["error"]["code"] == "nothing_pending"
+        assert head(server.store, t).version == v

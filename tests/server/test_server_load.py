@@ -14,7 +14,7 @@ from server.server_harness import ServerProcess, chat_body
 from tplog import AgentTurnCompleted, Store
 from tplog import _model as m
 from tplog._fold import fold
-from tplog.integrations.vercel import assemble_turn
+from tplog.integrations.vercel import assemble_turn, thread_id_for_chat
 
 N_CHATS = 200
 
@@ -44,7 +44,9 @@ def test_200_concurrent_chats_two_workers(server: ServerProcess) -> None:
     assert len(pids) == 2, f"all chats went to one worker: {pids}"
 
     with Store(server.store, readonly=True) as s:
-        log = [e for e in s.read_all(start=start) if e.thread_id.startswith(f"load-{run}-")]
+        # the chat ids are no UUIDs: each names its UUIDv5 thread
+        tids = {thread_id_for_chat(t): t for t, _, _ in results}
+        log = [e for e in s.read_all(start=start) if e.thread_id in tids]
         per_thread: dict[str, list[Any]] = defaultdict(list)
         for e in log:
             per_thread[e.thread_id].append(e)
@@ -55,10 +57,10 @@ def test_200_concurrent_chats_two_workers(server: ServerProcess) -> None:
         assert positions == sorted(positions) and len(positions) == len(set(positions))
         assert len(per_thread) == N_CHATS
         for t, body, r in results:
-            events = per_thread[t]
+            events = per_thread[thread_id_for_chat(t)]
             # per-thread seqs contiguous from 1, and the global log holds exactly the thread's events
             assert [e.seq for e in events] == list(range(1, len(events) + 1)), t
-            assert [e.event_id for e in events] == [e.event_id for e in s.read(t)]
+            assert [e.event_id for e in events] == [e.event_id for e in s.read(thread_id_for_chat(t))]
             evs = [e.event for e in events]
             assert isinstance(evs[-1], AgentTurnCompleted), t
             th = fold(evs).thread

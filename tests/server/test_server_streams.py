@@ -29,7 +29,7 @@ from tplog._fold import fold
 
 
 def tid() -> str:
-    return f"t-{uuid.uuid4()}"
+    return str(uuid.uuid4())
 
 
 def _read_some_then_drop(srv: ServerProcess, t: str, text: str, n_chunks: int) -> list[str]:

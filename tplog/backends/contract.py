@@ -33,16 +33,17 @@ the other way round.
 
 from __future__ import annotations
 
+import hashlib
+import uuid
 from collections.abc import Callable, Sequence
 from typing import Any, Final, Literal, Protocol, TypeVar, Union, runtime_checkable
 
 import msgspec
 
-from tplog._codec import Encoded
+from tplog._codec import Codec, Encoded
 from tplog._errors import InvalidInputError
 from tplog._events import RecordedEvent
-from tplog._fold import ThreadState
-from tplog._keys import tkey
+from tplog._fold import Item, ThreadState
 
 __all__ = [
     "ANY",
@@ -55,11 +56,15 @@ __all__ = [
     "ExpectedVersion",
     "Handle",
     "Held",
+    "PROJECTIONS",
+    "VERSIONS",
+    "RebuildReport",
     "Recorder",
     "ThreadAppend",
     "ThreadHead",
     "ThreadPage",
     "Tracking",
+    "VerifyReport",
     "check_append",
     "thread_key",
 ]
@@ -75,6 +80,15 @@ Direction = Literal["forward", "backward"]
 Cursor = tuple[int, ...]
 
 T_co = TypeVar("T_co", covariant=True)
+_fromhex = bytes.fromhex
+
+LINKS: Final = "links"
+STATE: Final = "state"
+#: The projections every backend keeps, with their fold code versions. Bump one when
+#: its fold changes meaning: stores built with the old version then report it stale
+#: until ``tplog rebuild``.
+VERSIONS: Final = {LINKS: 1, STATE: 2}
+PROJECTIONS: Final = tuple(VERSIONS)
 
 
 class ThreadHead(msgspec.Struct, array_like=True, kw_only=True):
@@ -121,6 +135,37 @@ class ThreadPage(msgspec.Struct, frozen=True):
 
     threads: list[ThreadHead]
     cursor: str | None
+
+
+class RebuildReport(msgspec.Struct, kw_only=True):
+    """What a rebuild did. ``differences`` (with ``verify``) lists every row
+    where the live projection and a fresh rebuild disagree; empty means equal."""
+
+    projection: str
+    verify: bool
+    events: int
+    seconds: float
+    position: int
+    differences: list[str] = []
+
+    @property
+    def events_per_second(self) -> float:
+        return self.events / self.seconds if self.seconds > 0 else 0.0
+
+
+class VerifyReport(msgspec.Struct, kw_only=True):
+    """``problems`` is empty for a sound store; ``skipped`` names checks that could
+    not run (a projection being rebuilt by someone else), which is not a problem."""
+
+    events: int = 0
+    threads: int = 0
+    blobs: int = 0
+    problems: list[str] = []
+    skipped: list[str] = []
+
+    @property
+    def ok(self) -> bool:
+        return not self.problems
 
 
 class ThreadAppend(msgspec.Struct, frozen=True, kw_only=True):
@@ -189,11 +234,24 @@ class Recorder(Protocol):
 
     #: How many ordered logs this backend keeps (≥ 1).
     logs: int
+    #: The codec events are encoded with (its zstd dictionaries are the store's).
+    codec: Codec
 
     # ------------------------------------------------------------------ writes
 
-    def submit(self, append: Append) -> Handle[list[AppendResult]]:
-        """Append each :class:`ThreadAppend`'s events to its thread, all or none.
+    def gate(self) -> None:
+        """Called before the facade encodes an append: a backend may hold the caller
+        back briefly (LMDB does while a group transaction is being built, so that
+        encoding threads do not take the GIL from its writer). Usually a no-op."""
+        ...
+
+    def submit(self, append: Append, *, lead: bool = True) -> Handle[list[AppendResult]]:
+        """``lead``: the caller will call ``result()`` from a thread that may do the
+        commit work itself (the sync API); with ``False`` the backend completes the
+        append without the caller's thread (the async API awaits the handle through
+        :func:`asyncio.wrap_future`, so the handle is then a concurrent Future).
+
+        Append each :class:`ThreadAppend`'s events to its thread, all or none.
 
         Per thread, in this order: every event id already stored (same scope)
         → that part is an idempotent retry: its original result with
@@ -290,7 +348,25 @@ class Recorder(Protocol):
     def thread_state(self, thread_id: str, *, scope: str | None = None) -> ThreadState | None:
         """The ``state`` projection's row for the thread (an empty state for a thread
         with no row), or ``None`` when the projection is stale (the facade then
-        folds the thread's events itself)."""
+        folds the thread's items itself). ``NotFoundError`` for a thread never seen."""
+        ...
+
+    def thread_events(self, thread_id: str, *, scope: str | None = None,
+                      after: int = 0) -> tuple[ThreadHead, list[Any]]:
+        """The head and the decoded events (``Event``s) with seq > ``after``, in one
+        snapshot: from seq 1 instead when the thread is not active or its version is
+        below ``after``. What the facade's fold cache extends. ``NotFoundError`` if unknown."""
+        ...
+
+    def items(self, thread_id: str, *, scope: str | None = None) -> list[Item]:
+        """The thread's events as the id-only folds see them (kind, facts, and the
+        event only where a fold reads it), in seq order. ``NotFoundError`` if unknown."""
+        ...
+
+    def descendants(self, thread_id: str, *, scope: str | None = None,
+                    max_depth: int | None = None) -> list[tuple[str, int]]:
+        """Every thread spawned from the thread, transitively, breadth-first, each once
+        (by :func:`thread_key`): ``(thread_id, depth)``; ``max_depth`` limits the depth."""
         ...
 
     # ------------------------------------------------------------------ projections
@@ -307,7 +383,7 @@ class Recorder(Protocol):
         force: bool = False,
         chunk: int = 20_000,
         progress: Callable[[int, int], None] | None = None,
-    ) -> list[Any]:
+    ) -> list[RebuildReport]:
         """Rebuild projections from the log, online (appends go on meanwhile): one
         ``RebuildReport`` per name. With ``verify``, report differences instead of
         swapping. One rebuild per projection at a time (``RebuildInProgressError``;
@@ -329,12 +405,21 @@ class Recorder(Protocol):
         """At least ``threads``, ``events`` and ``logs`` (ints); engines add their own keys."""
         ...
 
-    def verify(self, *, projections: bool = True) -> list[str]:
+    def verify(self, *, projections: bool = True) -> VerifyReport:
         """Check the store against itself; each problem names the thread and seq."""
         ...
 
     def sync(self) -> None:
         """Make everything committed durable (a no-op where commits already are)."""
+        ...
+
+    def train_dictionary(self, *, samples: int = 2000, size: int = 64 << 10) -> int:
+        """Train a zstd dictionary on stored bodies for new values (0: too few samples,
+        or a backend that does not compress)."""
+        ...
+
+    def check_open(self) -> None:
+        """``StoreClosedError`` once closed."""
         ...
 
     def close(self) -> None:
@@ -344,10 +429,42 @@ class Recorder(Protocol):
 
 
 def thread_key(thread_id: str, scope: str | None = None) -> bytes:
-    """The identity and sort key of a thread within a scope (16 bytes): UUIDs key by
-    their bytes, other ids by a hash. Every backend orders children and incoming
-    links by it, so pages come out the same on every engine."""
-    return tkey(thread_id, scope)
+    """The identity and sort key of a thread (16 bytes) within ``scope``, if given.
+    Every backend orders children and incoming links by it, so pages come out the
+    same on every engine.
+
+    Unscoped: a UUID in canonical text form (any case) keys by its 16 bytes,
+    so ids compare as UUIDs; any other id keys by the first 16 bytes of
+    ``BLAKE2b(b"tplog:" + id)``. Scoped: ``BLAKE2b(b"tplog-scope:" + scope +
+    0x00 + id)``, so each scope is its own key space.
+    """
+    if scope is not None:
+        return hashlib.blake2b(b"tplog-scope:" + scope.encode() + b"\x00" + thread_id.encode(),
+                               digest_size=16).digest()
+    if len(thread_id) == 36 and type(thread_id) is str:
+        # Fast path, same answer as the uuid.UUID check below (about 8x cheaper: this is
+        # on every append and every query). Canonical = 32 ASCII hex digits, any case,
+        # as 8-4-4-4-12 around hyphens. ``bytes.fromhex`` rejects anything else that
+        # uuid.UUID would parse (signs, underscores, non-ASCII digits, "urn:"/braces,
+        # hyphens elsewhere all leave no canonical form): a non-hex character raises,
+        # and whitespace (skipped between byte pairs) leaves fewer than 16 bytes.
+        if thread_id[8] == thread_id[13] == thread_id[18] == thread_id[23] == "-":
+            try:
+                b = _fromhex(thread_id.replace("-", ""))
+            except ValueError:
+                pass
+            else:
+                if len(b) == 16:
+                    return b
+    elif len(thread_id) == 36:  # not exactly str: the reference check (its errors included)
+        try:
+            u = uuid.UUID(thread_id)
+        except ValueError:
+            pass
+        else:
+            if str(u) == thread_id.lower():
+                return u.bytes
+    return hashlib.blake2b(b"tplog:" + thread_id.encode(), digest_size=16).digest()
 
 
 def check_append(append: Append) -> None:

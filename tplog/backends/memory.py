@@ -21,7 +21,7 @@ from typing import Any, Final, TypeVar
 
 import msgspec
 
-from tplog._codec import MSG_KIND, Codec, Encoded
+from tplog._codec import MSG_KIND, Codec, Encoded, Limits
 from tplog._errors import (
     IdempotencyError,
     InvalidEventError,
@@ -56,10 +56,12 @@ from tplog.backends.contract import (
     Cursor,
     Direction,
     Handle,
+    RebuildReport,
     ThreadAppend,
     ThreadHead,
     ThreadPage,
     Tracking,
+    VerifyReport,
     check_append,
     thread_key,
 )
@@ -118,7 +120,8 @@ class MemoryRecorder:
 
     logs = 1
 
-    def __init__(self, *, clock: Callable[[], int] = time.time_ns) -> None:
+    def __init__(self, *, clock: Callable[[], int] = time.time_ns, limits: Limits | None = None) -> None:
+        self.codec = Codec(limits)
         self._clock = clock
         self._lock = threading.Condition(threading.Lock())
         self._threads: dict[bytes, _Thread] = {}
@@ -134,7 +137,10 @@ class MemoryRecorder:
 
     # ------------------------------------------------------------------ writes
 
-    def submit(self, append: Append) -> Handle[list[AppendResult]]:
+    def gate(self) -> None:
+        pass
+
+    def submit(self, append: Append, *, lead: bool = True) -> Handle[list[AppendResult]]:
         return _done(lambda: self._append(append))
 
     def _append(self, append: Append) -> list[AppendResult]:
@@ -408,9 +414,49 @@ class MemoryRecorder:
     def thread_state(self, thread_id: str, *, scope: str | None = None) -> ThreadState | None:
         with self._lock:
             self._check_open()
+            if thread_key(thread_id, scope) not in self._threads:
+                raise NotFoundError(f"thread {thread_id} does not exist")
             if self._tracking["state"][0] != "live":
                 return None
             return copy.deepcopy(self._states.get(thread_key(thread_id, scope), ThreadState()))
+
+    def thread_events(self, thread_id: str, *, scope: str | None = None,
+                      after: int = 0) -> tuple[ThreadHead, list[Any]]:
+        with self._lock:
+            self._check_open()
+            t = self._threads.get(thread_key(thread_id, scope))
+            if t is None:
+                raise NotFoundError(f"thread {thread_id} does not exist")
+            if t.head.status != "active" or after > t.head.version:
+                after = 0
+            return msgspec.structs.replace(t.head), [s.event for s in t.events if s.seq > after]
+
+    def items(self, thread_id: str, *, scope: str | None = None) -> list[Item]:
+        with self._lock:
+            self._check_open()
+            t = self._threads.get(thread_key(thread_id, scope))
+            if t is None:
+                raise NotFoundError(f"thread {thread_id} does not exist")
+            return [Item(s.seq, s.kind, s.facts, None if s.kind == MSG_KIND else s.event) for s in t.events]
+
+    def descendants(self, thread_id: str, *, scope: str | None = None,
+                    max_depth: int | None = None) -> list[tuple[str, int]]:
+        seen = {thread_key(thread_id, scope)}
+        out: list[tuple[str, int]] = []
+        frontier = [thread_id]
+        depth = 0
+        while frontier and (max_depth is None or depth < max_depth):
+            depth += 1
+            nxt: list[str] = []
+            for t in frontier:
+                for child in self.children(t, scope=scope):
+                    k = thread_key(child, scope)
+                    if k not in seen:
+                        seen.add(k)
+                        out.append((child, depth))
+                        nxt.append(child)
+            frontier = nxt
+        return out
 
     def _require_live(self, name: str) -> None:
         from tplog._errors import RebuildRequiredError
@@ -427,9 +473,7 @@ class MemoryRecorder:
                     for n, (st, v, pos) in self._tracking.items()]
 
     def rebuild(self, names: Sequence[str], *, verify: bool = False, force: bool = False, chunk: int = 20_000,
-                progress: Callable[[int, int], None] | None = None) -> list[Any]:
-        from tplog._projections import RebuildReport
-
+                progress: Callable[[int, int], None] | None = None) -> list[RebuildReport]:
         for n in names:
             if n not in VERSIONS:
                 raise InvalidInputError(f"unknown projection {n!r}; known: {', '.join(VERSIONS)}")
@@ -498,7 +542,7 @@ class MemoryRecorder:
             return {"backend": "memory", "logs": 1, "threads": len(self._threads),
                     "events": sum(len(t.events) for t in self._threads.values()), "last_position": self._last}
 
-    def verify(self, *, projections: bool = True) -> list[str]:
+    def verify(self, *, projections: bool = True) -> VerifyReport:
         problems: list[str] = []
         with self._lock:
             for _tk, t in self._threads.items():
@@ -507,12 +551,20 @@ class MemoryRecorder:
                 if seqs != want:
                     problems.append(f"thread {t.head.thread_id}: seqs {seqs[:5]}… do not match its head")
         if projections:
-            for rep in self.rebuild(list(VERSIONS), verify=True):
-                problems += rep.differences
-        return problems
+            for report in self.rebuild(list(VERSIONS), verify=True):
+                problems += report.differences
+        with self._lock:
+            return VerifyReport(events=sum(len(t.events) for t in self._threads.values()),
+                                threads=len(self._threads), problems=problems)
 
     def sync(self) -> None:
         pass
+
+    def train_dictionary(self, *, samples: int = 2000, size: int = 64 << 10) -> int:
+        return 0  # nothing is compressed in memory
+
+    def check_open(self) -> None:
+        self._check_open()
 
     def close(self) -> None:
         with self._lock:

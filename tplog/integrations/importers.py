@@ -67,7 +67,7 @@ from tplog._events import (
 from tplog._fold import fold
 from tplog._validate import validate
 from tplog.integrations.pydantic_ai import events_from_messages, now_iso
-from tplog.integrations.vercel import DONE, MalformedChunkError, StreamAssembler, parse_sse
+from tplog.integrations.vercel import DONE, MalformedChunkError, StreamAssembler, client_tool_results, parse_sse
 
 __all__ = [
     "FORMATS",
@@ -273,7 +273,7 @@ def _pai_messages(data: bytes) -> list[pm.ModelMessage]:
 
 
 def _jtype(v: Any) -> str:
-    return {dict: "object", str: "string", bool: "boolean", type(None): "null"}.get(type(v), "number")
+    return {dict: "object", list: "array", str: "string", bool: "boolean", type(None): "null"}.get(type(v), "number")
 
 
 # --------------------------------------------------------------------------- vercel-ui
@@ -301,7 +301,7 @@ def _vercel_events(data: bytes, request: bytes | None, agent_id: str, clock: Cal
         raise VercelImportError("the input holds no UI stream chunks (SSE 'data:' lines or JSON lines)")
     turn = asm.events()
     history: list[Event] = []
-    prior = _prior_messages(body)
+    prior = _without_results(_prior_messages(body), set(client_tool_results(body)) & _answered_in(turn))
     if prior:
         # Body messages the client made carry no time: they get the stream turn's start time.
         t0 = next((t for t in (ev.time() for ev in turn) if isinstance(t, str)), None) or clock()
@@ -352,6 +352,34 @@ def _prior_messages(body: dict[str, Any] | None) -> list[Any]:
     if msgs and isinstance(msgs[-1], dict) and msgs[-1].get("role") == "user":
         msgs = msgs[:-1]
     return msgs
+
+
+def _answered_in(turn: list[Event]) -> set[str]:
+    """Ids of the tool calls the turn's request messages answer."""
+    out: set[str] = set()
+    for ev in turn:
+        if isinstance(ev, MessageRecorded) and isinstance(ev.message, m.RequestMessage):
+            for p in ev.message.parts:
+                if isinstance(p, m.ToolReturnPart | m.RetryPromptPart) and isinstance(p.tool_call_id, str):
+                    out.add(p.tool_call_id)
+    return out
+
+
+def _without_results(msgs: list[Any], call_ids: set[str]) -> list[Any]:
+    """``msgs`` with the client's tool results for ``call_ids`` taken out of its last message: the
+    stream's turn records them as the tool returns that resumed the run (AI SDK v6 ``addToolOutput``
+    puts them in the assistant message that made the calls)."""
+    if not call_ids or not msgs or not isinstance(msgs[-1], dict):
+        return msgs
+    last = dict(msgs[-1])
+    parts = []
+    for part in last.get("parts") or []:
+        if isinstance(part, dict) and part.get("toolCallId") in call_ids:
+            part = {k: v for k, v in part.items() if k not in ("output", "errorText")}
+            part["state"] = "input-available"
+        parts.append(part)
+    last["parts"] = parts
+    return [*msgs[:-1], last]
 
 
 def _ui_messages(raw: Any, where: str, *, untimed_at: str | None = None) -> list[pm.ModelMessage]:

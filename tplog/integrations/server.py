@@ -11,11 +11,16 @@ Endpoints
 
 ``POST /api/chat``
     A Vercel AI SDK UI request (``{"trigger": "submit-message", "id": CHAT_ID,
-    "messages": [...]}``; the chat id is the thread id). Runs the agent (the
+    "messages": [...]}``; the chat id names the thread: a UUID is the thread id,
+    any other id its :func:`~tplog.integrations.vercel.thread_id_for_chat` UUIDv5,
+    kept in the new thread's metadata as ``"vercel:chat_id"``; every endpoint
+    takes either). Runs the agent (the
     body's ``"agent"`` field or ``?agent=`` picks one of ``agents``; default: the
     first) on the *recorded* history of the thread (the store is the source of
     truth: only the request's last message is read -- the user's new message,
-    or, SDK v6, its ``approval-responded`` tool parts) and streams the UI
+    or, SDK v6, its ``approval-responded`` tool parts and the client-side tool
+    results of calls waiting for one, ``output-available``/``output-error``
+    tool parts from ``addToolOutput``) and streams the UI
     message stream with tplog's ``data-tp-*`` chunks (see
     :mod:`tplog.integrations.vercel`) while recording the run message by
     message. A new thread is created (``ThreadStarted`` + ``AgentRegistered``)
@@ -30,8 +35,8 @@ Endpoints
     (v0.0.4 ``AgentTurnInterrupted``, reason ``disconnect_reason``, default
     ``network_failure`` -- what a client assembling the broken stream records
     too); the complete cycles before it are kept. Runs still going at shutdown
-    get ``shutdown_grace`` seconds, then are interrupted (reason
-    ``server_shutdown``).
+    get ``shutdown_grace`` seconds, counted from the SIGTERM/SIGINT, then are
+    interrupted (reason ``server_shutdown``) and their streams end.
 
 ``POST /threads/{id}/approvals``
     ``{"approvals": {CALL_ID: true | false | {"approved": false, "reason": "..."}},
@@ -71,11 +76,14 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import importlib
 import json
 import logging
 import os
 import re
+import signal
+import socket
 import threading
 import time
 import uuid
@@ -113,14 +121,17 @@ from tplog._events import (
 )
 from tplog._json import to_builtins, to_json
 from tplog._store import NO_STREAM, AsyncStore, ExpectedVersion, Store
+from tplog.integrations.vercel import CHAT_ID_KEY, client_tool_results, thread_id_for_chat
 
 __all__ = [
     "ENV_AGENTS",
     "ENV_DURABILITY",
     "ENV_METRICS",
     "ENV_ON_DISCONNECT",
+    "ENV_SHUTDOWN_GRACE",
     "ENV_STORE",
     "AppendTimings",
+    "ServeError",
     "app_from_env",
     "create_app",
     "demo_agents",
@@ -139,6 +150,8 @@ ENV_ON_DISCONNECT: Final = "TPLOG_SERVER_ON_DISCONNECT"
 ENV_DURABILITY: Final = "TPLOG_SERVER_DURABILITY"
 #: A path prefix: each worker writes its append timings to ``PREFIX.PID.json`` at shutdown.
 ENV_METRICS: Final = "TPLOG_SERVER_METRICS"
+#: Seconds runs get to finish at shutdown before they are interrupted (default 30).
+ENV_SHUTDOWN_GRACE: Final = "TPLOG_SERVER_SHUTDOWN_GRACE"
 
 SSE_HEADERS: Final = {
     "cache-control": "no-cache",
@@ -151,6 +164,10 @@ _TAIL_PAGE: Final = 500  # events read per step of a tail
 
 
 # --------------------------------------------------------------------------- errors
+
+
+class ServeError(TplogError):
+    """The server cannot start: an agents spec that does not load, an address it cannot listen on."""
 
 
 class HTTPError(Exception):
@@ -333,11 +350,27 @@ def _with_reason(ev: Event, reason: str) -> Event:
     return ev
 
 
+@functools.cache
+def _recorder_class(base: type[Any]) -> type[Any]:
+    class _Recorder(base):  # type: ignore[misc]
+        """Interruption reasons set by the server (disconnect, shutdown) apply to what the run's listeners
+        see too, so the stream's ``data-tp-turn_end`` tells the client what the thread records."""
+
+        async def emit(self, events: list[Event]) -> None:
+            reason = self._append.reason_override
+            await super().emit(events if reason is None else [_with_reason(e, reason) for e in events])
+
+    return _Recorder
+
+
 class _Run:
     """One agent run, decoupled from the HTTP response that streams it."""
 
     def __init__(self, writer: _Writer) -> None:
+        from pydantic_ai import CancellationToken
+
         self.writer = writer
+        self.token = CancellationToken()  # stops the run inside Pydantic AI: its stream ends with `abort`
         self.queue: asyncio.Queue[str | None] = asyncio.Queue()
         self.attached = True
         self.task: asyncio.Task[None] | None = None
@@ -382,6 +415,7 @@ class _Server:
         self._watcher: _Watcher | None = None
         self.runs: set[_Run] = set()
         self.closing = False
+        self._draining: asyncio.Task[None] | None = None
 
     @property
     def astore(self) -> AsyncStore:
@@ -413,28 +447,82 @@ class _Server:
             owned = True
         self._watcher = _Watcher(self._astore.store, asyncio.get_running_loop(), self.tail_poll)
         self._watcher.start()
+        unhook = self._hook_signals(asyncio.get_running_loop())
         try:
             yield
         finally:
-            self.closing = True
-            await self._drain()
+            unhook()
+            self.begin_shutdown()
+            assert self._draining is not None
+            await self._draining
             self._watcher.stop()
             if owned:
                 await self._astore.close()
             if self.metrics is not None and self.metrics_path:
                 self.metrics.dump(f"{self.metrics_path}.{os.getpid()}.json")
 
+    def _hook_signals(self, loop: asyncio.AbstractEventLoop) -> Callable[[], None]:
+        """Start the shutdown grace when the ASGI server gets SIGTERM/SIGINT, not at the lifespan's end.
+
+        The ASGI server (uvicorn) first waits for open responses to finish and only then runs the
+        lifespan shutdown: a run streaming to its client would keep that wait going, and the grace
+        would only start after it. So the handler the server installed is wrapped: the grace starts
+        at the signal, and the streams end within it. Only in the main thread (where handlers live),
+        and only over a Python handler (a server that handles the signal).
+        """
+        if threading.current_thread() is not threading.main_thread():
+            return lambda: None
+        hooked: dict[int, tuple[Callable[[int, Any], Any], Callable[[int, Any], Any]]] = {}
+
+        def wrap(prev: Callable[[int, Any], Any]) -> Callable[[int, Any], Any]:
+            def handler(signum: int, frame: Any) -> Any:
+                with contextlib.suppress(RuntimeError):  # the loop is closed
+                    loop.call_soon_threadsafe(self.begin_shutdown)
+                return prev(signum, frame)
+
+            return handler
+
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            prev = signal.getsignal(sig)
+            if callable(prev):
+                mine = wrap(prev)
+                signal.signal(sig, mine)
+                hooked[sig] = (mine, prev)
+
+        def unhook() -> None:
+            for sig, (mine, prev) in hooked.items():
+                if signal.getsignal(sig) is mine:
+                    signal.signal(sig, prev)
+
+        return unhook
+
+    def begin_shutdown(self) -> None:
+        """Refuse new runs, wake the event tails (they end), and give the running runs
+        ``shutdown_grace`` seconds before they are interrupted (``server_shutdown``). Idempotent."""
+        if self._draining is not None:
+            return
+        self.closing = True
+        if self._watcher is not None:
+            self._watcher._wake()
+        self._draining = asyncio.get_running_loop().create_task(self._drain())
+
     async def _drain(self) -> None:
-        tasks = [r.task for r in self.runs if r.task is not None and not r.task.done()]
-        if tasks:
-            await asyncio.wait(tasks, timeout=self.shutdown_grace)
-        for r in list(self.runs):
-            if r.task is not None and not r.task.done():
-                r.writer.reason_override = "server_shutdown"
+        def live() -> list[_Run]:
+            return [r for r in self.runs if r.task is not None and not r.task.done()]
+
+        if runs := live():
+            await asyncio.wait([r.task for r in runs if r.task is not None], timeout=self.shutdown_grace)
+        for r in live():
+            r.writer.reason_override = "server_shutdown"
+            with contextlib.suppress(Exception):
+                r.token.cancel()
+        if runs := live():  # each records its interruption; its client gets the end of the turn and `abort`
+            await asyncio.wait([r.task for r in runs if r.task is not None], timeout=5)
+        for r in live():  # a run that did not stop on its token: cancel its task (the client's stream is cut)
+            if r.task is not None:
                 r.task.cancel()
-        tasks = [r.task for r in self.runs if r.task is not None and not r.task.done()]
-        if tasks:
-            await asyncio.wait(tasks, timeout=10)
+        if runs := live():
+            await asyncio.wait([r.task for r in runs if r.task is not None], timeout=10)
 
     # -- chat runs
 
@@ -455,8 +543,15 @@ class _Server:
         if_match: int | None,
         user_text: str | None,
         deferred: tuple[dict[str, Any], dict[str, Any]] | None,
+        client_results: bool = False,
+        metadata: dict[str, Any] | None = None,
     ) -> _Run:
-        """Check the thread, start the run, wait for its first append. Raises HTTPError."""
+        """Check the thread, start the run, wait for its first append. Raises HTTPError.
+
+        ``client_results``: the results in ``deferred`` are the tool parts of a UI message, which
+        also holds the results of calls answered long ago: only those of pending calls count.
+        ``metadata``: the new thread's metadata (the AI SDK chat id).
+        """
         if self.closing:
             raise HTTPError(503, "shutting_down", "the server is shutting down")
         from tplog.integrations.pydantic_ai import ThreadRecorder, history_from_thread
@@ -489,7 +584,14 @@ class _Server:
         now = _now()
         if head is None:
             title = (user_text or "").strip().splitlines()[0][:80] if (user_text or "").strip() else None
-            prefix.append(ThreadStarted(thread_id=thread_id, created_at=now, title=title if title else m.UNSET))
+            prefix.append(
+                ThreadStarted(
+                    thread_id=thread_id,
+                    created_at=now,
+                    title=title if title else m.UNSET,
+                    metadata=metadata if metadata else m.UNSET,
+                )
+            )
             registered: Mapping[str, Any] = {}
         else:
             thread = await asyncio.to_thread(store.thread, thread_id)
@@ -503,9 +605,12 @@ class _Server:
                     "awaiting_tool_results",
                     f"thread {thread_id} waits for decisions on deferred tool calls "
                     f"{[c.tool_call_id for c in calls]}; send them (POST /threads/{{id}}/approvals, or the SDK's "
-                    "tool approval responses) before a new message",
+                    "tool approval responses / client-side tool results) before a new message",
                     pending=[{"tool_call_id": c.tool_call_id, "tool_name": c.tool_name, "kind": c.kind} for c in calls],
                 )
+            if deferred is not None and client_results:
+                external = {c.tool_call_id for c in calls if c.kind != "approval"}
+                deferred = (deferred[0], {k: v for k, v in deferred[1].items() if k in external})
             if deferred is not None:
                 _check_decisions(thread_id, calls, *deferred)
         if head is None and deferred is not None:
@@ -525,8 +630,8 @@ class _Server:
             )
         writer = _Writer(self, thread_id, version if head is not None else NO_STREAM, prefix)
         run = _Run(writer)
-        recorder = ThreadRecorder(writer, thread_id)
-        kwargs: dict[str, Any] = {}
+        recorder = _recorder_class(ThreadRecorder)(writer, thread_id)
+        kwargs: dict[str, Any] = {"cancellation_token": run.token}
         if history:
             kwargs["message_history"] = history
         if deferred is not None:
@@ -615,6 +720,24 @@ class _Server:
                 "x-tplog-worker": str(os.getpid()),
             },
         )
+
+
+async def _thread_for(srv: _Server, chat_id: str) -> str:
+    """The thread an id names: a UUID names itself; any other id (an AI SDK chat id) names its
+    :func:`~tplog.integrations.vercel.thread_id_for_chat` UUID -- unless a thread is stored under
+    exactly that id (made before chat ids were mapped), which keeps its id."""
+    tid = thread_id_for_chat(chat_id)
+    if tid == chat_id:
+        return tid
+    try:
+        await asyncio.to_thread(srv.store.head, chat_id)
+    except (NotFoundError, InvalidInputError):
+        return tid
+    return chat_id
+
+
+async def _path_thread(srv: _Server, request: Request) -> str:
+    return await _thread_for(srv, request.path_params["thread_id"])
 
 
 def _header_safe(s: str) -> str:
@@ -798,6 +921,11 @@ def create_app(
     tails look for appends by other processes; ``heartbeat``: SSE keep-alive comment interval.
     ``metrics``: an :class:`AppendTimings` (or anything with its ``append``/``request`` methods)
     timing every append; dumped to ``metrics_path.PID.json`` at shutdown when given.
+    ``shutdown_grace``: seconds running runs get at shutdown before they are interrupted
+    (``server_shutdown``), counted from the SIGTERM/SIGINT when the ASGI server runs the app in
+    its main thread with its own signal handlers (uvicorn does), else from the lifespan's end.
+    Under your own uvicorn, set its ``timeout_graceful_shutdown`` above the grace (``serve`` uses
+    grace + 15 s): uvicorn cuts the responses still open when it runs out.
     """
     srv = _Server(
         store,
@@ -838,33 +966,44 @@ def create_app(
                 "unsupported_trigger",
                 "regenerate-message is not supported: the thread's log is append-only; submit a new message instead",
             )
-        thread_id = run_input.id
-        if not thread_id or len(thread_id.encode()) > 512:
+        chat_id = run_input.id
+        if not chat_id or len(chat_id.encode()) > 512:
             raise HTTPError(422, "invalid_body", "id (the chat/thread id) must be a non-empty string ≤ 512 bytes")
+        thread_id = await _thread_for(srv, chat_id)
         agent_name, agent = srv.agent(body.get("agent", request.query_params.get("agent")))
         if_match = _if_match(request)
         msgs = run_input.messages
         last = msgs[-1] if msgs else None
         deferred: tuple[dict[str, Any], dict[str, Any]] | None = None
+        client_results = False
         user_text: str | None = None
         if last is not None and last.role == "user":
             user_text = " ".join(getattr(p, "text", "") for p in last.parts if getattr(p, "type", "") == "text")
         elif last is not None and last.role == "assistant":
+            from pydantic_ai import ToolFailed
+
             adapter = VercelAIAdapter(agent=agent, run_input=run_input, sdk_version=6)
             dtr = adapter.deferred_tool_results
-            if dtr is not None and dtr.approvals:
-                appr: dict[str, Any] = {}
-                for cid, dec in dtr.approvals.items():
-                    appr[cid] = (
-                        dec if isinstance(dec, bool) else {"approved": False, "reason": getattr(dec, "message", None)}
-                    )
-                deferred = (appr, {})
+            appr: dict[str, Any] = {}
+            for cid, dec in (dtr.approvals if dtr is not None else {}).items():
+                appr[cid] = (
+                    dec if isinstance(dec, bool) else {"approved": False, "reason": getattr(dec, "message", None)}
+                )
+            # AI SDK v6 addToolOutput: the browser ran the tool; its result is in the assistant message
+            results = {
+                cid: ToolFailed(value) if kind == "error" else value
+                for cid, (kind, value) in client_tool_results(body).items()
+                if cid not in appr
+            }
+            if appr or results:
+                deferred = (appr, results)
+                client_results = bool(results)
         if user_text is None and deferred is None:
             raise HTTPError(
                 422,
                 "nothing_to_run",
-                "the request's last message must be the user's new message or "
-                "an assistant message with tool approval responses",
+                "the request's last message must be the user's new message, or an assistant message with "
+                "tool approval responses or client-side tool results (output-available / output-error tool parts)",
             )
         # The run sees only the last message; the history is the thread's recorded one.
         run_body = {
@@ -873,12 +1012,20 @@ def create_app(
             "messages": [body["messages"][-1]] if user_text is not None else [],
         }
         run = await srv.start_run(
-            thread_id, agent_name, agent, run_body, if_match=if_match, user_text=user_text, deferred=deferred
+            thread_id,
+            agent_name,
+            agent,
+            run_body,
+            if_match=if_match,
+            user_text=user_text,
+            deferred=deferred,
+            client_results=client_results,
+            metadata={CHAT_ID_KEY: chat_id} if chat_id != thread_id else None,
         )
         return srv.stream(run)
 
     async def approvals(request: Request) -> Response:
-        thread_id = request.path_params["thread_id"]
+        thread_id = await _path_thread(srv, request)
         body = await _json_body(request, srv.max_body)
         appr = body.get("approvals", {})
         results = body.get("results", {})
@@ -942,11 +1089,11 @@ def create_app(
         return _json({"threads": _plain(page.threads), "next_cursor": page.cursor})
 
     async def thread(request: Request) -> Response:
-        th = await asyncio.to_thread(srv.store.thread, request.path_params["thread_id"])
+        th = await asyncio.to_thread(srv.store.thread, await _path_thread(srv, request))
         return Response(to_json(th), media_type="application/json")
 
     async def turns(request: Request) -> Response:
-        tid = request.path_params["thread_id"]
+        tid = await _path_thread(srv, request)
         res = await asyncio.to_thread(srv.store.load, tid)
         if res.deleted or res.thread is None:
             raise HTTPError(410, "thread_deleted", f"thread {tid} was deleted")
@@ -960,13 +1107,13 @@ def create_app(
         )
 
     async def pending(request: Request) -> Response:
-        return _json(_plain(await asyncio.to_thread(srv.store.pending, request.path_params["thread_id"])))
+        return _json(_plain(await asyncio.to_thread(srv.store.pending, await _path_thread(srv, request))))
 
     async def interrupts(request: Request) -> Response:
-        return _json(_plain(await asyncio.to_thread(srv.store.interrupts, request.path_params["thread_id"])))
+        return _json(_plain(await asyncio.to_thread(srv.store.interrupts, await _path_thread(srv, request))))
 
     async def children(request: Request) -> Response:
-        tid = request.path_params["thread_id"]
+        tid = await _path_thread(srv, request)
         store = srv.store
         await asyncio.to_thread(store.head, tid)  # 404 for an unknown thread
         max_depth = _int_param(request, "max_depth", None, lo=1)
@@ -978,7 +1125,7 @@ def create_app(
         return _json({"thread_id": tid, "children": kids})
 
     async def links(request: Request) -> Response:
-        tid = request.path_params["thread_id"]
+        tid = await _path_thread(srv, request)
         store = srv.store
         relation = request.query_params.get("relation") or None
         if _flag(request, "incoming"):
@@ -997,7 +1144,7 @@ def create_app(
         )
 
     async def events(request: Request) -> Response:
-        tid = request.path_params["thread_id"]
+        tid = await _path_thread(srv, request)
         last_id = request.headers.get("last-event-id")
         if last_id is not None and last_id.strip():
             if not last_id.strip().isdigit():
@@ -1045,7 +1192,13 @@ def create_app(
             except HTTPError as exc:
                 return _error_response(exc)
             except TplogError as exc:
-                return _error_response(http_error(exc))
+                err = http_error(exc)
+                path_id = request.path_params.get("thread_id")
+                if isinstance(path_id, str) and isinstance(exc, (NotFoundError, ThreadDeletedError)):
+                    # name the id the client sent, not the UUIDv5 a chat id was mapped to
+                    err = HTTPError(err.status, err.code, err.message.replace(thread_id_for_chat(path_id), path_id),
+                                    **err.extra)
+                return _error_response(err)
 
         wrapper.__name__ = fn.__name__
         return wrapper
@@ -1100,11 +1253,13 @@ def demo_agents() -> dict[str, Any]:
     - ``weather in CITY`` -> calls the ``get_weather`` tool, then answers with its result;
     - ``delete PATH`` -> calls ``delete_file``, which **requires approval**: the turn ends
       deferred; approve/deny it (``POST /threads/{id}/approvals``) and it goes on;
+    - ``where am i`` -> calls ``get_location``, a client-side tool: the turn ends deferred; the
+      browser's result (AI SDK v6 ``addToolOutput``, or ``results`` of ``/approvals``) resumes it;
     - ``slow N [MS]`` -> streams N words, one per MS milliseconds (default 20 x 50 ms);
     - ``fail`` -> streams a little, then the model raises (recorded as an ``error`` interruption);
     - anything else -> ``You said: ...``.
     """
-    from pydantic_ai import Agent, DeferredToolRequests
+    from pydantic_ai import Agent, CallDeferred, DeferredToolRequests
     from pydantic_ai import messages as pm
     from pydantic_ai.models.function import AgentInfo, DeltaToolCall, FunctionModel
 
@@ -1132,6 +1287,8 @@ def demo_agents() -> dict[str, Any]:
                     tool_call_id=f"call_{uuid.uuid4().hex[:12]}",
                 )
             }
+        elif "where am i" in low:
+            yield {0: DeltaToolCall(name="get_location", json_args="{}", tool_call_id=f"call_{uuid.uuid4().hex[:12]}")}
         elif mt := re.search(r"delete (\S+)", low):
             yield {
                 0: DeltaToolCall(
@@ -1167,6 +1324,11 @@ def demo_agents() -> dict[str, Any]:
         """Delete a file (needs the user's approval)."""
         return f"deleted {path}"
 
+    @agent.tool_plain  # type: ignore[untyped-decorator]
+    def get_location() -> str:
+        """Where the user is (a client-side tool: the browser runs it and sends the result)."""
+        raise CallDeferred
+
     return {"demo": agent}
 
 
@@ -1174,25 +1336,58 @@ def demo_agents() -> dict[str, Any]:
 
 
 def _load_agents(spec: str | None) -> dict[str, Any]:
+    """The agents ``spec`` (``module:attribute``) names; :class:`ServeError` naming the spec if it does not load."""
     if not spec:
-        return demo_agents()
+        try:
+            return demo_agents()
+        except ImportError as exc:
+            raise ServeError(f"the demo agent needs Pydantic AI: pip install 'tplog[server]' ({exc})") from exc
     mod, _, attr = spec.partition(":")
-    if not attr:
-        raise ValueError(f"{ENV_AGENTS} must be 'module:attribute', not {spec!r}")
-    obj = getattr(importlib.import_module(mod), attr)
-    agents = obj() if callable(obj) and not isinstance(obj, Mapping) else obj
+    if not mod or not attr:
+        raise ServeError(f"agents {spec!r}: expected MODULE:ATTRIBUTE, e.g. myapp.agents:AGENTS")
+    try:
+        module = importlib.import_module(mod)
+    except ModuleNotFoundError as exc:
+        where = "" if exc.name == mod else f" (while importing {mod})"
+        raise ServeError(f"agents {spec!r}: no module named {exc.name!r}{where}") from exc
+    except Exception as exc:
+        raise ServeError(f"agents {spec!r}: importing {mod} raised {type(exc).__name__}: {exc}") from exc
+    try:
+        obj = getattr(module, attr)
+    except AttributeError:
+        raise ServeError(f"agents {spec!r}: module {mod} has no attribute {attr!r}") from None
+    if callable(obj) and not isinstance(obj, Mapping):
+        try:
+            agents = obj()
+        except Exception as exc:
+            raise ServeError(f"agents {spec!r}: calling {attr}() raised {type(exc).__name__}: {exc}") from exc
+    else:
+        agents = obj
     if not isinstance(agents, Mapping) or not agents:
-        raise ValueError(f"{spec} is not a non-empty dict of agents")
+        raise ServeError(f"agents {spec!r}: not a non-empty dict of agents (name -> Pydantic AI agent)")
     return dict(agents)
 
 
-def app_from_env() -> Starlette:
+def _grace(value: str | None) -> float:
+    if value is None or value == "":
+        return 30.0
+    try:
+        grace = float(value)
+    except ValueError:
+        grace = -1.0
+    if not grace >= 0:
+        raise ServeError(f"the shutdown grace must be a number of seconds ≥ 0, not {value!r}")
+    return grace
+
+
+def app_from_env(agents: Mapping[str, Any] | None = None) -> Starlette:
     """The app factory for ``uvicorn --factory tplog.integrations.server:app_from_env`` (one per worker).
 
     ``TPLOG_SERVER_STORE`` (required): the store directory. ``TPLOG_SERVER_AGENTS``:
-    ``module:attr`` of a dict of agents or a callable returning one (default: the demo agent).
-    ``TPLOG_SERVER_ON_DISCONNECT``: ``finish``/``interrupt``. ``TPLOG_SERVER_DURABILITY``:
-    ``durable``/``relaxed``. ``TPLOG_SERVER_METRICS``: path prefix for per-worker append timings.
+    ``module:attr`` of a dict of agents or a callable returning one (default: the demo agent;
+    ``agents`` given here wins). ``TPLOG_SERVER_ON_DISCONNECT``: ``finish``/``interrupt``.
+    ``TPLOG_SERVER_DURABILITY``: ``durable``/``relaxed``. ``TPLOG_SERVER_SHUTDOWN_GRACE``: seconds
+    (default 30). ``TPLOG_SERVER_METRICS``: path prefix for per-worker append timings.
     """
     path = os.environ.get(ENV_STORE)
     if not path:
@@ -1203,12 +1398,31 @@ def app_from_env() -> Starlette:
         raise RuntimeError(f"{ENV_ON_DISCONNECT} must be finish or interrupt, not {on_disc!r}")
     return create_app(
         path,
-        _load_agents(os.environ.get(ENV_AGENTS)),
+        agents if agents is not None else _load_agents(os.environ.get(ENV_AGENTS)),
         on_disconnect=on_disc,  # type: ignore[arg-type]
+        shutdown_grace=_grace(os.environ.get(ENV_SHUTDOWN_GRACE)),
         store_options={"durability": os.environ.get(ENV_DURABILITY, "durable")},
         metrics=AppendTimings() if metrics_path else None,
         metrics_path=metrics_path,
     )
+
+
+def _check_address(host: str, port: int) -> None:
+    """Bind the address once, as uvicorn will, so that a port in use is a one-line error, not a log record."""
+    try:
+        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+    except (socket.gaierror, UnicodeError) as exc:
+        raise ServeError(f"cannot listen on {host}:{port}: {getattr(exc, 'strerror', None) or exc}") from exc
+    family, kind, proto, _, addr = infos[0]
+    with socket.socket(family, kind, proto) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as uvicorn binds
+        try:
+            sock.bind(addr)
+        except OSError as exc:
+            import errno
+
+            why = "the port is already in use" if exc.errno == errno.EADDRINUSE else exc.strerror or str(exc)
+            raise ServeError(f"cannot listen on {host}:{port}: {why}") from exc
 
 
 def serve(
@@ -1221,29 +1435,39 @@ def serve(
     on_disconnect: OnDisconnect = "finish",
     durability: str = "durable",
     log_level: str = "info",
+    shutdown_grace: float = 30.0,
 ) -> None:
-    """Serve ``store_path`` with uvicorn (``tplog serve``); blocks until stopped.
+    """Serve ``store_path`` with uvicorn (``tplog serve``); blocks until stopped (SIGINT/SIGTERM).
 
-    ``agents``: ``module:attr`` naming the agents (default: :func:`demo_agents`). Every worker
-    builds the app with :func:`app_from_env` and opens the store after it started.
+    ``agents``: ``module:attr`` naming the agents (default: :func:`demo_agents`); loaded here
+    first, so a spec that does not load, or an address in use, is a :class:`ServeError` before
+    anything starts. One worker runs in this process; with more, every worker builds the app
+    with :func:`app_from_env` and opens the store after it started. At shutdown running runs get
+    ``shutdown_grace`` seconds, then are recorded as interrupted (``server_shutdown``).
     """
     import uvicorn
 
+    grace = _grace(str(shutdown_grace))
     path = os.path.abspath(os.fspath(store_path))
+    loaded = _load_agents(agents)
+    _check_address(host, port)
     Store(path, durability=durability).close()  # create it once, before the workers race to
     os.environ[ENV_STORE] = path
     os.environ[ENV_ON_DISCONNECT] = on_disconnect
     os.environ[ENV_DURABILITY] = durability
+    os.environ[ENV_SHUTDOWN_GRACE] = repr(grace)
     if agents:
         os.environ[ENV_AGENTS] = agents
     uvicorn.run(
-        "tplog.integrations.server:app_from_env",
-        factory=True,
+        app_from_env(loaded) if workers == 1 else "tplog.integrations.server:app_from_env",
+        factory=workers != 1,
         host=host,
         port=port,
         workers=workers,
         log_level=log_level,
-        timeout_graceful_shutdown=30,
+        # Runs end within the grace (the app starts it at the signal); this is only the
+        # backstop for a response that ignores its cancellation.
+        timeout_graceful_shutdown=int(grace) + 15,
         # Idle keep-alive connections are closed by the server only after the clients and
         # proxies in front would have (httpx 5 s, nginx 60-75 s): a server closing first
         # races with a new request sent on that connection, which then fails before it

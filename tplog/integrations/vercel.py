@@ -17,23 +17,39 @@ Two halves:
 What Pydantic AI's Vercel adapter emits (checked against 2.68)
 --------------------------------------------------------------
 
-``start`` once; every ``ModelResponse`` opens a *step* (``start-step``, the
-previous step closed by ``finish-step``); the response's parts stream inside
-it (consecutive text parts are merged into one UI text part; each thinking
-part is its own ``reasoning-*`` part; tool calls stream ``tool-input-start``/
-``-delta`` but their ``tool-input-available`` is only sent when the call is
-validated -- after the response is complete, or never for calls with invalid
-args under SDK v6, which get ``tool-input-error`` instead). Tool results
-(``tool-output-available``/``-error``/``-denied``) follow inside the same
-step, so a step is "response + the tool results answering it". ``finish`` is
-the end of the whole run (= the agent turn), preceded by one
-``message-metadata`` chunk and, for deferred approvals (v6),
-``tool-approval-request`` chunks. Cancellation gives ``abort`` (reason "The
-agent run was cancelled." or "...timed out."), a model error ``error``; both
-are followed by ``finish-step`` and ``[DONE]``; after ``abort`` there is no
+``start`` once. A *step* (``start-step``, the previous step closed by
+``finish-step``) opens at the run's first model response and at each response
+after a tool call: the adapter starts a step only when it turns from the
+request side to the response side, and only a tool call takes it to the
+request side. A response that follows a response *without* tool calls -- the
+retry after an output validator's ``ModelRetry``, or after a text reply where
+output was required otherwise -- streams into the same step, and the retry
+request between them sends no chunk. The response's parts stream inside the
+step (consecutive text parts of one response are merged into one UI text part;
+each thinking part is its own ``reasoning-*`` part; tool calls stream
+``tool-input-start``/``-delta`` but their ``tool-input-available`` is only sent
+when the call is validated -- after the response is complete, or never for
+calls with invalid args under SDK v6, which get ``tool-input-error`` instead).
+Tool results (``tool-output-available``/``-error``/``-denied``, then any
+``source-*``/``data-*`` chunks a tool return's metadata carries) follow inside
+the same step, so a step is "response(s) + the tool results answering them".
+``finish`` is the end of the whole run (= the agent turn), preceded by one
+``message-metadata`` chunk (the last response's timestamp only) and, for
+deferred approvals (v6), ``tool-approval-request`` chunks. A run resumed with
+deferred results first announces each *approved* call again
+(``tool-input-available``), then sends the outputs, before its first step.
+
+Cancellation gives ``abort`` (reason "The agent run was cancelled." or
+"...timed out."), a model or tool error ``error``. Before either, the adapter
+closes what was open: the open text/reasoning part gets its ``*-end`` (so an
+ended part proves nothing), and each call still running gets a synthetic
+output -- ``tool-output-available`` "The tool call was interrupted before a
+result was produced." on a cancel, ``tool-output-error`` "Tool execution was
+interrupted by an error." on an error -- which is not a tool return. Both are
+followed by ``finish-step`` and ``[DONE]``; after ``abort`` there is no
 ``finish``, after ``error`` Pydantic AI still sends ``finish`` (finishReason
-``error``), which the assembler accepts and ignores. The user's
-prompt, system prompts and request timestamps are never streamed.
+``error``), which the assembler accepts and ignores. The user's prompt, system
+prompts and request timestamps are never streamed.
 
 Injected chunks (all at the end of the turn, before ``finish``/``abort``/
 ``error``): ``data-tp-user_turn``, ``data-tp-turn_start``,
@@ -46,10 +62,26 @@ each reference against the chunks it actually sent, so a reference is only
 used where it resolves to the identical value. They are sent at the end
 because a response's ``tool-input-available`` chunks only come after it.
 
-Plain streams (no ``data-tp-*``): assembled best effort -- a step's completed
-parts form a response, the tool results in the step a request; timestamps are
-the assembler's clock; ``data-*`` chunks become system messages, ``source-*``
-chunks system messages ``source.url``/``source.document``.
+Plain streams (no ``data-tp-*``): assembled as far as the wire allows -- a
+step's completed parts form a response (two responses when a text part follows
+a text part: one response's consecutive text parts are one UI part), the tool
+results in the step a request, in the order the calls were made. A step the
+run's end cut off (it never reached ``finish-step`` or the next
+``start-step`` before ``abort``/``error``/the end of the input) is kept only if
+one of its calls got an output, which proves its response complete, and the
+closeout outputs above are dropped: exactly what the server records (v0.0.4
+complete cycles). A re-announced call of an earlier turn (an id of the request
+body's tool parts or of ``known_tool_calls``) is that call, not a new one.
+Timestamps are the assembler's clock, never decreasing; ``data-*`` chunks
+become system messages, ``source-*`` chunks system messages
+``source.url``/``source.document``, after their step's messages.
+
+What a plain stream cannot carry (the ``data-tp-*`` chunks carry all of it):
+which agent and model answered (the turn is ``agent_id``'s), usage, finish
+reasons and provider ids; the retry request between two responses of one step
+(its content is never sent), and two such responses at all unless the second
+starts with text right after the first's text; a tool's ``ModelRetry`` versus
+its failure (both ``tool-output-error``: stored as an ``error`` return).
 
 Rules and errors
 ----------------
@@ -59,36 +91,49 @@ discarded. ``abort`` -> interrupted ``user_cancelled`` (``timeout`` when the
 reason says it timed out); ``error`` -> interrupted ``error``; input ending
 without ``finish``/``abort``/``error`` -> interrupted ``network_failure``
 (the recovery for a stream breaking off anywhere). Unknown chunk types are
-ignored (forward compatibility). Typed errors, all
+ignored wherever they come (forward compatibility); ``{"type": "done"}`` (Pydantic
+AI's ``DoneChunk`` written as a JSON line) is ``[DONE]``. Typed errors, all
 :class:`~tplog.InvalidInputError`: :class:`MalformedChunkError` (not JSON, not
 an object, no ``type``, a required field missing or of the wrong type, bad
 ``data-tp-*`` payload), :class:`ChunkOrderError` (a delta/end for a part never
 started, content after the end of the stream, a step before ``start``),
 :class:`UnknownToolCallError` (a tool output/approval for a call never
-announced). Malformed JSON in streamed tool-input deltas is never parsed: a
-call counts only once ``tool-input-available`` gives its parsed ``input``;
-without it the call is incomplete and dropped.
+announced), :class:`~tplog.ValidationError` (the assembled turn, as a thread of
+its own, breaks a protocol rule, e.g. message order: it must not be stored).
+Malformed JSON in streamed tool-input deltas is never parsed: a call counts
+only once ``tool-input-available`` gives its parsed ``input``; without it the
+call is incomplete and dropped.
+
+Chat ids: AI SDK chat ids (``useChat``'s generated ids, ``"chat-1"``) are not
+UUIDs; :func:`thread_id_for_chat` maps one to a stable UUIDv5 thread id (a UUID
+maps to itself), and the chat id is kept in the thread's ``metadata`` under
+``"vercel:chat_id"`` (:data:`CHAT_ID_KEY`).
 """
 
 from __future__ import annotations
 
 import copy
 import json
+import uuid
 from collections.abc import AsyncIterator, Callable, Iterable, Iterator
 from datetime import UTC
 from typing import Any, Final, cast
 
 from tplog import _model as m
-from tplog._errors import InvalidInputError
+from tplog._errors import InvalidInputError, ValidationError
 from tplog._events import (
+    AgentRegistered,
     AgentTurnCompleted,
     AgentTurnInterrupted,
     AgentTurnStarted,
     Event,
     MessageRecorded,
+    ThreadStarted,
     UserTurnSubmitted,
 )
+from tplog._fold import fold
 from tplog._json import from_builtins, to_builtins
+from tplog._validate import ValidationReport, validate
 
 __all__ = [
     "ChunkOrderError",
@@ -98,7 +143,10 @@ __all__ = [
     "VercelStreamError",
     "assemble_turn",
     "parse_sse",
+    "client_tool_results",
     "recorded_vercel_stream",
+    "thread_id_for_chat",
+    "ui_request",
     "user_turn_from_body",
 ]
 
@@ -108,6 +156,10 @@ TP_MESSAGE: Final = "data-tp-message"
 TP_TURN_END: Final = "data-tp-turn_end"
 _TP_NOTICES: Final = frozenset({TP_USER_TURN, TP_TURN_START, TP_MESSAGE, TP_TURN_END})
 DONE: Final = "[DONE]"
+#: The outputs Pydantic AI's adapter sends for tool calls still pending when a run is cancelled or
+#: errors (its stream closeout): they are no tool returns.
+INTERRUPTED_TOOL_OUTPUT: Final = "The tool call was interrupted before a result was produced."
+ERRORED_TOOL_OUTPUT: Final = "Tool execution was interrupted by an error."
 
 
 class VercelStreamError(InvalidInputError):
@@ -124,6 +176,28 @@ class ChunkOrderError(VercelStreamError):
 
 class UnknownToolCallError(VercelStreamError):
     """A tool output or approval request for a tool call the stream never announced."""
+
+
+#: Namespace of the UUIDv5 thread ids made from AI SDK chat ids (fixed: the same chat id gives the
+#: same thread id in every tplog installation).
+CHAT_NAMESPACE: Final = uuid.UUID("6f2c8a54-3d1b-5e7a-9c40-7b1d2e3f4a50")
+#: Thread metadata key holding the AI SDK chat id a thread was made for.
+CHAT_ID_KEY: Final = "vercel:chat_id"
+
+
+def thread_id_for_chat(chat_id: str) -> str:
+    """The thread id for an AI SDK chat id: the chat id itself when it is a UUID (canonical
+    lower-case form), else a stable UUIDv5 of it in :data:`CHAT_NAMESPACE`.
+
+    ThreadProtocol thread ids are UUIDs; ``useChat`` ids (and ``"chat-1"``) are not.
+    """
+    if not isinstance(chat_id, str) or not chat_id:
+        raise MalformedChunkError(f"a chat id is a non-empty string, not {chat_id!r}")
+    try:
+        canonical = str(uuid.UUID(chat_id))
+    except ValueError:
+        canonical = ""
+    return canonical if canonical == chat_id.lower() else str(uuid.uuid5(CHAT_NAMESPACE, chat_id))
 
 
 def _now() -> str:
@@ -185,6 +259,8 @@ class _Call:
         "output",
         "output_kind",
         "provider_executed",
+        "started",
+        "synthetic",
     )
 
     def __init__(self, name: str, provider_executed: bool) -> None:
@@ -197,6 +273,8 @@ class _Call:
         self.output_kind: str | None = None  # available | error | denied
         self.approval = False
         self.earlier = False  # announced in an earlier stream (a deferred call resolved now)
+        self.started = False  # its tool-input-start was in this stream (its place in the response)
+        self.synthetic = False  # its output is the adapter's closeout of a run that broke off
 
 
 class _StreamState:
@@ -217,7 +295,10 @@ class _StreamState:
         self.calls: dict[str, _Call] = {}
         self.input_deltas: dict[str, list[str]] = {}
         self.notices: list[tuple[str, Any]] = []
-        self.steps: list[list[tuple[str, Any]]] = []  # plain mode: ordered items per step
+        # plain mode: ordered items per step, and whether the step reached its finish-step (or the
+        # next start-step) before the stream ended
+        self.steps: list[list[tuple[str, Any]]] = []
+        self.steps_complete: list[bool] = []
         self.step_open = False
         self.in_step_items: list[tuple[str, Any]] = []
         self.message_metadata: Any = None
@@ -235,6 +316,11 @@ class _StreamState:
         ctype = chunk.get("type")
         if not isinstance(ctype, str):
             raise MalformedChunkError("chunk lacks its 'type'")
+        if ctype == "done":  # Pydantic AI's DoneChunk as a JSON line: it is sent as [DONE]
+            self.done = True
+            return
+        if ctype not in _KNOWN_CHUNKS and not ctype.startswith("data-"):
+            return  # unknown chunk types are ignored wherever they come (forward compatibility)
         if self.done:
             raise ChunkOrderError(f"{ctype!r} chunk after [DONE]")
         if ctype == "start":
@@ -285,8 +371,12 @@ class _StreamState:
             self._item("reasoning", (text, chunk.get("providerMetadata")))
         elif ctype == "tool-input-start":
             cid = _req(chunk, "toolCallId")
-            self.calls[cid] = _Call(_req(chunk, "toolName"), bool(chunk.get("providerExecuted")))
+            new = self.calls[cid] = _Call(_req(chunk, "toolName"), bool(chunk.get("providerExecuted")))
+            new.started = True
             self.input_deltas[cid] = []
+            # the call's place in the response: its input is only announced once the response is
+            # complete (tool-input-available), after later parts of the same response
+            self._item("call", cid)
         elif ctype == "tool-input-delta":
             cid = _req(chunk, "toolCallId")
             if cid not in self.input_deltas:
@@ -296,7 +386,12 @@ class _StreamState:
             cid = _req(chunk, "toolCallId")
             name = _req(chunk, "toolName")
             call = self.calls.get(cid)
-            if call is None:
+            announced = call is not None and call.started
+            if call is None and ctype == "tool-input-available" and cid in self.known_calls:
+                # a resumed run announces approved calls of an earlier turn again: no new call
+                call = self.calls[cid] = _Call(name, bool(chunk.get("providerExecuted")))
+                call.earlier = announced = True
+            elif call is None:
                 call = self.calls[cid] = _Call(name, bool(chunk.get("providerExecuted")))
             call.available = True
             call.input = _req(chunk, "input", object)
@@ -305,7 +400,8 @@ class _StreamState:
                 call.error_input = True
                 call.output_kind = "input-error"
                 call.output = _req(chunk, "errorText")
-            self._item("call", cid)
+            if not announced:
+                self._item("call", cid)
             if ctype == "tool-input-error":
                 self._item("result", cid)
         elif ctype in ("tool-output-available", "tool-output-error", "tool-output-denied"):
@@ -319,8 +415,10 @@ class _StreamState:
                 raise UnknownToolCallError(f"{ctype} for unknown tool call {cid!r}")
             if ctype == "tool-output-available":
                 call.output, call.output_kind = _req(chunk, "output", object), "available"
+                call.synthetic = call.output == INTERRUPTED_TOOL_OUTPUT
             elif ctype == "tool-output-error":
                 call.output, call.output_kind = _req(chunk, "errorText"), "error"
+                call.synthetic = call.output == ERRORED_TOOL_OUTPUT
             else:
                 call.output_kind = "denied"
             self._item("result", cid)
@@ -343,11 +441,11 @@ class _StreamState:
             self.terminal = ("finish", None)
             self.finish_reason = chunk.get("finishReason")
         elif ctype == "abort":
-            self._close_step()
+            self._close_step(complete=False)
             self.ended = True
             self.terminal = ("abort", chunk.get("reason"))
         elif ctype == "error":
-            self._close_step()
+            self._close_step(complete=False)
             self.ended = True
             self.terminal = ("error", chunk.get("errorText"))
         elif ctype.startswith("data-"):
@@ -357,11 +455,42 @@ class _StreamState:
                 self._item("data", (ctype, chunk.get("data")))
         # unknown chunk types: ignored
 
-    def _close_step(self) -> None:
+    def _close_step(self, *, complete: bool = True) -> None:
         if self.in_step_items or self.step_open:
             self.steps.append(self.in_step_items)
+            self.steps_complete.append(complete)
         self.in_step_items = []
         self.step_open = False
+
+
+_KNOWN_CHUNKS: Final = frozenset(
+    {
+        "start",
+        "start-step",
+        "finish-step",
+        "text-start",
+        "text-delta",
+        "text-end",
+        "reasoning-start",
+        "reasoning-delta",
+        "reasoning-end",
+        "tool-input-start",
+        "tool-input-delta",
+        "tool-input-available",
+        "tool-input-error",
+        "tool-output-available",
+        "tool-output-error",
+        "tool-output-denied",
+        "tool-approval-request",
+        "file",
+        "source-url",
+        "source-document",
+        "message-metadata",
+        "finish",
+        "abort",
+        "error",
+    }
+)
 
 
 class _Cursor:
@@ -499,6 +628,49 @@ def _body_tool_calls(body: dict[str, Any] | None) -> dict[str, str]:
     return out
 
 
+def client_tool_results(body: dict[str, Any] | None) -> dict[str, tuple[str, Any]]:
+    """Tool results the client made (AI SDK v6 ``addToolOutput``/``addToolResult``):
+    ``tool_call_id -> ("output", value) | ("error", text)`` from the ``output-available`` /
+    ``output-error`` tool parts of the body's last message when it is the assistant's.
+
+    Server-run tools of earlier steps show up there too: only the ids of calls still waiting for
+    a result are client results (the caller knows which those are).
+    """
+    msgs = (body or {}).get("messages")
+    last = msgs[-1] if isinstance(msgs, list) and msgs else None
+    if not isinstance(last, dict) or last.get("role") != "assistant":
+        return {}
+    out: dict[str, tuple[str, Any]] = {}
+    for part in last.get("parts") or []:
+        if not isinstance(part, dict) or not isinstance(part.get("toolCallId"), str):
+            continue
+        ptype = part.get("type", "")
+        if not (isinstance(ptype, str) and (ptype.startswith("tool-") or ptype == "dynamic-tool")):
+            continue
+        if part.get("providerExecuted"):
+            continue
+        if part.get("state") == "output-available" and "output" in part:
+            out[part["toolCallId"]] = ("output", part["output"])
+        elif part.get("state") == "output-error" and isinstance(part.get("errorText"), str):
+            out[part["toolCallId"]] = ("error", part["errorText"])
+    return out
+
+
+def _unanswered_calls(history: Any) -> set[str]:
+    """Ids of the tool calls of a Pydantic AI history's last response that no later request answers."""
+    from pydantic_ai import messages as pm
+
+    if not history:
+        return set()
+    calls: set[str] = set()
+    for msg in history:
+        if isinstance(msg, pm.ModelResponse):
+            calls = {p.tool_call_id for p in msg.parts if isinstance(p, pm.ToolCallPart)}
+        else:
+            calls -= {p.tool_call_id for p in msg.parts if isinstance(p, pm.ToolReturnPart | pm.RetryPromptPart)}
+    return calls
+
+
 def _body_parts(body: dict[str, Any] | None) -> list[dict[str, Any]] | None:
     turn = user_turn_from_body(body, submitted_at="")
     return None if turn is None else to_builtins(turn)["parts"]
@@ -546,11 +718,11 @@ class StreamAssembler:
     def events(self) -> list[Event]:
         """The turn's events. Call once the input is over (complete or broken off)."""
         st = self.state
-        st._close_step()
+        st._close_step(complete=st.terminal is not None and st.terminal[0] == "finish")
         has_end = any(k == TP_TURN_END for k, _ in st.notices)
-        if st.notices and has_end:
-            return self._from_notices()
-        return self._plain()
+        out = self._from_notices() if st.notices and has_end else self._plain()
+        _check_turn(out)
+        return out
 
     # -- exact mode
 
@@ -620,50 +792,41 @@ class StreamAssembler:
         if not st.started:
             return out
         out.append(AgentTurnStarted(agent_id=self.agent_id, started_at=start))
-        for items in st.steps:
-            resp: list[dict[str, Any]] = []
-            req: list[dict[str, Any]] = []
+        order = {cid: i for i, cid in enumerate([*st.known_calls, *st.calls])}
+        last_ts = start
+        for items, complete in zip(st.steps, st.steps_complete, strict=True):
+            if not complete:
+                items = _complete_part_of(items, st)
+            ts = max(self.clock(), last_ts)  # message order must hold even for a clock that steps back
+            last_ts = ts
+            responses: list[list[dict[str, Any]]] = [[]]
+            req: list[tuple[int, dict[str, Any]]] = []
             sys_msgs: list[m.SystemMessage] = []
+            prev: str | None = None
             for kind, value in items:
+                if kind in ("text", "reasoning", "call", "file"):
+                    if kind == "call" and not st.calls[value].available:
+                        continue  # its input never completed
+                    if kind == "text" and prev == "text" and responses[-1]:
+                        # one response's consecutive text parts stream as one UI text part, so a
+                        # second text part right after a text part is the next response's (a
+                        # retry after an output validator shares the step, see the module doc)
+                        responses.append([])
+                    prev = kind
                 if kind == "text":
-                    resp.append({"part_kind": "text", "content": value})
+                    responses[-1].append({"part_kind": "text", "content": value})
                 elif kind == "reasoning":
-                    text, pmeta = value
-                    meta = (pmeta or {}).get("pydantic_ai", {}) if isinstance(pmeta, dict) else {}
-                    p: dict[str, Any] = {
-                        "part_kind": "thinking",
-                        "content": text,
-                        "provider_name": meta.get("provider_name") or "",
-                    }
-                    if meta.get("signature"):
-                        p["signature"] = meta["signature"]
-                    if meta.get("id"):
-                        p["thinking_id"] = meta["id"]
-                    resp.append(p)
+                    responses[-1].append(_thinking_part(*value))
                 elif kind == "call":
                     call = st.calls[value]
-                    if call.provider_executed:
-                        resp.append(
-                            {
-                                "part_kind": "custom:pai-builtin-tool-call",
-                                "tool_name": call.name,
-                                "tool_call_id": value,
-                                "args": call.input,
-                            }
-                        )
-                    else:
-                        resp.append(
-                            {
-                                "part_kind": "tool-call",
-                                "tool_name": call.name,
-                                "tool_call_id": value,
-                                "args": call.input,
-                            }
-                        )
+                    part_kind = "custom:pai-builtin-tool-call" if call.provider_executed else "tool-call"
+                    responses[-1].append(
+                        {"part_kind": part_kind, "tool_name": call.name, "tool_call_id": value, "args": call.input}
+                    )
                 elif kind == "result":
                     call = st.calls[value]
                     if call.provider_executed:
-                        resp.append(
+                        responses[-1].append(
                             {
                                 "part_kind": "custom:pai-builtin-tool-return",
                                 "tool_name": call.name,
@@ -671,68 +834,36 @@ class StreamAssembler:
                                 "content": call.output,
                             }
                         )
-                    elif call.output_kind == "input-error":
-                        req.append(
-                            {
-                                "part_kind": "retry-prompt",
-                                "tool_name": call.name,
-                                "tool_call_id": value,
-                                "content": call.output,
-                            }
-                        )
-                    elif call.output_kind == "available":
-                        req.append(
-                            {
-                                "part_kind": "tool-return",
-                                "tool_name": call.name,
-                                "tool_call_id": value,
-                                "status": "success",
-                                "content": call.output,
-                            }
-                        )
                     else:
-                        req.append(
-                            {
-                                "part_kind": "tool-return",
-                                "tool_name": call.name,
-                                "tool_call_id": value,
-                                "status": "error",
-                                "content": call.output if call.output_kind == "error" else "The tool call was denied.",
-                            }
-                        )
+                        req.append((order.get(value, len(order)), _result_part(value, call)))
                 elif kind == "file":
-                    media = value["media_type"]
-                    resp.append(
+                    responses[-1].append(
                         {
                             "part_kind": "file",
-                            "content": {"kind": "binary", "media_type": media, "data": _data_uri_payload(value["url"])},
+                            "content": {
+                                "kind": "binary",
+                                "media_type": value["media_type"],
+                                "data": _data_uri_payload(value["url"]),
+                            },
                         }
                     )
                 elif kind == "source":
                     ev_type = "source.url" if value.get("type") == "source-url" else "source.document"
                     data = {k: v for k, v in value.items() if k != "type"}
-                    sys_msgs.append(m.SystemMessage(timestamp=self.clock(), event_type=ev_type, event_data=data))
+                    sys_msgs.append(m.SystemMessage(timestamp=ts, event_type=ev_type, event_data=data))
                 elif kind == "data":
-                    sys_msgs.append(m.SystemMessage(timestamp=self.clock(), event_type=value[0], event_data=value[1]))
-            ts = self.clock()
-            if resp:
-                out.append(
-                    MessageRecorded(
-                        message=_message(
-                            {"message_type": "response", "timestamp": ts, "parts": resp, "agent_id": self.agent_id}
-                        )
-                    )
-                )
+                    sys_msgs.append(m.SystemMessage(timestamp=ts, event_type=value[0], event_data=value[1]))
+            for resp in responses:
+                if resp:
+                    msg = {"message_type": "response", "timestamp": ts, "parts": resp, "agent_id": self.agent_id}
+                    out.append(MessageRecorded(message=_message(msg)))
             if req:
-                out.append(
-                    MessageRecorded(
-                        message=_message(
-                            {"message_type": "request", "timestamp": ts, "parts": req, "agent_id": self.agent_id}
-                        )
-                    )
-                )
+                # Pydantic AI answers calls in the order they were made, whatever order they finished in
+                parts = [p for _, p in sorted(req, key=lambda x: x[0])]
+                msg = {"message_type": "request", "timestamp": ts, "parts": parts, "agent_id": self.agent_id}
+                out.append(MessageRecorded(message=_message(msg)))
             out.extend(MessageRecorded(message=s) for s in sys_msgs)
-        end = self.clock()
+        end = max(self.clock(), last_ts)
         if st.terminal is None:
             out.append(AgentTurnInterrupted(interruption=m.Interruption(reason="network_failure", interrupted_at=end)))
         elif st.terminal[0] == "abort":
@@ -747,6 +878,87 @@ class StreamAssembler:
                     deferred[cid] = "approval" if call.approval else "external"
             out.append(AgentTurnCompleted(completed_at=end, deferred=deferred))
         return out
+
+
+#: Rules a turn checked on its own cannot judge: its returns may answer calls of earlier turns.
+_NEEDS_EARLIER_TURNS: Final = frozenset({"v3.2-tool-call-id"})
+_CHECK_THREAD: Final = "00000000-0000-4000-8000-000000000000"
+
+
+def _check_turn(events: list[Event]) -> None:
+    """Raise :class:`~tplog.ValidationError` if the assembled turn, as a thread of its own, breaks a
+    protocol rule (message order, turn times, ...): such a turn must never be stored."""
+    times = [t for t in (ev.time() for ev in events) if isinstance(t, str)]
+    if not times:
+        return
+    agents: list[str] = []
+    for ev in events:
+        aid = ev.agent_id if isinstance(ev, AgentTurnStarted) else None
+        if isinstance(ev, MessageRecorded) and isinstance(ev.message, m.RequestMessage | m.ResponseMessage):
+            aid = ev.message.agent_id
+        if aid is not None and aid not in agents:
+            agents.append(aid)
+    head: list[Event] = [ThreadStarted(thread_id=_CHECK_THREAD, created_at=times[0])]
+    head += [AgentRegistered(agent=m.AgentConfig(agent_id=a, agent_name=a, created_at=times[0])) for a in agents]
+    thread = fold([*head, *events]).thread
+    if thread is None:  # pragma: no cover - ThreadStarted is first
+        return
+    errors = [f for f in validate(thread).errors if f.rule not in _NEEDS_EARLIER_TURNS]
+    if errors:
+        where = "; ".join(str(f).replace("$.turns", "$.turn") for f in errors[:3])
+        raise ValidationError(
+            f"the assembled turn breaks {len(errors)} protocol rule(s): {where}",
+            report=ValidationReport(errors=errors),
+        )
+
+
+def _complete_part_of(items: list[tuple[str, Any]], st: _StreamState) -> list[tuple[str, Any]]:
+    """What of a step cut off by the end of the run (abort, error, a broken stream) was complete.
+
+    Pydantic AI closes the open text/reasoning part (``*-end``) before ``abort``/``error``, so an
+    ended part proves nothing. A tool output (real or the closeout's) proves the response was
+    complete: calls are only run once it is. Without one, the step's response is dropped, as the
+    server drops the partial response. Closeout outputs are dropped: the call stays unanswered and
+    the fold drops it with its response (v0.0.4), exactly as on the server.
+    """
+    response_done = any(kind == "result" for kind, _ in items)
+    kept: list[tuple[str, Any]] = []
+    for kind, value in items:
+        if kind in ("text", "reasoning", "call", "file") and not response_done:
+            continue
+        if kind == "result" and st.calls[value].synthetic:
+            continue
+        kept.append((kind, value))
+    return kept
+
+
+def _thinking_part(text: str, pmeta: Any) -> dict[str, Any]:
+    meta = (pmeta or {}).get("pydantic_ai", {}) if isinstance(pmeta, dict) else {}
+    p: dict[str, Any] = {"part_kind": "thinking", "content": text, "provider_name": meta.get("provider_name") or ""}
+    if meta.get("signature"):
+        p["signature"] = meta["signature"]
+    if meta.get("id"):
+        p["thinking_id"] = meta["id"]
+    return p
+
+
+def _result_part(cid: str, call: _Call) -> dict[str, Any]:
+    """The request part answering a (not provider-executed) call."""
+    if call.output_kind == "input-error":
+        return {"part_kind": "retry-prompt", "tool_name": call.name, "tool_call_id": cid, "content": call.output}
+    if call.output_kind == "available":
+        status, content = "success", call.output
+    elif call.output_kind == "error":
+        status, content = "error", call.output
+    else:
+        status, content = "error", "The tool call was denied."
+    return {
+        "part_kind": "tool-return",
+        "tool_name": call.name,
+        "tool_call_id": cid,
+        "status": status,
+        "content": content,
+    }
 
 
 def _message(d: dict[str, Any]) -> m.Message:
@@ -847,6 +1059,31 @@ def _notices(events: list[Event], st: _StreamState, body_parts: list[dict[str, A
     return chunks
 
 
+def ui_request(body: Any) -> dict[str, Any]:
+    """``body`` as a Vercel AI UI request, checked: ``trigger`` defaults to ``"submit-message"``
+    (as ``tplog serve`` does); :class:`~tplog.InvalidInputError` naming the field otherwise.
+
+    Call it before writing anything for the request (e.g. before starting the thread):
+    :func:`recorded_vercel_stream` checks the body only once it is iterated.
+    """
+    import pydantic
+    from pydantic_ai.ui.vercel_ai.request_types import RequestData
+
+    if not isinstance(body, dict):
+        raise InvalidInputError(f"a UI request body must be a JSON object, not {type(body).__name__}")
+    checked: dict[str, Any] = {"trigger": "submit-message", **body}
+    try:
+        pydantic.TypeAdapter(RequestData).validate_python(checked)
+    except pydantic.ValidationError as exc:
+        err = exc.errors(include_url=False, include_input=False)[0]
+        # pydantic's location also names the union members it tried (the trigger, model classes): not JSON keys
+        keys = [p for i, p in enumerate(err["loc"])
+                if not (i == 0 and p == checked.get("trigger")) and not (isinstance(p, str) and p[:1].isupper())]
+        loc = "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in keys)
+        raise InvalidInputError(f"not a Vercel AI UI request: {err['msg']}", path=f"${loc}") from None
+    return checked
+
+
 async def recorded_vercel_stream(
     recorder: Any,
     agent: Any,
@@ -860,9 +1097,11 @@ async def recorded_vercel_stream(
     """Run ``agent`` for a UI request, record it with ``recorder`` and yield the SSE stream with ``data-tp-*``.
 
     The user prompt is taken from the request body's last message when it is
-    the user's (``user_prompt`` overrides); for an approval continuation
-    (sdk v6) the approvals in the body become ``deferred_tool_results``
-    unless given. The recorder is a
+    the user's (``user_prompt`` overrides); for a continuation (its last
+    message the assistant's) the approvals in the body (sdk v6) and the
+    client's tool results (:func:`client_tool_results`, for calls of
+    ``message_history``'s last response still unanswered) become
+    ``deferred_tool_results`` unless given. The recorder is a
     :class:`~tplog.integrations.pydantic_ai.ThreadRecorder`; remaining
     keywords go to the run (``message_history``, ``cancellation_token``,
     ``timeout``, ``handoff_from``, ...).
@@ -872,18 +1111,29 @@ async def recorded_vercel_stream(
     from pydantic_ai.ui.vercel_ai import VercelAIAdapter, VercelAIEventStream
     from pydantic_ai.ui.vercel_ai.request_types import RequestData
 
-    body = request_body or {"trigger": "submit-message", "id": "tplog", "messages": []}
+    body = ui_request(request_body or {"id": "tplog", "messages": []})
     run_input = pydantic.TypeAdapter(RequestData).validate_python(body)
     if user_prompt is None and _last_user_message(body) is not None:
         loaded = VercelAIAdapter.load_messages([run_input.messages[-1]])
         prompts = [p for p in loaded[-1].parts if isinstance(p, UserPromptPart)] if loaded else []
         if prompts:
             user_prompt = prompts[0].content
-    if "deferred_tool_results" not in run_kwargs and sdk_version >= 6:
-        adapter = VercelAIAdapter(agent=agent, run_input=run_input, sdk_version=sdk_version)  # type: ignore[arg-type]
-        dtr = adapter.deferred_tool_results
-        if dtr is not None:
-            run_kwargs["deferred_tool_results"] = dtr
+    if "deferred_tool_results" not in run_kwargs:
+        from pydantic_ai import DeferredToolResults, ToolFailed
+
+        approvals: dict[str, Any] = {}
+        if sdk_version >= 6:
+            adapter = VercelAIAdapter(agent=agent, run_input=run_input, sdk_version=sdk_version)  # type: ignore[arg-type]
+            dtr = adapter.deferred_tool_results
+            approvals = dict(dtr.approvals) if dtr is not None else {}
+        waiting = _unanswered_calls(run_kwargs.get("message_history"))
+        calls: dict[str, Any] = {
+            cid: (ToolFailed(value) if kind == "error" else value)
+            for cid, (kind, value) in client_tool_results(body).items()
+            if cid in waiting and cid not in approvals
+        }
+        if approvals or calls:
+            run_kwargs["deferred_tool_results"] = DeferredToolResults(approvals=approvals, calls=calls)
     body_parts = _body_parts(body)
     stream = VercelAIEventStream(run_input, sdk_version=sdk_version)  # type: ignore[arg-type]
     recorded: list[Event] = []
@@ -906,20 +1156,26 @@ async def recorded_vercel_stream(
         async with recorder.iter_events(
             agent, user_prompt, agent_id=agent_id, raise_cancelled=True, **run_kwargs
         ) as native:
-            async for chunk in stream.transform_stream(native):
-                if (
-                    ended
-                    and not flushed
-                    and getattr(chunk, "type", None) in ("finish", "abort", "error", "finish-step", "done")
-                ):
-                    flushed = True
-                    for notice in _notices(recorded, state, body_parts):
-                        line = json.dumps(notice, separators=(",", ":"))
-                        state.feed(json.loads(line))
-                        yield f"data: {line}\n\n"
-                encoded = stream.encode_event(chunk)
-                for c in parse_sse(encoded):
-                    state.feed(c)
-                yield encoded
+            ui = stream.transform_stream(native)
+            try:
+                async for chunk in ui:
+                    if (
+                        ended
+                        and not flushed
+                        and getattr(chunk, "type", None) in ("finish", "abort", "error", "finish-step", "done")
+                    ):
+                        flushed = True
+                        for notice in _notices(recorded, state, body_parts):
+                            line = json.dumps(notice, separators=(",", ":"))
+                            state.feed(json.loads(line))
+                            yield f"data: {line}\n\n"
+                    encoded = stream.encode_event(chunk)
+                    for c in parse_sse(encoded):
+                        state.feed(c)
+                    yield encoded
+            finally:
+                # closed here, inside the run's context: left to the garbage collector, its own
+                # cleanup would close the native stream a second time, from another task
+                await ui.aclose()  # type: ignore[attr-defined]
     finally:
         recorder.listeners.remove(listener)

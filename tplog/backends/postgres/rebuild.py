@@ -11,17 +11,25 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import msgspec
 import psycopg
 
-from tplog._events import KIND_CODE, ThreadDeleted
+from tplog._events import KIND_CODE, RecordedEvent, ThreadDeleted
 from tplog._fold import ThreadState, feed
+from tplog.backends.contract import RebuildReport
 from tplog.backends.memory import VERSIONS
+from tplog.backends.postgres.fold import Batch, index_links, item_of
 
-if TYPE_CHECKING:
-    from tplog.backends.postgres.recorder import PostgresRecorder
+
+class Source(Protocol):
+    """What a rebuild needs of the recorder (it does not import it: no import cycle)."""
+
+    def _event(self, conn: psycopg.Connection[Any], thread_id: str, log: int, tk: bytes, seq: int, position: int,
+               event_id: str, value: bytes) -> RecordedEvent: ...
+
+    def _key(self, thread_id: str, scope: str | None) -> tuple[int, str, bytes]: ...
 
 __all__ = ["rebuild"]
 
@@ -33,18 +41,14 @@ _EMPTY = _enc.encode(ThreadState())
 class _Fold:
     """Fresh projection rows, fed events in each log's position order."""
 
-    def __init__(self, rec: PostgresRecorder) -> None:
-        from tplog.backends.postgres.recorder import _Batch
-
+    def __init__(self, rec: Source) -> None:
         self.rec = rec
-        self.b = _Batch()
+        self.b = Batch()
         self.states: dict[tuple[int, str, bytes], ThreadState] = {}
         self.done = 0
 
     def feed(self, conn: psycopg.Connection[Any], sql: str, params: Any, chunk: int,
              progress: Callable[[int], None] | None = None) -> None:
-        from tplog.backends.postgres.recorder import item_of
-
         with conn.cursor(name="tplog_rebuild", binary=True) as cur:
             cur.itersize = max(1, chunk)
             cur.execute(sql.encode(), params)
@@ -59,7 +63,7 @@ class _Fold:
                     self.forget(log, scope, tk)  # its events before the snapshot went with it
                     continue
                 it = item_of(seq, kind, ev)
-                self.rec._index_links(self.b, log, scope, tk, thread_id, seq, ev, it.facts)
+                index_links(self.b, self.rec._key, log, scope, tk, thread_id, seq, ev, it.facts)
                 feed(self.states.setdefault((log, scope, tk), ThreadState()), it)
 
     def forget(self, log: int, scope: str, tk: bytes) -> None:
@@ -81,13 +85,11 @@ _EVENTS = ("SELECT h.thread_id, e.log_id, e.scope, e.tk, e.seq, e.position, e.ev
            "JOIN heads h ON h.log_id = e.log_id AND h.scope = e.scope AND h.tk = e.tk")
 
 
-def rebuild(rec: PostgresRecorder, conn: psycopg.Connection[Any], names: list[str], *, verify: bool, chunk: int,
-            progress: Callable[[int, int], None] | None) -> list[Any]:
+def rebuild(rec: Source, conn: psycopg.Connection[Any], names: list[str], *, verify: bool, chunk: int,
+            progress: Callable[[int, int], None] | None) -> list[RebuildReport]:
     """Pass 1 folds the log from a REPEATABLE READ snapshot without locks (appends go on).
     Pass 2, under every log's counter lock (appends wait), folds what committed since and swaps
     the rows in: the only pause appends see is the catch-up and the swap."""
-    from tplog._projections import RebuildReport
-
     t0 = time.monotonic()
     fold = _Fold(rec)
     with conn.transaction():

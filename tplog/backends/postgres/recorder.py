@@ -41,7 +41,7 @@ import psycopg
 import psycopg.errors
 import psycopg_pool
 
-from tplog._codec import MSG_KIND, Codec, Encoded, facts_of
+from tplog._codec import MSG_KIND, Codec, Encoded, Limits
 from tplog._errors import (
     IdempotencyError,
     InvalidInputError,
@@ -53,9 +53,8 @@ from tplog._errors import (
     TplogError,
     WrongExpectedVersionError,
 )
-from tplog._events import KIND_CODE, LinkAdded, RecordedEvent, ThreadDeleted
+from tplog._events import KIND_CODE, RecordedEvent, ThreadDeleted
 from tplog._fold import Item, ThreadState, feed
-from tplog._keys import event_key
 from tplog.backends.contract import (
     EXISTS,
     NO_STREAM,
@@ -64,23 +63,26 @@ from tplog.backends.contract import (
     Cursor,
     Direction,
     Handle,
+    RebuildReport,
     ThreadAppend,
     ThreadHead,
     ThreadPage,
     Tracking,
+    VerifyReport,
     check_append,
     thread_key,
 )
 from tplog.backends.memory import VERSIONS, _advance
 from tplog.backends.postgres.errors import LockTimeoutError, PostgresUnavailableError, SchemaError
+from tplog.backends.postgres.fold import Batch as _Batch
+from tplog.backends.postgres.fold import Thread as _Thread
+from tplog.backends.postgres.fold import index_links, item_of
 from tplog.backends.postgres.schema import SCHEMA_VERSION, TABLES, check_schema_name, ddl
 
 __all__ = ["PostgresRecorder"]
 
 P = ParamSpec("P")
 R = TypeVar("R")
-SPAWNED_FROM: Final = "spawned_from"
-_K_DELETED: Final = KIND_CODE[ThreadDeleted]
 #: Submissions joined into one transaction at most (bounds its size and its lock time).
 MAX_BATCH: Final = 256
 _head_enc = msgspec.msgpack.Encoder()
@@ -88,6 +90,11 @@ _head_dec = msgspec.msgpack.Decoder(ThreadHead)
 _state_dec = msgspec.msgpack.Decoder(ThreadState)
 #: Why a whole batch is retried (as single submissions, or once more after a reconnect).
 _RETRY = (psycopg.errors.DeadlockDetected, psycopg.errors.SerializationFailure, psycopg.errors.UniqueViolation)
+
+
+def event_key(tk: bytes, seq: int) -> bytes:
+    """What a stored value's CRCs are keyed with (as on LMDB): a value copied to another row fails them."""
+    return tk + seq.to_bytes(8, "big")
 
 
 def _scope(scope: str | None) -> str:
@@ -148,39 +155,6 @@ class _Job:
         self.append, self.delete, self.future = append, delete, future
 
 
-class _Thread:
-    """One thread's head while a batch is planned."""
-
-    __slots__ = ("head", "last_off", "loaded_state", "log", "scope", "state", "tk", "written")
-
-    def __init__(self, log: int, scope: str, tk: bytes, head: ThreadHead | None, state: bytes | None) -> None:
-        self.log, self.scope, self.tk, self.head = log, scope, tk, head
-        self.loaded_state = state
-        self.state: ThreadState | None = None
-        self.written = False
-        self.last_off = 0
-
-
-class _Batch:
-    """What one transaction writes, built in Python between the two round trips."""
-
-    def __init__(self) -> None:
-        self.threads: dict[tuple[int, str, bytes], _Thread] = {}
-        self.found: dict[tuple[int, str, str], tuple[bytes, int, int]] = {}  # stored ids → (tk, seq, position)
-        self.ids: dict[tuple[int, str, str], tuple[bytes, int, int, int]] = {}  # written here → (tk, seq, log, off)
-        self.offsets: dict[int, int] = {}  # per log: events planned so far
-        self.events: dict[int, list[tuple[int, str, bytes, int, str, bytes]]] = {}
-        self.blobs: dict[tuple[int, bytes], bytes] = {}
-        self.links: list[tuple[int, str, bytes, bytes, bytes, int, str]] = []
-        self.children: dict[tuple[int, str, bytes, bytes], list[Any]] = {}
-        self.live_links = True
-        self.live_state = True
-
-    def next_off(self, log: int) -> int:
-        self.offsets[log] = off = self.offsets.get(log, 0) + 1
-        return off
-
-
 class PostgresRecorder:
     """The :class:`~tplog.backends.contract.Recorder` on a PostgreSQL database.
 
@@ -196,7 +170,8 @@ class PostgresRecorder:
     def __init__(self, url: str, *, schema: str | None = None, logs: int | None = None, create: bool = True,
                  migrate: bool = False, lock_timeout: float = 30.0, pool_size: int = 4,
                  settings: dict[str, str] | None = None,
-                 clock: Callable[[], int] = time.time_ns, codec: Codec | None = None) -> None:
+                 clock: Callable[[], int] = time.time_ns, codec: Codec | None = None,
+                 limits: Limits | None = None) -> None:
         conninfo, ours = _parse_url(url)
         self.url = _redact(url)
         self.schema = check_schema_name(schema or ours.get("schema", "tplog"))
@@ -204,7 +179,7 @@ class PostgresRecorder:
         if isinstance(want_logs, bool) or not isinstance(want_logs, int) or not 1 <= want_logs <= 4096:
             raise InvalidInputError(f"logs must be an int in 1..4096, not {want_logs!r}")
         self._clock = clock
-        self.codec = codec or Codec()
+        self.codec = codec or Codec(limits)
         self._channel = f"tplog_{self.schema}"
         opts = {"search_path": self.schema, "lock_timeout": str(max(1, int(lock_timeout * 1000))), **(settings or {})}
         for k, v in opts.items():
@@ -318,7 +293,10 @@ class PostgresRecorder:
 
     # ------------------------------------------------------------------ writes
 
-    def submit(self, append: Append) -> Handle[list[AppendResult]]:
+    def gate(self) -> None:
+        """Nothing to hold back: encoding runs while the writer thread waits on the server."""
+
+    def submit(self, append: Append, *, lead: bool = True) -> Handle[list[AppendResult]]:
         fut: Future[list[AppendResult]] = Future()
         try:
             check_append(append)
@@ -572,23 +550,7 @@ class PostgresRecorder:
 
     def _index_links(self, b: _Batch, log: int, scope: str, tk: bytes, name: str, seq: int, ev: Any,
                      facts: Any) -> None:
-        sc = scope or None
-        if isinstance(ev, LinkAdded):
-            target = ev.link.thread_id
-            tlog, _, ttk = self._key(target, sc)
-            b.links.append((tlog, scope, ttk, ev.link.relation.encode(), tk, seq, name))
-            if ev.link.relation == SPAWNED_FROM:
-                self._child(b, (tlog, scope, ttk, tk), name, 1)
-        for child in facts.spawned if facts is not None else ():
-            self._child(b, (log, scope, tk, thread_key(child, sc)), child, 2)
-
-    @staticmethod
-    def _child(b: _Batch, key: tuple[int, str, bytes, bytes], child_id: str, flag: int) -> None:
-        row = b.children.get(key)
-        if row is None:
-            b.children[key] = [child_id, flag]
-        else:  # the row keeps the id of the latest writer, as every backend's upsert does
-            row[0], row[1] = child_id, row[1] | flag
+        index_links(b, self._key, log, scope, tk, name, seq, ev, facts)
 
     def _write_rows(self, conn: psycopg.Connection[Any], b: _Batch, keys: list[tuple[int, str, bytes]]) -> dict[
             int, Any]:
@@ -889,11 +851,54 @@ class PostgresRecorder:
     @_retried
     def thread_state(self, thread_id: str, *, scope: str | None = None) -> ThreadState | None:
         with self._read() as conn:
-            if not self._require_live(conn, "state"):
-                return None
-            row = conn.execute("SELECT state FROM states WHERE log_id = %s AND scope = %s AND tk = %s",
-                               self._key(thread_id, scope)).fetchone()
-        return ThreadState() if row is None else _state_dec.decode(row[0])
+            live = self._require_live(conn, "state")
+            row = conn.execute("SELECT s.state FROM heads h LEFT JOIN states s ON s.log_id = h.log_id AND "
+                               "s.scope = h.scope AND s.tk = h.tk WHERE h.log_id = %s AND h.scope = %s AND "
+                               "h.tk = %s AND h.head IS NOT NULL", self._key(thread_id, scope)).fetchone()
+        if row is None:
+            raise NotFoundError(f"thread {thread_id} does not exist")
+        if not live:
+            return None
+        return ThreadState() if row[0] is None else _state_dec.decode(row[0])
+
+    @_retried
+    def thread_events(self, thread_id: str, *, scope: str | None = None,
+                      after: int = 0) -> tuple[ThreadHead, list[Any]]:
+        log, sc, tk = self._key(thread_id, scope)
+        with self._read() as conn, conn.transaction():
+            conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")  # the head and its events agree
+            row = conn.execute("SELECT head, last_position FROM heads WHERE log_id = %s AND scope = %s AND tk = %s "
+                               "AND head IS NOT NULL", (log, sc, tk)).fetchone()
+            if row is None:
+                raise NotFoundError(f"thread {thread_id} does not exist")
+            head = msgspec.structs.replace(_head_dec.decode(row[0]), last_position=row[1])
+            if head.status != "active" or after > head.version:
+                after = 0
+            rows = conn.execute("SELECT seq, position, event_id, value FROM events WHERE log_id = %s AND scope = %s "
+                                "AND tk = %s AND seq > %s ORDER BY seq", (log, sc, tk, after), binary=True).fetchall()
+            return head, [self._event(conn, head.thread_id, log, tk, *r).event for r in rows]
+
+    def items(self, thread_id: str, *, scope: str | None = None) -> list[Item]:
+        return [item_of(e.seq, KIND_CODE[type(e.event)], e.event) for e in self.read_thread(thread_id, scope=scope)]
+
+    def descendants(self, thread_id: str, *, scope: str | None = None,
+                    max_depth: int | None = None) -> list[tuple[str, int]]:
+        seen = {thread_key(thread_id, scope)}
+        out: list[tuple[str, int]] = []
+        frontier = [thread_id]
+        depth = 0
+        while frontier and (max_depth is None or depth < max_depth):
+            depth += 1
+            nxt: list[str] = []
+            for t in frontier:
+                for child in self.children(t, scope=scope):
+                    k = thread_key(child, scope)
+                    if k not in seen:
+                        seen.add(k)
+                        out.append((child, depth))
+                        nxt.append(child)
+            frontier = nxt
+        return out
 
     # ------------------------------------------------------------------ projections
 
@@ -911,7 +916,7 @@ class PostgresRecorder:
         return out
 
     def rebuild(self, names: Sequence[str], *, verify: bool = False, force: bool = False, chunk: int = 20_000,
-                progress: Callable[[int, int], None] | None = None) -> list[Any]:
+                progress: Callable[[int, int], None] | None = None) -> list[RebuildReport]:
         from tplog.backends.postgres.rebuild import rebuild
 
         for n in names:
@@ -969,8 +974,9 @@ class PostgresRecorder:
                 "events": events[0], "stored_bytes": int(events[1]), "last_positions": pos,
                 "schema_version": SCHEMA_VERSION}
 
-    def verify(self, *, projections: bool = True) -> list[str]:
+    def verify(self, *, projections: bool = True) -> VerifyReport:
         problems: list[str] = []
+        events = 0
         with self._read() as conn:
             rows = conn.execute(
                 "SELECT h.thread_id, h.head, h.log_id, h.tk, coalesce(array_agg(e.seq ORDER BY e.seq) FILTER "
@@ -986,6 +992,7 @@ class PostgresRecorder:
             for r in conn.execute("SELECT h.thread_id, e.log_id, e.tk, e.seq, e.position, e.event_id, e.value "
                                   "FROM events e JOIN heads h ON h.log_id = e.log_id AND h.scope = e.scope AND "
                                   "h.tk = e.tk", binary=True):
+                events += 1
                 try:
                     self._event(conn, r[0], r[1], bytes(r[2]), r[3], r[4], r[5], r[6])
                 except TplogError as exc:
@@ -993,10 +1000,18 @@ class PostgresRecorder:
         if projections:
             for rep in self.rebuild(list(VERSIONS), verify=True):
                 problems += rep.differences
-        return problems
+        return VerifyReport(events=events, threads=len(rows), problems=problems)
 
     def sync(self) -> None:
         """Commits are durable when acknowledged (``synchronous_commit``): nothing to do."""
+        self._check_open()
+
+    def train_dictionary(self, *, samples: int = 2000, size: int = 64 << 10) -> int:
+        """0: values are compressed without a dictionary here (no shared dictionary table yet)."""
+        self._check_open()
+        return 0
+
+    def check_open(self) -> None:
         self._check_open()
 
     def close(self) -> None:
@@ -1021,9 +1036,3 @@ class _Blobs:
             return None
         row = self._conn.execute("SELECT value FROM blobs WHERE log_id = %s AND sha = %s", (self._log, key)).fetchone()
         return None if row is None else bytes(row[0])
-
-
-def item_of(seq: int, kind: int, event: Any) -> Item:
-    """An event as the folds see it (a rebuild decodes the stored value)."""
-    return Item(seq, kind, facts_of(event), None if kind == MSG_KIND else event)
-

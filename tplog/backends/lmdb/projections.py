@@ -57,6 +57,7 @@ from tplog._codec import (
     PREFIX_SIZE,
     Codec,
     Header,
+    peek_header,
 )
 from tplog._errors import InvalidInputError, RebuildInProgressError, RebuildRequiredError
 from tplog._events import (
@@ -71,17 +72,17 @@ from tplog._events import (
     ThreadStarted,
 )
 from tplog._fold import Item, ThreadState, feed, step
-from tplog._keys import TKEY_SIZE, from_u64, tkey, u64
-from tplog._storage import ReadTxn, WriteTxn
+from tplog.backends.contract import LINKS as LINKS
+from tplog.backends.contract import PROJECTIONS as PROJECTIONS
+from tplog.backends.contract import STATE as STATE
+from tplog.backends.contract import VERSIONS as VERSIONS
+from tplog.backends.contract import RebuildReport as RebuildReport
+from tplog.backends.contract import ThreadHead
+from tplog.backends.lmdb.engine import ReadTxn, WriteTxn
+from tplog.backends.lmdb.keys import TKEY_SIZE, from_u64, tkey, u64
 
 __all__ = ["PROJECTIONS", "VERSIONS", "ProjectionInfo", "RebuildReport", "rebuild"]
 
-LINKS: Final = "links"
-STATE: Final = "state"
-#: Fold code versions. Bump one when its fold changes meaning: stores built
-#: with the old version then report it stale until ``tplog rebuild``.
-VERSIONS: Final = {LINKS: 1, STATE: 2}
-PROJECTIONS: Final = tuple(VERSIONS)
 
 SPAWNED_FROM: Final = "spawned_from"
 C_LINK: Final = 1  # children flag: the child has a spawned_from link to the parent
@@ -107,6 +108,7 @@ CATCH_UP: Final = 5_000
 _enc = msgspec.msgpack.Encoder()
 _child_dec = msgspec.msgpack.Decoder(tuple[str, int])
 _state_dec = msgspec.msgpack.Decoder(ThreadState)
+_head_dec = msgspec.msgpack.Decoder(ThreadHead)
 
 
 class ProjectionInfo(msgspec.Struct, array_like=True):
@@ -249,22 +251,6 @@ def save_state(tables: _Tables, tk: bytes, st: ThreadState) -> None:
 # --------------------------------------------------------------------------- rebuild
 
 
-class RebuildReport(msgspec.Struct, kw_only=True):
-    """What a rebuild did. ``differences`` (with ``verify``) lists every row
-    where the live projection and a fresh rebuild disagree; empty means equal."""
-
-    projection: str
-    verify: bool
-    events: int
-    seconds: float
-    position: int
-    differences: list[str] = []
-
-    @property
-    def events_per_second(self) -> float:
-        return self.events / self.seconds if self.seconds > 0 else 0.0
-
-
 def _items_in(
     txn: WriteTxn, codec: Codec, start: int, limit: int, covered: Callable[[bytes, int], bool] | None = None
 ) -> tuple[list[tuple[int, str, bytes, Item, str | None]], int, int, int]:
@@ -276,8 +262,6 @@ def _items_in(
     the ``UNREAD_KINDS``, or a message whose header has no facts (no tool calls or returns,
     no spawned thread, not an aborted response: nothing any id-only fold uses), is
     recognised from the header's bytes and skipped without decoding."""
-    from tplog._store import _head_dec
-
     out: list[tuple[int, str, bytes, Item, str | None]] = []
     names: dict[bytes, tuple[str, str | None]] = {}
     scanned = read = 0
@@ -304,11 +288,9 @@ def _items_in(
         name, scope = known
         where = (name, seq)
         check_header(key, value, where=where)
-        # Header = msgpack fixarray(4) [kind, event_id, recorded_at, facts]: a kind no
-        # id-only fold reads, or a message (kind byte) whose facts are nil (the header's
-        # last byte; an encoded Facts ends with its ``spawned`` list, never with 0xC0).
-        hlen = (value[10] << 8) | value[11]
-        if value[12] == 0x94 and (value[13] in UNREAD_KINDS or (value[13] == MSG_KIND and value[11 + hlen] == 0xC0)):
+        # A kind no id-only fold reads, or a message without facts: nothing to fold.
+        peek = peek_header(value)
+        if peek is not None and (peek[0] in UNREAD_KINDS or (peek[0] == MSG_KIND and not peek[1])):
             continue
         hdr: Header = header(value, where=where)
         ev: Any = hdr.turn
@@ -337,8 +319,6 @@ def _scan_keys(txn: ReadTxn, codec: Codec, after: bytes, limit: int, do_links: b
     thread, seq by seq), folded in one snapshot. ``carry`` is the state of the thread
     the previous chunk stopped inside. What is read is verified, and what no fold uses is
     skipped by its header's bytes, as in :func:`_items_in`."""
-    from tplog._store import _head_dec
-
     end = txn.last("global")
     chunk = _Chunk(states={}, links=[], dropped=[], last_key=after, position=from_u64(end[0]) if end else 0,
                    events=0, done=True)
@@ -375,7 +355,8 @@ def _scan_keys(txn: ReadTxn, codec: Codec, after: bytes, limit: int, do_links: b
         if not (fmt == 3 and flags <= _FLAGS and hend <= len(value) - 4
                 and crc32(key, crc32(value[10:hend], seed)) == crc):
             check_header(key, value, where=(name, from_u64(key, TKEY_SIZE)))
-        if value[12] == 0x94 and (value[13] in UNREAD_KINDS or (value[13] == MSG_KIND and value[11 + hlen] == 0xC0)):
+        peek = peek_header(value)
+        if peek is not None and (peek[0] in UNREAD_KINDS or (peek[0] == MSG_KIND and not peek[1])):
             continue  # see _items_in
         seq = int.from_bytes(key[TKEY_SIZE:], "big")
         try:

@@ -55,7 +55,7 @@ __all__ = ["TABLES", "Engine", "LmdbEngine", "ReadTxn", "WriteTxn", "open_engine
 
 R = TypeVar("R")
 
-#: Every named table tplog keeps (README "Storage format" documents each).
+#: Every named table tplog keeps (tplog/FORMAT.md documents each).
 TABLES = (
     "meta",  # store-wide settings and counters
     "dicts",  # zstd dictionaries by id

@@ -1,0 +1,155 @@
+"""``Store`` over each backend: the same verbs give the same answers.
+
+``Store("memory:")`` opens the reference backend, a path or ``lmdb:///dir`` the
+LMDB one; the facade (checks, encoding, scopes, fold cache, folds) is the same.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import os
+import uuid
+from pathlib import Path
+from typing import Any
+
+import msgspec
+import pytest
+from conftest import agent_start, completed, exchange, link, spawn_message, started, user
+
+from tplog import AsyncStore, Store, thread_hash
+from tplog import _model as m
+from tplog._errors import InvalidInputError, StoreClosedError, ThreadDeletedError, WrongExpectedVersionError
+from tplog._events import MessageRecorded
+from tplog.backends.lmdb import LmdbRecorder
+from tplog.backends.memory import MemoryRecorder
+
+
+def scenario(s: Store) -> list[Any]:
+    """A run through most verbs; returns what they answered, times left out."""
+    a, b, c = (str(uuid.UUID(int=i + 1)) for i in range(3))
+    call = m.ToolCallPart(tool_name="search", tool_call_id="c1", args={"q": "x"})
+    s.append(a, [started(a)], expected_version="no_stream", event_ids=["a0"])
+    s.append(a, exchange("hi", "hello"))
+    s.append(a, [user(), agent_start(), spawn_message(b),
+                 MessageRecorded(message=m.ResponseMessage(timestamp="t", agent_id="a1", parts=[call]))])
+    s.append(b, [started(b), link(a, "spawned_from"), link(c, "referenced")])
+    s.append(c, [started(c), link(a, "referenced")])
+    out: list[Any] = []
+    with pytest.raises(WrongExpectedVersionError):
+        s.append(a, [completed()], expected_version=3)
+    dup = s.append(a, [started(a)], event_ids=["a0"])
+    out.append((dup.duplicate, dup.first_position))
+    out.append([(e.thread_id, e.seq, e.position, e.event_id if e.event_id == "a0" else "", e.event)
+                for e in s.read_all()])
+    out.append([e.seq for e in s.read(a, start=3, limit=2)])
+    out.append([e.seq for e in s.read(a, start=5, direction="backward", limit=3)])
+    out.append(thread_hash(s.thread(a)))
+    out.append(s.load(a).in_progress is not None)
+    out.append(s.pending(a))
+    out.append(s.interrupts(a))
+    out.append(s.links(b))
+    out.append(s.incoming(a))
+    out.append(s.incoming(a, limit=1))
+    out.append(s.children(a))
+    out.append(s.descendants(a))
+    out.append([h.thread_id for h in s.threads().threads])
+    out.append(msgspec.structs.replace(s.head(a), created_ns=0, updated_ns=0, stored_bytes=0))
+    s.delete_thread(c, reason="done")
+    with pytest.raises(ThreadDeletedError):
+        s.thread(c)
+    out.append(s.exists(c))
+    out.append(s.incoming(a))
+    out.append([e.position for e in s.iter_all(chunk=2)])
+    out.append(s.projections())
+    view = s.scoped("tenant")
+    view.append(a, [started(a)])
+    out.append((len(view.read_all()), len(s.read_all()), view.head(a).version))
+    out.append([(r.projection, r.differences) for r in s.rebuild(verify=True)])
+    out.append(s.verify().problems)
+    return out
+
+
+def test_memory_and_lmdb_answer_alike(tmp_path: Path) -> None:
+    with Store("memory:") as mem, Store(tmp_path / "db", auto_dictionary=0) as disk:
+        assert isinstance(mem.backend, MemoryRecorder) and isinstance(disk.backend, LmdbRecorder)
+        assert scenario(mem) == scenario(disk)
+
+
+def test_lmdb_url_names_a_directory(tmp_path: Path) -> None:
+    with Store(f"lmdb://{tmp_path / 'db'}") as s:
+        assert isinstance(s.backend, LmdbRecorder)
+        s.append("t", [started("t")])
+    with Store(tmp_path / "db") as s:
+        assert s.head("t").version == 1
+    for bad in ("lmdb://", "postgres-ish://x"):
+        with pytest.raises(InvalidInputError):
+            Store(bad)
+
+
+def test_memory_store_is_closed_like_any_other() -> None:
+    s = Store("memory:")
+    s.append("t", [started("t")])
+    s.close()
+    with pytest.raises(StoreClosedError):
+        s.append("t", [user()])
+
+
+@pytest.mark.parametrize("target", ["memory:", "lmdb"])
+def test_async_store_over_each_backend(target: str, tmp_path: Path) -> None:
+    async def main() -> list[int]:
+        path = target if target == "memory:" else str(tmp_path / "db")
+        async with await AsyncStore.open(path) as s:
+            tids = [str(uuid.uuid4()) for _ in range(8)]
+            await asyncio.gather(*(s.append(t, [started(t)]) for t in tids))
+            await asyncio.gather(*(s.append(t, exchange()) for t in tids))
+            return sorted(e.position for e in await s.read_all())
+
+    assert asyncio.run(main()) == list(range(1, 41))
+
+
+_PG_SCHEMAS = itertools.count()
+
+
+def _pg_url() -> tuple[str, str]:
+    """A PostgreSQL store URL with a schema of its own, and the schema's name."""
+    from contract_helpers import pg_dsn
+
+    name = f"s{os.getpid()}_{next(_PG_SCHEMAS)}"
+    return f"{pg_dsn()}?schema={name}", name
+
+
+def _drop(schema: str) -> None:
+    import psycopg
+    from contract_helpers import pg_dsn
+
+    with psycopg.connect(pg_dsn(), autocommit=True) as c:
+        c.execute(f"DROP SCHEMA IF EXISTS {schema} CASCADE".encode())
+
+
+def test_memory_and_postgres_answer_alike() -> None:
+    from tplog.backends.postgres import PostgresRecorder
+
+    url, schema = _pg_url()
+    try:
+        with Store("memory:") as mem, Store(url) as pg:
+            assert isinstance(pg.backend, PostgresRecorder)
+            assert scenario(mem) == scenario(pg)
+    finally:
+        _drop(schema)
+
+
+def test_async_store_over_postgres() -> None:
+    url, schema = _pg_url()
+
+    async def main() -> list[int]:
+        async with await AsyncStore.open(url) as s:
+            tids = [str(uuid.uuid4()) for _ in range(8)]
+            await asyncio.gather(*(s.append(t, [started(t)]) for t in tids))
+            await asyncio.gather(*(s.append(t, exchange()) for t in tids))
+            return sorted(e.position for e in await s.read_all())
+
+    try:
+        assert asyncio.run(main()) == list(range(1, 41))
+    finally:
+        _drop(schema)

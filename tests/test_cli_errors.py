@@ -1,0 +1,290 @@
+"""The CLI's errors as the README promises them: ``error: …`` and exit 2 (one line, no traceback),
+Ctrl-C as exit 130 with one line, advice for CLI users, the ``--format`` an input looks like,
+``serve``'s start-up errors (agents spec, port) before anything starts."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+import pytest
+from test_cli import DOC, TID, fails, ok_json, run
+
+from tplog import __version__
+from tplog._events import ThreadStarted
+from tplog._store import Store
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _tplog(*args: str, **kw: Any) -> subprocess.Popen[bytes]:
+    return subprocess.Popen([sys.executable, "-m", "tplog", *args], cwd=ROOT, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, **kw)
+
+
+def _wait_blocked(proc: subprocess.Popen[bytes], on: str, timeout: float = 30.0) -> None:
+    """Until the process sleeps in the kernel on a pipe ``read``/``write`` (then it is inside the command)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        assert proc.poll() is None, proc.communicate()
+        try:
+            wchan = Path(f"/proc/{proc.pid}/wchan").read_text()
+        except OSError:  # pragma: no cover - no procfs: give the interpreter time to start
+            time.sleep(5)
+            return
+        if on in wchan or (wchan in ("", "0") and time.monotonic() > deadline - timeout + 5):
+            time.sleep(0.2)
+            return
+        time.sleep(0.05)
+    raise AssertionError(f"the process never blocked on a pipe {on}")
+
+
+def _interrupted(proc: subprocess.Popen[bytes]) -> tuple[bytes, str]:
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130, (proc.returncode, err)
+    return out, err.decode()
+
+
+# --------------------------------------------------------------------------- Ctrl-C
+
+
+def test_ctrl_c_while_import_reads_stdin(tmp_path: Path) -> None:
+    """Ctrl-C while ``import`` waits for its input: exit 130, one line, no traceback, no store made."""
+    store = tmp_path / "s"
+    proc = _tplog("import", str(store), "-", stdin=subprocess.PIPE)
+    assert proc.stdin is not None
+    proc.stdin.write(json.dumps(DOC)[:200].encode())  # a partial document; the pipe stays open
+    proc.stdin.flush()
+    _wait_blocked(proc, "pipe")
+    out, err = _interrupted(proc)
+    assert err == "tplog: interrupted\n" and out == b""
+    assert not store.exists()
+
+
+def test_ctrl_c_while_read_writes(tmp_path: Path) -> None:
+    """Ctrl-C while ``read`` streams a long thread into a pipe nobody drains yet: exit 130, one line."""
+    store = tmp_path / "s"
+    from tplog import _model as m
+    from tplog._events import AgentRegistered, AgentTurnStarted, MessageRecorded
+
+    with Store(store, durability="relaxed") as s:
+        s.append("t", [ThreadStarted(thread_id="t", created_at="2025-01-20T10:00:00Z"),
+                       AgentRegistered(agent=m.AgentConfig(agent_id="a", agent_name="a",
+                                                           created_at="2025-01-20T10:00:00Z")),
+                       AgentTurnStarted(agent_id="a", started_at="2025-01-20T10:00:00Z")])
+        sys_msg = MessageRecorded(message=m.SystemMessage(timestamp="2025-01-20T10:00:00Z",
+                                                          event_type="data-sys-note", event_data={"x": "y" * 200}))
+        for _ in range(10):
+            s.append("t", [sys_msg] * 100)
+    proc = _tplog("read", str(store), "t")
+    _wait_blocked(proc, "pipe")  # the stdout pipe (64 KiB) is full: blocked in write
+    out, err = _interrupted(proc)
+    assert err == "tplog: interrupted\n"
+    assert out.count(b"\n") < 1001  # it stopped part-way
+
+
+def test_ctrl_c_stops_serve_gracefully(tmp_path: Path) -> None:
+    """``tplog serve`` stops on Ctrl-C the way it is meant to stop: a graceful shutdown, no traceback."""
+    port = _free_port()
+    proc = _tplog("serve", str(tmp_path / "s"), "--port", str(port), "--shutdown-grace", "1")
+    _wait_listening(proc, port)
+    proc.send_signal(signal.SIGINT)
+    _out, err = proc.communicate(timeout=60)
+    text = err.decode()
+    assert proc.returncode == 0, text
+    assert "Traceback" not in text and "KeyboardInterrupt" not in text
+    assert "Application shutdown complete" in text
+
+
+# --------------------------------------------------------------------------- advice, arguments, hints
+
+
+def test_read_names_the_argument_that_is_wrong(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    store = str(tmp_path / "s")
+    with Store(store) as s:
+        s.append(TID, [ThreadStarted(thread_id=TID, created_at="2025-01-20T10:00:00Z")])
+    line = fails(capsys, "read", store, TID, "--limit", "-1", match="limit must be ≥ 0, not -1")
+    assert "start" not in line
+    line = fails(capsys, "read", store, TID, "--start", "-2", match="start must be ≥ 0, not -2")
+    assert "limit" not in line
+
+
+def _pydantic_ai_history() -> bytes:
+    from pydantic_ai import messages as pm
+
+    return pm.ModelMessagesTypeAdapter.dump_json([
+        pm.ModelRequest(parts=[pm.UserPromptPart(content="Hello")]),
+        pm.ModelResponse(parts=[pm.TextPart(content="Hi there")], model_name="test"),
+    ])
+
+
+def test_import_hints_at_the_format_the_input_looks_like(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    pytest.importorskip("pydantic_ai")
+    store = str(tmp_path / "s")
+    history = tmp_path / "history.json"
+    history.write_bytes(_pydantic_ai_history())
+    fails(capsys, "import", store, str(history),
+          match=rf"^error: {re.escape(str(history))}: .*this looks like a Pydantic AI message history: "
+                r"import it with --format pydantic-ai\)$")
+    assert not Path(store).exists()
+    # ... and the hint is right: that format imports it.
+    assert ok_json(capsys, "import", store, str(history), "--format", "pydantic-ai")["first_seq"] == 1
+
+    ui = tmp_path / "ui.json"
+    ui.write_text(json.dumps([{"id": "m1", "role": "user", "parts": [{"type": "text", "text": "hi"}]}]))
+    fails(capsys, "import", store, str(ui), match=r"--format vercel-ui\)$")
+    sse = tmp_path / "stream.sse"
+    sse.write_text('data: {"type":"start"}\n\ndata: [DONE]\n\n')
+    fails(capsys, "import", store, str(sse), match=r"--format vercel-ui\)$")
+    doc = tmp_path / "doc.json"
+    doc.write_text(json.dumps(DOC))
+    fails(capsys, "import", store, str(doc), "--format", "pydantic-ai",
+          match=r"this looks like a ThreadProtocol document: import it with --format threadprotocol \(the default\)")
+    # No hint when the input looks like what was asked for.
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps({**DOC, "thread_id": 5}))
+    line = fails(capsys, "import", store, str(bad))
+    assert "looks like" not in line
+
+
+def test_version(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exc:
+        run(capsys, "--version")
+    assert exc.value.code == 0
+    assert capsys.readouterr().out == f"tplog {__version__}\n"
+    r = subprocess.run([sys.executable, "-m", "tplog", "--version"], capture_output=True, text=True, cwd=ROOT,
+                       timeout=60)
+    assert r.returncode == 0 and r.stdout == f"tplog {__version__}\n"
+
+
+# --------------------------------------------------------------------------- serve: start-up errors
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _wait_listening(proc: subprocess.Popen[bytes], port: int, timeout: float = 60.0) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        assert proc.poll() is None, proc.communicate()
+        with socket.socket() as s:
+            if s.connect_ex(("127.0.0.1", port)) == 0:
+                return
+        time.sleep(0.1)
+    raise AssertionError("the server never listened")
+
+
+@pytest.fixture
+def agents_module(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> str:
+    """A module on sys.path with good and bad agents attributes."""
+    mod = f"agents_{uuid.uuid4().hex[:8]}"
+    (tmp_path / f"{mod}.py").write_text(
+        "NOT_AGENTS = [1, 2]\n"
+        "EMPTY = {}\n"
+        "def BROKEN():\n"
+        "    raise RuntimeError('no API key')\n"
+    )
+    (tmp_path / f"{mod}_fails.py").write_text("raise ValueError('bad config')\n")
+    (tmp_path / f"{mod}_imports.py").write_text("import no_such_dependency_xyz\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    return mod
+
+
+def test_serve_agents_spec_errors(capsys: pytest.CaptureFixture[str], tmp_path: Path, agents_module: str) -> None:
+    """A spec that does not load: exit 2, one line naming the spec and what is wrong, nothing started or
+    created, no internal environment variable named."""
+    pytest.importorskip("uvicorn")
+    store = tmp_path / "store"
+    mod = agents_module
+    cases = {
+        "nosuchmodule_xyz:AGENTS": r"agents 'nosuchmodule_xyz:AGENTS': no module named 'nosuchmodule_xyz'$",
+        "justamodule": r"agents 'justamodule': expected MODULE:ATTRIBUTE",
+        ":AGENTS": r"expected MODULE:ATTRIBUTE",
+        f"{mod}:MISSING": rf"module {mod} has no attribute 'MISSING'",
+        f"{mod}:NOT_AGENTS": r"not a non-empty dict of agents",
+        f"{mod}:EMPTY": r"not a non-empty dict of agents",
+        f"{mod}:BROKEN": r"calling BROKEN\(\) raised RuntimeError: no API key",
+        f"{mod}_fails:A": rf"importing {mod}_fails raised ValueError: bad config",
+        f"{mod}_imports:A": rf"no module named 'no_such_dependency_xyz' \(while importing {mod}_imports\)",
+    }
+    for spec, want in cases.items():
+        line = fails(capsys, "serve", str(store), "--agents", spec, "--port", str(_free_port()), match=want)
+        assert "TPLOG_" not in line, line
+    assert not store.exists()
+
+
+def test_serve_bad_agents_in_a_real_process(tmp_path: Path) -> None:
+    r = subprocess.run([sys.executable, "-m", "tplog", "serve", str(tmp_path / "s"), "--agents", "nosuch_xyz:A",
+                        "--port", str(_free_port())], capture_output=True, text=True, cwd=ROOT, timeout=60)
+    assert r.returncode == 2 and r.stdout == ""
+    assert r.stderr == "error: agents 'nosuch_xyz:A': no module named 'nosuch_xyz'\n"
+
+
+def test_serve_port_in_use(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    pytest.importorskip("uvicorn")
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        fails(capsys, "serve", str(tmp_path / "s"), "--port", str(port),
+              match=rf"^error: cannot listen on 127\.0\.0\.1:{port}: the port is already in use$")
+        r = subprocess.run([sys.executable, "-m", "tplog", "serve", str(tmp_path / "s"), "--port", str(port)],
+                           capture_output=True, text=True, cwd=ROOT, timeout=60)
+    assert r.returncode == 2 and r.stdout == ""
+    assert r.stderr == f"error: cannot listen on 127.0.0.1:{port}: the port is already in use\n"
+    fails(capsys, "serve", str(tmp_path / "s"), "--host", "no-such-host.invalid", "--port", "8000",
+          match=r"^error: cannot listen on no-such-host\.invalid:8000: ")
+    fails(capsys, "serve", str(tmp_path / "s"), "--shutdown-grace", "-1", match="--shutdown-grace must be ≥ 0")
+
+
+def test_env_is_untouched_by_a_failed_serve(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    """A refused start leaves no server environment behind in this process."""
+    pytest.importorskip("uvicorn")
+    before = {k for k in os.environ if k.startswith("TPLOG_SERVER_")}
+    fails(capsys, "serve", str(tmp_path / "s"), "--agents", "nosuch_xyz:A")
+    assert {k for k in os.environ if k.startswith("TPLOG_SERVER_")} == before
+
+
+def test_rebuild_says_which_extra_the_progress_bar_needs(tmp_path: Path) -> None:
+    """On a terminal without rich (the ``cli`` extra) rebuild still works and says what to install."""
+    import pty
+
+    fake = tmp_path / "fake"
+    (fake / "rich").mkdir(parents=True)
+    (fake / "rich" / "__init__.py").write_text("raise ImportError('rich is not installed')\n")
+    store = tmp_path / "s"
+    with Store(store) as s:
+        s.append(TID, [ThreadStarted(thread_id=TID, created_at="2025-01-20T10:00:00Z")])
+    master, slave = pty.openpty()
+    try:
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(fake), str(ROOT)])}
+        r = subprocess.run([sys.executable, "-m", "tplog", "rebuild", str(store)], stdout=subprocess.PIPE,
+                           stderr=slave, cwd=ROOT, env=env, timeout=120)
+        os.close(slave)
+        err = b""
+        while True:
+            try:
+                chunk = os.read(master, 4096)
+            except OSError:  # EIO: the terminal's other end is closed and drained
+                break
+            if not chunk:
+                break
+            err += chunk
+    finally:
+        os.close(master)
+    assert r.returncode == 0
+    assert [p["projection"] for p in json.loads(r.stdout)] == ["links", "state"]
+    assert err.decode().strip() == "tplog: no progress bar without rich: pip install 'tplog[cli]'"
