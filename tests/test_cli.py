@@ -354,7 +354,9 @@ def test_children(capsys: pytest.CaptureFixture[str], loaded: str) -> None:
     assert ok_json(capsys, "children", loaded, PARENT, "--max-depth", "1") == [{"thread_id": TID, "depth": 1}]
     assert ok_json(capsys, "children", loaded, PARENT, "--limit", "1") == [TID]
     assert ok_json(capsys, "children", loaded, PARENT, "--after", TID) == []
-    assert ok_json(capsys, "children", loaded, str(uuid.uuid4())) == []  # unknown thread: answered
+    # PARENT is not stored, but DOC links to it: answered. An id nobody knows: not found.
+    assert ok_json(capsys, "children", loaded, PARENT, "--limit", "5") == [TID]
+    fails(capsys, "children", loaded, str(uuid.uuid4()), match="does not exist")
 
 
 def test_links(capsys: pytest.CaptureFixture[str], loaded: str) -> None:
@@ -388,9 +390,13 @@ def test_delete(capsys: pytest.CaptureFixture[str], loaded: str) -> None:
     assert SPAWNED not in json.dumps(heads)
     rows = ok_lines(capsys, "read", loaded, SPAWNED)
     assert [r["type"] for r in rows] == ["thread_deleted"] and rows[0]["event"]["reason"] == "gdpr"
-    # Its spawned_from link is gone; the parent's own spawn event still names it.
+    # Its spawned_from link is gone, and a deleted thread is nobody's child (though the
+    # parent's own spawn event still names it); its outgoing link's target still answers.
     assert ok_json(capsys, "links", loaded, TID, "--incoming", "--relation", "spawned_from") == []
-    assert ok_json(capsys, "children", loaded, TID) == [SPAWNED]
+    assert ok_json(capsys, "children", loaded, TID) == []
+    assert ok_json(capsys, "children", loaded, TID, "--recursive") == []
+    assert ok_json(capsys, "links", loaded, SPAWNED) == []
+    assert ok_json(capsys, "children", loaded, SPAWNED) == []  # a deleted thread exists: answered
 
 
 def test_threads_include_deleted_lists_tombstones(capsys: pytest.CaptureFixture[str], loaded: str) -> None:
@@ -457,6 +463,28 @@ def test_unknown_thread(capsys: pytest.CaptureFixture[str], loaded: str) -> None
     ghost = str(uuid.uuid4())
     for cmd in ("export", "read", "turns", "pending", "interrupts", "links", "delete"):
         fails(capsys, cmd, loaded, ghost, match="does not exist")
+    for argv in (["children"], ["children", "--recursive"], ["links", "--incoming"]):
+        fails(capsys, argv[0], loaded, ghost, *argv[1:], match=f"thread {ghost} does not exist")
+
+
+def test_links_declared_at_thread_start(capsys: pytest.CaptureFixture[str], loaded: str) -> None:
+    """A thread whose ThreadStarted declares its links (not LinkAdded events): every verb lists them."""
+    from tplog._events import ThreadStarted
+
+    tid = str(uuid.uuid4())
+    rel = m.ThreadRelationships(links=[m.ThreadLink(thread_id=TID, relation="spawned_from"),
+                                       m.ThreadLink(thread_id=TID, relation="referenced")])
+    with Store(loaded) as s:
+        s.append(tid, [ThreadStarted(thread_id=tid, created_at="2025-01-20T10:00:00Z", relationships=rel)])
+    assert ok_json(capsys, "links", loaded, tid) == [{"thread_id": TID, "relation": "spawned_from"},
+                                                     {"thread_id": TID, "relation": "referenced"}]
+    assert tid in ok_json(capsys, "children", loaded, TID)
+    assert (tid, "referenced") in [(r["thread_id"], r["relation"]) for r in
+                                   ok_json(capsys, "links", loaded, TID, "--incoming")]
+    assert ok_json(capsys, "export", loaded, tid)["relationships"] == {"links": [
+        {"thread_id": TID, "relation": "spawned_from"}, {"thread_id": TID, "relation": "referenced"}]}
+    rc, out, err = run(capsys, "verify", loaded)
+    assert rc == 0, (out, err)
 
 
 def test_store_missing(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import random
+import tempfile
 import time
 import uuid
 from collections import defaultdict, deque
@@ -14,12 +15,15 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
+import msgspec
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from strategies import THREAD_SETTINGS, thread_models
 
 from tplog import _model as m
-from tplog._errors import InvalidInputError
+from tplog._cli import main
+from tplog._errors import InvalidInputError, NotFoundError, RebuildRequiredError
 from tplog._events import (
     AgentTurnCompleted,
     AgentTurnStarted,
@@ -28,8 +32,10 @@ from tplog._events import (
     MessageRecorded,
     ThreadStarted,
 )
+from tplog._fold import events_from_thread
 from tplog._json import from_builtins
 from tplog._store import Store
+from tplog._verify import verify_store
 from tplog._versions import upgrade
 from tplog.backends.lmdb.keys import tkey
 
@@ -248,9 +254,15 @@ def test_links_to_unknown_threads_are_allowed_and_answered(store: Store) -> None
     assert store.children(ghost_parent) == [t]
     assert store.incoming(ghost_ref) == [(t, "referenced")]
     assert store.descendants(ghost_parent) == [(t, 1)]
-    assert store.children("never-heard-of") == []
-    assert store.incoming("never-heard-of") == []
-    assert store.descendants("never-heard-of") == []
+    assert store.children(ghost_ref) == []  # linked to (by a referenced link): known, no children
+    assert store.incoming(ghost_parent) == [(t, "spawned_from")]
+
+
+def test_a_thread_neither_stored_nor_linked_to_is_not_found(store: Store) -> None:
+    make(store, new_id(), link(new_id(), "referenced"))
+    for query in (store.children, store.incoming, store.descendants, store.links):
+        with pytest.raises(NotFoundError, match="never-heard-of does not exist"):
+            query("never-heard-of")
 
 
 def test_uuid_case_is_one_thread(store: Store) -> None:
@@ -392,6 +404,15 @@ def test_generated_graph_matches_brute_force(tmp_path: Path) -> None:
             list(pool.map(lambda i: store.append(ids[i], events_of(i)), range(n)))
         built = time.monotonic() - began
 
+        # Ids never stored nor named by any link or spawn event are not found.
+        named = set(incoming_bf) | {c for kids in spawn_events.values() for c in kids}
+        unknown, never = [u for u in unknown if u in named], [u for u in unknown if u not in named]
+        assert unknown and never
+        for tid in never:
+            with pytest.raises(NotFoundError):
+                store.children(tid)
+            with pytest.raises(NotFoundError):
+                store.incoming(tid)
         # children: every thread and every unknown target, exact order (by key).
         for tid in ids + unknown:
             assert store.children(tid) == by_key(children_bf.get(tid, set())), tid
@@ -667,3 +688,246 @@ def test_links_queries_while_the_map_grows(tmp_path: Path) -> None:
         assert [t for t, _ in s.descendants(root)] == s.children(root)
     finally:
         s.close()
+
+
+# --------------------------------------------------------------------------- links declared at the start
+
+
+def started_with(tid: str, *links: tuple[str, str]) -> ThreadStarted:
+    """A ThreadStarted declaring ``links`` in its relationships (not as LinkAdded events)."""
+    rel = m.ThreadRelationships(links=[m.ThreadLink(thread_id=t, relation=r) for t, r in links])
+    return ThreadStarted(thread_id=tid, created_at=T, relationships=rel)
+
+
+def test_links_declared_in_thread_started_are_indexed(store: Store) -> None:
+    parent, ref = make(store, new_id()), make(store, new_id())
+    child = new_id()
+    # Three links of one ThreadStarted (seq 1) to the same target and relation: none collide.
+    store.append(child, [started_with(child, (parent, "spawned_from"), (ref, "referenced"), (ref, "referenced"),
+                                      (ref, "referenced")), link(ref, "merged_from")])
+    assert [(lk.thread_id, lk.relation) for lk in store.links(child)] == [
+        (parent, "spawned_from"), (ref, "referenced"), (ref, "referenced"), (ref, "referenced"), (ref, "merged_from")]
+    exported = store.export(child).relationships
+    assert isinstance(exported, m.ThreadRelationships)
+    assert exported.links == store.links(child)  # the order the export shows
+    assert store.children(parent) == [child]
+    assert store.descendants(parent) == [(child, 1)]
+    assert store.incoming(ref) == [(child, "merged_from")] + [(child, "referenced")] * 3
+    assert store.incoming(ref, relation="referenced", limit=1) == [(child, "referenced")] * 3  # one pair, whole
+    assert store.head(child).links == 5
+    assert all(r.differences == [] for r in store.rebuild(verify=True))
+    assert verify_store(store).ok
+    store.rebuild()
+    assert store.incoming(ref) == [(child, "merged_from")] + [(child, "referenced")] * 3
+    assert store.children(parent) == [child]
+    # Deleting the thread removes every row its declared links made.
+    store.delete_thread(child)
+    assert store.children(parent) == [] and store.incoming(ref) == [] and store.incoming(parent) == []
+    assert all(r.differences == [] for r in store.rebuild(verify=True))
+
+
+def test_declared_link_relations_are_checked_like_added_ones(store: Store) -> None:
+    tid = new_id()
+    with pytest.raises(InvalidInputError, match=r"relationships\.links\[1\] relation contains a NUL"):
+        store.append(tid, [started_with(tid, (new_id(), "referenced"), (new_id(), "bad\x00rel"))])
+    with pytest.raises(InvalidInputError, match=r"relationships\.links\[0\] relation is 401 bytes"):
+        store.append(tid, [started_with(tid, (new_id(), "r" * 401))])
+    assert not store.exists(tid)
+
+
+@st.composite
+def linked_threads(draw: st.DrawFn) -> tuple[m.Thread, int, list[str]]:
+    """A generated thread document carrying links of every kind: its own generated
+    links plus some to a small pool of targets (itself included, so several links
+    share a target and relation), spawn events naming pool threads; and how many of
+    its links are declared in ThreadStarted (the rest recorded as LinkAdded)."""
+    doc = draw(thread_models())
+    pool = [doc.thread_id, *draw(st.lists(st.uuids().map(str), min_size=1, max_size=3, unique=True))]
+    rel = doc.relationships
+    own = list(rel.links) if isinstance(rel, m.ThreadRelationships) and isinstance(rel.links, list) else []
+    extra = draw(st.lists(st.builds(lambda t, r: m.ThreadLink(thread_id=t, relation=r), st.sampled_from(pool),
+                                    st.sampled_from(["spawned_from", "referenced", "x-cites"])), max_size=5))
+    links = draw(st.permutations([*own, *extra]))
+    turns = list(doc.turns)
+    spawned = draw(st.lists(st.sampled_from(pool), max_size=3))
+    if spawned:
+        agent = next(iter(doc.agents))
+        msgs = [m.SystemMessage(timestamp=T, event_type=m.THREAD_SPAWN, event_data={"spawned_thread_id": c})
+                for c in spawned]
+        turns.append(m.AgentTurn(agent_id=agent, started_at=T, messages=msgs, completion_status="complete"))
+    base = rel if isinstance(rel, m.ThreadRelationships) else m.ThreadRelationships()
+    doc = msgspec.structs.replace(doc, turns=turns, relationships=msgspec.structs.replace(base, links=links))
+    return doc, draw(st.integers(0, len(links))), pool
+
+
+def spawned_by(doc: m.Thread) -> set[str]:
+    """The threads a document's spawn events name (ThreadProtocol: data-tp-thread_spawn
+    or v0.0.3 thread.spawn, ``spawned_thread_id`` or else ``thread_id``)."""
+    out = set()
+    for turn in doc.turns:
+        for msg in turn.messages if isinstance(turn, m.AgentTurn) else []:
+            if (isinstance(msg, m.SystemMessage) and msg.event_type in (m.THREAD_SPAWN, "thread.spawn")
+                    and isinstance(msg.event_data, dict)):
+                sid = msg.event_data.get("spawned_thread_id", msg.event_data.get("thread_id"))
+                if isinstance(sid, str):
+                    out.add(sid)
+    return out
+
+
+@settings(THREAD_SETTINGS, max_examples=60)
+@given(linked_threads())
+def test_every_link_a_thread_carries_is_in_the_index(case: tuple[m.Thread, int, list[str]]) -> None:
+    doc, declared, pool = case
+    tid = doc.thread_id
+    rel = doc.relationships
+    assert isinstance(rel, m.ThreadRelationships) and isinstance(rel.links, list)
+    carried = rel.links
+    with tempfile.TemporaryDirectory() as d, Store(Path(d) / "s", durability="relaxed") as store:
+        if declared == 0:
+            store.import_thread(doc)  # every link as a LinkAdded event
+        else:  # the first `declared` links kept in the ThreadStarted, the rest added
+            events = events_from_thread(doc)
+            first = events[0]
+            assert isinstance(first, ThreadStarted) and isinstance(first.relationships, m.ThreadRelationships)
+            events[0] = msgspec.structs.replace(
+                first, relationships=msgspec.structs.replace(first.relationships, links=carried[:declared]))
+            skip = {id(e) for e in events if isinstance(e, LinkAdded)}
+            added = [LinkAdded(link=lk) for lk in carried[declared:]]
+            at = next(i for i, e in enumerate(events) if id(e) in skip) if skip else len(events)
+            events = [*events[:at], *added, *(e for e in events[at:] if id(e) not in skip)]
+            store.append(tid, events)
+        spawned = spawned_by(doc)
+        targets = {lk.thread_id for lk in carried} | set(pool) | spawned
+
+        def check() -> None:
+            assert store.links(tid) == carried
+            assert store.export(tid).relationships == rel
+            for t in targets:
+                if not store.exists(t) and t not in {lk.thread_id for lk in carried} and t not in spawned:
+                    with pytest.raises(NotFoundError):
+                        store.children(t)
+                    continue
+                kids = {tid} if any(lk.thread_id == t and lk.relation == "spawned_from" for lk in carried) else set()
+                if t == tid:
+                    kids |= spawned
+                assert store.children(t) == by_key(kids), t
+                want = sorted(((tid, lk.relation) for lk in carried if tkey(lk.thread_id) == tkey(t)),
+                              key=lambda p: p[1].encode())
+                assert store.incoming(t) == want, t
+
+        check()
+        assert verify_store(store).ok
+        store.rebuild()
+        check()
+        assert verify_store(store).ok
+
+
+def test_verify_reports_a_missing_declared_link_and_rebuild_repairs_it(tmp_path: Path) -> None:
+    import lmdb
+
+    path = tmp_path / "s"
+    parent, child = new_id(), new_id()
+    with Store(path) as s:
+        make(s, parent)
+        s.append(child, [started_with(child, (parent, "referenced"), (parent, "referenced"))])
+    # Lose the first of the two declared links' rows, as an index written before they were indexed would.
+    env = lmdb.open(str(path), max_dbs=20)
+    with env.begin(write=True) as txn:
+        db = env.open_db(b"links_in", txn=txn)
+        keys = [bytes(k) for k, _ in txn.cursor(db=db)]
+        assert len(keys) == 2
+        assert txn.delete(keys[0], db=db)
+    env.close()
+    with Store(path) as s:
+        assert s.incoming(parent) == [(child, "referenced")]
+        rep = verify_store(s)
+        assert [p for p in rep.problems if "declared link 0" in p and "live absent" in p], rep.problems
+    assert main(["verify", str(path)]) == 1
+    assert main(["rebuild", str(path), "--verify"]) == 1  # reports, repairs nothing
+    assert main(["verify", str(path)]) == 1
+    assert main(["rebuild", str(path), "--projection", "links"]) == 0
+    with Store(path) as s:
+        assert s.incoming(parent) == [(child, "referenced")] * 2
+        assert verify_store(s).ok
+
+
+def test_a_store_indexed_before_declared_links_says_rebuild(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A store written by a tplog that did not index declared links (links projection
+    version 1) has them missing: its queries say to rebuild, and the rebuild adds them."""
+    import lmdb
+    import msgspec as ms
+
+    path = tmp_path / "s"
+    parent, child = new_id(), new_id()
+    with Store(path) as s:
+        make(s, parent)
+        s.append(child, [started_with(child, (parent, "spawned_from"))])
+        position = s.last_position
+    env = lmdb.open(str(path), max_dbs=20)
+    with env.begin(write=True) as txn:  # what version 1 left: no rows for the declared link
+        for name in (b"links_in", b"children"):
+            txn.drop(env.open_db(name, txn=txn), delete=False)
+        txn.put(b"proj:links", ms.msgpack.encode([1, position, "live"]), db=env.open_db(b"meta", txn=txn))
+    env.close()
+    with Store(path) as s:
+        assert s.projections()["links"]["status"] == "stale"
+        for query in (s.children, s.incoming, s.descendants):
+            with pytest.raises(RebuildRequiredError, match="--projection links"):
+                query(parent)
+        assert any("projection 'links' is stale" in p for p in verify_store(s).problems)
+    assert main(["rebuild", str(path), "--projection", "links"]) == 0
+    capsys.readouterr()
+    with Store(path) as s:
+        assert s.projections()["links"]["status"] == "live"
+        assert s.children(parent) == [child]
+        assert s.incoming(parent) == [(child, "spawned_from")]
+        assert verify_store(s).ok
+
+
+# --------------------------------------------------------------------------- deleted threads
+
+
+def test_a_deleted_thread_is_nobodys_child(store: Store) -> None:
+    parent, other = make(store, new_id()), make(store, new_id())
+    by_link = make(store, new_id(), link(parent, "spawned_from"))
+    by_event = new_id()
+    store.append(parent, spawn_turn(by_event))
+    store.append(other, spawn_turn(by_event))  # two parents name it
+    both = make(store, new_id(), link(parent, "spawned_from"))
+    store.append(parent, spawn_turn(both))
+    grandchild = make(store, new_id(), link(by_event, "spawned_from"))
+    store.append(by_event, [started(by_event)])
+    assert store.children(parent) == by_key([by_link, by_event, both])
+    assert store.descendants(parent) == [*((c, 1) for c in by_key([by_link, by_event, both])), (grandchild, 2)]
+    for gone in (by_event, both):
+        store.delete_thread(gone)
+    assert store.children(parent) == [by_link]
+    assert store.children(other) == []
+    assert store.descendants(parent) == [(by_link, 1)]
+    # Named again by a spawn event after its deletion: still nobody's child.
+    store.append(parent, spawn_turn(by_event))
+    assert store.children(parent) == [by_link]
+    # A deleted parent's live children (their spawned_from link is their history) are still
+    # listed, and so is an outgoing link to a deleted thread.
+    assert store.children(by_event) == [grandchild]
+    assert [(lk.thread_id, lk.relation) for lk in store.links(grandchild)] == [(by_event, "spawned_from")]
+    assert store.incoming(by_event) == [(grandchild, "spawned_from")]
+    assert store.links(by_event) == []  # a deleted thread has no links
+    assert all(r.differences == [] for r in store.rebuild(verify=True))
+    assert verify_store(store).ok
+    store.rebuild()
+    assert store.children(parent) == [by_link] and store.children(other) == []
+
+
+def test_async_store_links_queries_say_not_found(tmp_path: Path) -> None:
+    import asyncio
+
+    from tplog import AsyncStore
+
+    async def run() -> None:
+        async with await AsyncStore.open(tmp_path / "s") as s:
+            for query in (s.children, s.incoming, s.descendants, s.links):
+                with pytest.raises(NotFoundError):
+                    await query(new_id())
+
+    asyncio.run(run())

@@ -62,7 +62,8 @@ def test_scopes_are_disjoint_key_spaces(store: Store) -> None:
     # The unscoped store sees neither.
     with pytest.raises(NotFoundError):
         store.read(shared_id)
-    assert store.children(parent) == []
+    with pytest.raises(NotFoundError):  # nor the parent its scoped threads link to
+        store.children(parent)
     assert store.threads().threads == []
 
 

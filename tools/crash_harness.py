@@ -37,8 +37,9 @@ checks (:func:`verify`):
   the ``updated`` index; a deleted thread keeps only its tombstone;
 - the global log is strictly ordered, maps one-to-one onto the events and the
   ``eventids`` index, and its only gaps are the deleted threads' events;
-- ``links_in`` and ``children`` equal a rebuild from the ``LinkAdded`` events
-  and the spawn messages; blob reference counts equal the references.
+- ``links_in``, ``children`` and the ``spawner`` rows equal a rebuild from the
+  ``LinkAdded`` events and the spawn messages (a deleted thread is nobody's
+  child); blob reference counts equal the references.
 
 Backups: a backup process loops ``Store.backup`` into fresh directories and is
 killed like the writers; the source store must stay intact (the full check),
@@ -111,6 +112,7 @@ from tplog.backends.lmdb.keys import TKEY_SIZE, from_u64, tkey, u64  # noqa: E40
 # tplog's internals, so that the harness checks the format rather than trusting the code under test.
 C_LINK = 1  # children flag: the child has a spawned_from link to the parent
 C_SPAWN = 2  # children flag: the parent recorded a thread_spawn event naming the child
+SPAWNER = b"spawner\x00"  # proj rows: + child key + parent key, one per C_SPAWN children row
 _head_dec = msgspec.msgpack.Decoder(ThreadHead)
 
 try:  # tenant scopes: keys carry the scope (unscoped stores keep the plain layout)
@@ -399,6 +401,7 @@ def check_structure(store: Store) -> tuple[list[str], dict[str, Any]]:
         eids = {bytes(k): bytes(v) for k, v in txn.range("eventids")}
         links_in = {bytes(k): _ids_dec.decode(v) for k, v in txn.range("links_in")}
         children = {bytes(k): _child_dec.decode(v) for k, v in txn.range("children")}
+        spawners = {bytes(k) for k, _ in txn.range("proj", SPAWNER, SPAWNER[:-1] + b"\x01")}
         updated = {bytes(k) for k, _ in txn.range("updated")}
         blobs = {bytes(k): bytes(v) for k, v in txn.range("blobs")}
 
@@ -511,6 +514,13 @@ def check_structure(store: Store) -> tuple[list[str], dict[str, Any]]:
             missing = set(links_rebuilt) - set(links_in)
             bad(f"links_in differs from a rebuild: {len(extra)} extra, {len(missing)} missing, "
                 f"{sum(links_in[k] != links_rebuilt[k] for k in set(links_in) & set(links_rebuilt))} changed")
+        # A deleted thread is nobody's child; each spawn-event row has its ``spawner`` row.
+        gone = {tk for tk, h in heads.items() if h.status == "deleted"}
+        children_rebuilt = {k: v for k, v in children_rebuilt.items() if k[TKEY_SIZE:] not in gone}
+        spawner_rebuilt = {SPAWNER + k[TKEY_SIZE:] + k[:TKEY_SIZE] for k, (_, f) in children_rebuilt.items()
+                           if f & C_SPAWN}
+        if spawners != spawner_rebuilt:
+            bad(f"spawner rows differ from a rebuild: {len(spawners)} stored, {len(spawner_rebuilt)} rebuilt")
         if children != children_rebuilt:
             bad(f"children differs from a rebuild: {len(children)} stored, {len(children_rebuilt)} rebuilt; "
                 f"first diff {next(iter(set(children.items()) ^ set(children_rebuilt.items())), None)}")

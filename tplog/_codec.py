@@ -600,18 +600,23 @@ class Codec:
         return d.as_bytes()
 
 
-def peek_header(value: bytes) -> tuple[int, bool] | None:
-    """``(kind, has_facts)`` of a stored value (format 2 or 3) read off its header's
-    bytes without decoding it, or ``None`` when the header is not the plain
-    ``[kind, event_id, recorded_at, facts]`` form (a turn boundary's 5 elements):
-    decode it with :meth:`Codec.header` then. Verify the header CRC first.
+#: Added to :func:`peek_header`'s answer when the header carries facts.
+PEEK_FACTS: Final = 0x100
+
+
+def peek_header(value: bytes) -> int:
+    """A stored value's kind (format 2 or 3), read off its header's bytes without
+    decoding it, plus :data:`PEEK_FACTS` when the header carries facts; ``-1`` when
+    the header is not the plain ``[kind, event_id, recorded_at, facts]`` form (a turn
+    boundary's 5 elements): decode it with :meth:`Codec.header` then. Verify the
+    header CRC first. One int, not a tuple: a rebuild asks this of every event.
 
     The header is a msgpack fixarray(4) (0x94) whose first element is the kind (a
     positive fixint); ``facts`` is its last element, nil (0xC0) when absent (an
     encoded Facts ends with its ``spawned`` list, never with 0xC0)."""
     if value[12] != 0x94:
-        return None
-    return value[13], value[11 + ((value[10] << 8) | value[11])] != 0xC0
+        return -1
+    return value[13] | (PEEK_FACTS if value[11 + ((value[10] << 8) | value[11])] != 0xC0 else 0)
 
 
 def value_ok(key: bytes, value: bytes, mv: memoryview) -> bool:

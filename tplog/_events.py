@@ -71,8 +71,10 @@ class ThreadStarted(_Event, tag="thread_started", kw_only=True, omit_defaults=Tr
     ``version`` is the protocol version the thread came from (export always
     writes v0.0.4). ``updated_at`` is set by imports to keep the document's
     value. ``relationships`` keeps the shell of the document's relationships
-    object (its unknown fields, and ``links: []`` if it was present); the links
-    themselves are ``LinkAdded`` events. ``extra`` keeps unknown thread fields.
+    object (its unknown fields, and ``links: []`` if it was present); imports
+    record the links themselves as ``LinkAdded`` events. Links an application
+    declares here are the thread's first links: exported, indexed and listed
+    like added ones. ``extra`` keeps unknown thread fields.
     """
 
     thread_id: str

@@ -25,7 +25,7 @@ import msgspec
 from tplog import _model as m
 from tplog._codec import Codec, Encoded, Header, Limits
 from tplog._errors import InvalidInputError, NotFoundError, ThreadDeletedError, TplogError
-from tplog._events import KIND_CODE, Event, LinkAdded, RecordedEvent, ThreadDeleted
+from tplog._events import KIND_CODE, Event, LinkAdded, RecordedEvent, ThreadDeleted, ThreadStarted
 from tplog._fold import (
     Folder,
     FoldResult,
@@ -51,6 +51,7 @@ from tplog.backends.contract import (
     ThreadHead,
     ThreadPage,
     VerifyReport,
+    outgoing,
     thread_key,
 )
 from tplog.backends.lmdb import LmdbRecorder  # the default backend, imported with the facade
@@ -60,6 +61,7 @@ __all__ = ["ANY", "EXISTS", "NO_STREAM", "AppendResult", "AsyncStore", "Store", 
 ExpectedVersion = contract.ExpectedVersion  # the types live in the backend contract; re-exported here
 
 _EVENT_CLASSES = tuple(KIND_CODE)
+_LINKING = (LinkAdded, ThreadStarted)  # the events that may record links (outgoing)
 MAX_RELATION_BYTES: Final = 400  # keeps LMDB's link keys under its 511-byte key limit
 CHUNK: Final = 20_000  # events a rebuild folds per snapshot and per commit (see Store.rebuild)
 MEMORY: Final = "memory:"
@@ -115,6 +117,8 @@ def open_backend(target: str | os.PathLike[str], **options: Any) -> Recorder:
     if isinstance(target, str) and target == MEMORY:
         from tplog.backends.memory import MemoryRecorder
 
+        if options.get("readonly"):
+            raise InvalidInputError("a memory: store cannot be opened read-only: it starts empty")
         return MemoryRecorder(limits=options.get("limits"))
     if isinstance(target, str) and target.startswith(("postgresql://", "postgres://")):
         if options.get("readonly"):
@@ -301,13 +305,16 @@ class Store:
                     f"thread {thread_id}: events[{i}] is a {type(ev).__name__}, not a tplog event "
                     f"(one of {', '.join(c.__name__ for c in _EVENT_CLASSES)})"
                 )
-            if isinstance(ev, LinkAdded) and "\x00" in ev.link.relation:
-                raise InvalidInputError(f"thread {thread_id}: events[{i}] link relation contains a NUL character")
-            if isinstance(ev, LinkAdded) and len(ev.link.relation.encode()) > MAX_RELATION_BYTES:
-                raise InvalidInputError(
-                    f"thread {thread_id}: events[{i}] link relation is {len(ev.link.relation.encode())} bytes; "
-                    f"at most {MAX_RELATION_BYTES} are allowed"
-                )
+            for j, (_, lk) in enumerate(outgoing(0, ev) if isinstance(ev, _LINKING) else ()):
+                # The relation is part of the links_in key (NUL-terminated, under LMDB's key limit).
+                at = "link" if isinstance(ev, LinkAdded) else f"relationships.links[{j}]"
+                if "\x00" in lk.relation:
+                    raise InvalidInputError(f"thread {thread_id}: events[{i}] {at} relation contains a NUL character")
+                if len(lk.relation.encode()) > MAX_RELATION_BYTES:
+                    raise InvalidInputError(
+                        f"thread {thread_id}: events[{i}] {at} relation is {len(lk.relation.encode())} bytes; "
+                        f"at most {MAX_RELATION_BYTES} are allowed"
+                    )
             eid = new_event_id() if event_ids is None else event_ids[i]
             if not isinstance(eid, str) or not eid or len(eid.encode()) > 256:
                 raise InvalidInputError(f"thread {thread_id}: event_ids[{i}] must be a non-empty string ≤ 256 bytes")
@@ -473,8 +480,12 @@ class Store:
         after: tuple[str, str] | None = None,
     ) -> list[tuple[str, str]]:
         """Threads that link to ``thread_id``: ``(source_thread_id, relation)`` pairs,
-        one per link (a thread that added the same link twice is listed twice),
-        ordered by relation, then by source key.
+        one per link, declared at the source's start or added since (a thread that
+        carries the same link twice is listed twice), ordered by relation, then by
+        source key. Deleted sources are not listed; a deleted ``thread_id`` is still
+        answered (its live sources' links are their history), as is one stored
+        elsewhere that a stored thread links to; one neither stored nor linked to
+        raises :class:`NotFoundError`.
 
         Page with ``limit`` and ``after=<the last pair of the previous page>``: the
         next page starts after every link of that pair, so a page never ends
@@ -491,8 +502,9 @@ class Store:
     def children(self, thread_id: str, *, limit: int | None = None, after: str | None = None) -> list[str]:
         """Threads spawned from ``thread_id`` (by their ``spawned_from`` link or the
         parent's thread_spawn event), ordered by key; page with ``after=<last child id>``.
-        A deleted child stays listed while the parent's own log names it (its spawn
-        event); its own ``spawned_from`` link went with its events."""
+        A deleted thread is nobody's child (whatever spawned it); the children of a
+        deleted parent are those live threads whose own ``spawned_from`` link names it.
+        A ``thread_id`` neither stored nor linked to raises :class:`NotFoundError`."""
         _check_page_limit(limit)
         return self.backend.children(thread_id, scope=self._scope, after=after, limit=limit)
 
@@ -577,12 +589,17 @@ class Store:
                          "position": t.position[0]} for t in self.backend.tracking()}
 
     def links(self, thread_id: str) -> list[m.ThreadLink]:
-        """The thread's outgoing links, in the order they were added."""
-        return [it.event.link for it in self._items(thread_id) if isinstance(it.event, LinkAdded)]
+        """The thread's outgoing links, in the order its export lists them: those declared
+        in its ``ThreadStarted.relationships``, then those added (``LinkAdded``). A link
+        to a thread deleted since stays listed (it is the source's history); a deleted
+        thread has none."""
+        return self.backend.links(thread_id, scope=self._scope)
 
     def descendants(self, thread_id: str, *, max_depth: int | None = None) -> list[tuple[str, int]]:
         """Every thread spawned from ``thread_id``, transitively: ``(thread_id, depth)``,
-        breadth-first; each thread once, so cycles end. ``max_depth`` limits the depth."""
+        breadth-first; each thread once, so cycles end. ``max_depth`` limits the depth
+        (0: no walk, no query). As :meth:`children`: deleted threads are nobody's child,
+        a ``thread_id`` neither stored nor linked to raises :class:`NotFoundError`."""
         return self.backend.descendants(thread_id, scope=self._scope, max_depth=max_depth)
 
     def import_thread(self, thread: m.Thread, *, expected_version: ExpectedVersion = NO_STREAM) -> AppendResult:

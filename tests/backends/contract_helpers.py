@@ -29,6 +29,10 @@ def _memory(path: Path, clock: Callable[[], int]) -> Recorder:
     return MemoryRecorder(clock=clock)
 
 
+def _memory_p4(path: Path, clock: Callable[[], int]) -> Recorder:
+    return MemoryRecorder(clock=clock, logs=4)
+
+
 def _lmdb(path: Path, clock: Callable[[], int]) -> Recorder:
     return LmdbRecorder(path / "lmdb", auto_dictionary=0)
 
@@ -55,10 +59,10 @@ def pg_dsn() -> str:
     return _pg[0]
 
 
-_free_schemas: list[str] = []  # emptied schemas, ready for the next recorder (creating one costs more)
+_free_schemas: dict[int, list[str]] = {}  # per P: emptied schemas, ready for the next recorder (cheaper than new)
 
 
-def _postgres(path: Path, clock: Callable[[], int]) -> Recorder:
+def _postgres(path: Path, clock: Callable[[], int], logs: int = 1) -> Recorder:
     """A PostgreSQL recorder in a schema of its own, emptied and handed to the next test when it is closed."""
     from tplog.backends.postgres import PostgresRecorder
 
@@ -75,17 +79,25 @@ def _postgres(path: Path, clock: Callable[[], int]) -> Recorder:
                         c.execute(f"DELETE FROM {table}".encode())
                     c.execute("UPDATE logs SET position = 0")
                     c.execute("UPDATE tracking SET status = 'live'")
-                _free_schemas.append(self.schema)
+                _free_schemas.setdefault(self.logs, []).append(self.schema)
 
-    schema = _free_schemas.pop() if _free_schemas else f"t{os.getpid()}_{next(_schemas)}"
+    free = _free_schemas.get(logs)
+    schema = free.pop() if free else f"t{os.getpid()}_{next(_schemas)}"
     # Durability is not what these tests check (tests/postgres does): no fsync wait per commit.
-    return Throwaway(pg_dsn(), schema=schema, clock=clock, pool_size=2, settings={"synchronous_commit": "off"})
+    return Throwaway(pg_dsn(), schema=schema, clock=clock, pool_size=2, settings={"synchronous_commit": "off"},
+                     logs=logs)
 
 
 #: name → factory(tmp dir, clock). The clock is only honoured where a backend
 #: takes one (tests never depend on it but for ordering the differential test).
+#: ``memory-p4`` and ``postgres-p4`` keep four logs: the contract suite must hold for any number of logs.
 FACTORIES: dict[str, Callable[[Path, Callable[[], int]], Recorder]] = {
-    "memory": _memory, "lmdb": _lmdb, "postgres": _postgres}
+    "memory": _memory, "memory-p4": _memory_p4, "lmdb": _lmdb, "postgres": _postgres,
+    "postgres-p4": lambda path, clock: _postgres(path, clock, logs=4)}
+
+#: The backends the differential test compares with the reference (``memory``): each
+#: with one log, as the reference keeps (positions are then comparable one to one).
+DIFFERENTIAL: list[str] = ["lmdb", "postgres"]
 
 #: Differential-test examples per backend where the default (EXAMPLES) would take too
 #: long: every step reads everything back, a round trip per read on a server backend.

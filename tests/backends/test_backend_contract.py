@@ -43,8 +43,18 @@ def tid() -> str:
     return str(uuid.uuid4())
 
 
-def everything(rec: Recorder, scope: str | None = None) -> list[tuple[str, int, int, str]]:
-    return [(e.thread_id, e.seq, e.position, e.event_id) for e in rec.read_log(0, scope=scope)]
+def everything(rec: Recorder, scope: str | None = None) -> list[tuple[int, str, int, int, str]]:
+    """Every log's entries, log by log: (log, thread, seq, position, event id)."""
+    return [(log, e.thread_id, e.seq, e.position, e.event_id)
+            for log in range(rec.logs) for e in rec.read_log(log, scope=scope)]
+
+
+def assert_gap_free(rec: Recorder) -> None:
+    """Each log's positions run 1, 2, 3, … (no deletions yet), and match positions()."""
+    for log in range(rec.logs):
+        got = [e.position for e in rec.read_log(log)]
+        assert got == list(range(1, len(got) + 1)), f"log {log}: {got}"
+        assert rec.positions()[log] == len(got)
 
 
 def test_is_a_recorder(rec: Recorder) -> None:
@@ -67,7 +77,7 @@ def test_append_then_read_thread(rec: Recorder) -> None:
     assert head is not None
     assert (head.version, head.last_position, head.open_turn_agent, head.open_turn_seq) == (4, 4, "a1", 3)
     assert (head.user_turns, head.agent_turns, head.messages, head.status) == (1, 1, 1, "active")
-    assert rec.positions() == (4,)
+    assert rec.positions()[rec.log_of(a)] == 4 and sum(rec.positions()) == 4
 
 
 def test_read_thread_range_vocabulary(rec: Recorder) -> None:
@@ -126,7 +136,7 @@ def test_order_rules_write_nothing(rec: Recorder) -> None:
                 [ThreadDeleted()]):
         with pytest.raises(InvalidEventError):
             append(rec, part(a, bad))
-    assert everything(rec) == [(a, 1, 1, rec.read_thread(a)[0].event_id)]
+    assert everything(rec) == [(rec.log_of(a), a, 1, 1, rec.read_thread(a)[0].event_id)]
     head = rec.head(a)
     assert head is not None and head.version == 1 and head.open_turn_agent is None
 
@@ -156,7 +166,10 @@ def test_append_touching_several_threads_is_atomic(rec: Recorder) -> None:
     results = append(rec, part(b, [started(b), link(a, "spawned_from")]), part(a, [user()], expected=1),
                      part(c, [started(c)], expected="no_stream"))
     assert [r.thread_id for r in results] == [b, a, c]
-    assert [(r.first_position, r.last_position) for r in results] == [(2, 3), (4, 4), (5, 5)]
+    for r in results:  # each part's events, at the positions its result names, in its thread's log
+        evs = rec.read_thread(r.thread_id)[r.first_seq - 1:]
+        assert [e.position for e in evs] == list(range(r.first_position, r.last_position + 1))
+    assert_gap_free(rec)
     assert rec.children(a) == [b]
     before = everything(rec)
     with pytest.raises(WrongExpectedVersionError):
@@ -175,7 +188,7 @@ def test_bad_appends_are_refused_before_storage(rec: Recorder) -> None:
                 [ThreadAppend(thread_id=a, events=[])]):
         with pytest.raises(InvalidInputError):
             rec.submit(bad).result(timeout=10)
-    assert rec.positions() == (0,)
+    assert rec.positions() == (0,) * rec.logs
 
 
 def test_concurrent_appends_get_gap_free_positions(rec: Recorder) -> None:
@@ -196,10 +209,11 @@ def test_concurrent_appends_get_gap_free_positions(rec: Recorder) -> None:
     for w in ws:
         w.join()
     assert not errors
+    assert_gap_free(rec)
     log = everything(rec)
-    assert [p for _, _, p, _ in log] == list(range(1, 89))
+    assert len(log) == 88
     for t in threads:
-        assert [s for th, s, _, _ in log if th == t] == list(range(1, 12))
+        assert [s for _, th, s, _, _ in log if th == t] == list(range(1, 12))
 
 
 def test_concurrent_no_stream_creates_exactly_one(rec: Recorder) -> None:
@@ -219,13 +233,16 @@ def test_delete_thread(rec: Recorder) -> None:
     append(rec, part(a, [started(a), link(b, "referenced")]))
     append(rec, part(b, [started(b), link(a, "spawned_from")], ids=["b1", "b2"]))
     assert rec.incoming(b) == [(a, "referenced")]
+    la = rec.log_of(a)
+    last = rec.positions()[la]
+    kept = [e.position for e in rec.read_log(la) if e.thread_id != a]
     res = rec.delete_thread(a, tombstone("gone")).result(timeout=10)
-    assert (res.first_seq, res.first_position) == (3, 5)
+    assert (res.first_seq, res.first_position) == (3, last + 1)  # positions are never reused
     evs = rec.read_thread(a)
-    assert [(e.seq, e.position) for e in evs] == [(3, 5)] and isinstance(evs[0].event, ThreadDeleted)
+    assert [(e.seq, e.position) for e in evs] == [(3, last + 1)] and isinstance(evs[0].event, ThreadDeleted)
     head = rec.head(a)
     assert head is not None and head.status == "deleted" and head.version == 3 and head.stored_bytes == 0
-    assert [p for _, _, p, _ in everything(rec)] == [3, 4, 5]  # the deleted thread's positions are gaps
+    assert [e.position for e in rec.read_log(la)] == [*kept, last + 1]  # its other positions are gaps now
     assert rec.incoming(b) == []  # its links went with it
     assert rec.children(a) == [b]  # b's link to a stays: it is b's
     with pytest.raises(ThreadDeletedError):
@@ -238,7 +255,7 @@ def test_delete_thread(rec: Recorder) -> None:
     assert rec.children(a) == []
     with pytest.raises(ThreadDeletedError):  # a deleted thread's ids are gone: a retry finds it deleted
         append(rec, part(b, [started(b), link(a, "spawned_from")], ids=["b1", "b2"]))
-    assert rec.positions() == (6,)
+    assert sum(rec.positions()) == 6
 
 
 def test_read_log_and_scopes(rec: Recorder) -> None:
@@ -247,22 +264,26 @@ def test_read_log_and_scopes(rec: Recorder) -> None:
     append(rec, part(b, [started(b)], scope="s1"))
     append(rec, part(a, [started(a)], scope="s1"))  # the same id in a scope is another thread
     append(rec, part(a, [agent_start()]))
-    assert [(e.thread_id, e.position) for e in rec.read_log(0)] == [(a, 1), (a, 2), (a, 5)]
-    assert [(e.thread_id, e.position) for e in rec.read_log(0, scope="s1")] == [(b, 3), (a, 4)]
-    assert [e.position for e in rec.read_log(0, after=2, limit=1)] == [5]
-    assert rec.read_log(0, after=5) == []
+    assert sorted((t, s) for _, t, s, _, _ in everything(rec)) == sorted([(a, 1), (a, 2), (a, 3)])
+    assert sorted((t, s) for _, t, s, _, _ in everything(rec, "s1")) == sorted([(b, 1), (a, 1)])
+    mine = rec.read_thread(a)
+    la = rec.log_of(a)
+    assert rec.read_log(la, after=mine[1].position, limit=1) == [mine[2]]  # the scoped events are passed over
+    assert rec.read_log(la, after=mine[2].position) == []
     assert [h.thread_id for h in rec.threads(scope="s1").threads] == [a, b]
     assert rec.head(b) is None and rec.head(b, scope="s1") is not None
     assert rec.log_of(a) == rec.log_of(a) < rec.logs
 
 
 def test_wait(rec: Recorder) -> None:
-    assert rec.wait((0,), timeout=0.05) == (0,)
+    zero = (0,) * rec.logs
+    assert rec.wait(zero, timeout=0.05) == zero
     a = tid()
     t = threading.Timer(0.1, lambda: append(rec, part(a, [started(a)])))
     t.start()
     t0 = time.monotonic()
-    assert rec.wait((0,), timeout=10) == (1,)
+    got = rec.wait(zero, timeout=10)
+    assert sum(got) == 1 and got[rec.log_of(a)] == 1
     assert time.monotonic() - t0 < 5
     t.join()
 
@@ -310,7 +331,17 @@ def test_incoming_pages_by_relation_then_source_key(rec: Recorder) -> None:
         after = page[-1]
     assert [x for p in pages for x in p] == rec.incoming(target)
     assert all(len(p) <= 3 for p in pages)  # a pair's two links never split across pages
-    assert rec.incoming(tid()) == []
+    with pytest.raises(NotFoundError):  # never stored, and nothing links to it
+        rec.incoming(tid())
+    with pytest.raises(NotFoundError):
+        rec.children(tid())
+    with pytest.raises(NotFoundError):
+        rec.descendants(tid())
+    assert rec.descendants(tid(), max_depth=0) == []  # no walk, no question asked
+    elsewhere = tid()  # never stored here, but linked to: known, with its links
+    s = tid()
+    append(rec, part(s, [started(s), link(elsewhere, "referenced")]))
+    assert rec.incoming(elsewhere) == [(s, "referenced")] and rec.children(elsewhere) == []
 
 
 def test_children_from_links_and_spawn_facts(rec: Recorder) -> None:
@@ -347,7 +378,8 @@ def test_tracking_and_rebuild(rec: Recorder) -> None:
     before = (rec.incoming(a), rec.children(a), rec.thread_state(b))
     tracking = rec.tracking()
     assert [t.name for t in tracking] == ["links", "state"]
-    assert all(t.status == "live" and t.position == (4,) and t.version == t.code_version for t in tracking)
+    assert all(t.status == "live" and t.position == rec.positions() and t.version == t.code_version
+               for t in tracking)
     reports = rec.rebuild(["links", "state"])
     assert [r.projection for r in reports] == ["links", "state"]
     assert (rec.incoming(a), rec.children(a), rec.thread_state(b)) == before

@@ -87,6 +87,11 @@ def test_lmdb_url_names_a_directory(tmp_path: Path) -> None:
             Store(bad)
 
 
+def test_memory_store_cannot_be_read_only() -> None:
+    with pytest.raises(InvalidInputError):
+        Store("memory:", readonly=True)
+
+
 def test_memory_store_is_closed_like_any_other() -> None:
     s = Store("memory:")
     s.append("t", [started("t")])

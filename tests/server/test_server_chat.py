@@ -382,3 +382,41 @@ def test_client_side_tool_result_resumes_the_run(server: ServerProcess) -> None:
         r = c.post("/api/chat", json=body)
         assert r.status_code == 409 and r.json()["error"]["code"] == "nothing_pending"
         assert head(server.store, t).version == v
+
+
+def test_links_declared_at_start_deleted_children_and_unknown_ids(server: ServerProcess) -> None:
+    from tplog import AgentTurnStarted, LinkAdded, MessageRecorded, Store, ThreadLink, ThreadStarted
+
+    at = "2025-01-01T00:00:00Z"
+    parent, declared, spawned, external, unknown = tid(), tid(), tid(), tid(), tid()
+    # Written by another process (this one) straight into the store the server has open.
+    with Store(server.store) as s:
+        spawn = m.SystemMessage(timestamp=at, event_type=m.THREAD_SPAWN, event_data={"spawned_thread_id": spawned})
+        s.append(parent, [ThreadStarted(thread_id=parent, created_at=at), AgentTurnStarted(agent_id="a", started_at=at),
+                          MessageRecorded(message=spawn), AgentTurnCompleted(completed_at=at)])
+        rel = m.ThreadRelationships(links=[ThreadLink(thread_id=parent, relation="spawned_from"),
+                                            ThreadLink(thread_id=external, relation="referenced")])
+        s.append(declared, [ThreadStarted(thread_id=declared, created_at=at, relationships=rel)])
+        s.append(spawned, [ThreadStarted(thread_id=spawned, created_at=at),
+                           LinkAdded(link=ThreadLink(thread_id=parent, relation="referenced"))])
+        assert sorted(s.children(parent)) == sorted([declared, spawned])
+        s.delete_thread(spawned)
+    with server.client() as c:
+        assert c.get(f"/threads/{parent}/children").json() == {"thread_id": parent, "children": [declared]}
+        rec = c.get(f"/threads/{parent}/children", params={"recursive": 1}).json()["descendants"]
+        assert rec == [{"thread_id": declared, "depth": 1}]
+        inc = c.get(f"/threads/{parent}/links", params={"incoming": 1}).json()["incoming"]
+        assert inc == [{"thread_id": declared, "relation": "spawned_from"}]  # the deleted source is gone
+        assert c.get(f"/threads/{declared}/links").json()["links"] == [
+            {"thread_id": parent, "relation": "spawned_from"}, {"thread_id": external, "relation": "referenced"}]
+        # A thread kept elsewhere that a stored thread links to is answered; one nobody knows is 404.
+        r = c.get(f"/threads/{external}/links", params={"incoming": 1})
+        assert r.status_code == 200 and r.json()["incoming"] == [{"thread_id": declared, "relation": "referenced"}]
+        assert c.get(f"/threads/{external}/children").json() == {"thread_id": external, "children": []}
+        for path in ("/children", "/children?recursive=1", "/links?incoming=1", "/links"):
+            r = c.get(f"/threads/{unknown}{path}")
+            assert r.status_code == 404, path
+            assert r.json()["error"]["code"] == "not_found" and unknown in r.json()["error"]["message"]
+        # The deleted thread: its children query answers (nothing names it as parent), its links are gone.
+        assert c.get(f"/threads/{spawned}/children").json() == {"thread_id": spawned, "children": []}
+        assert c.get(f"/threads/{spawned}/links").json()["links"] == []

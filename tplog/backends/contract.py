@@ -40,9 +40,10 @@ from typing import Any, Final, Literal, Protocol, TypeVar, Union, runtime_checka
 
 import msgspec
 
+from tplog import _model as m
 from tplog._codec import Codec, Encoded
 from tplog._errors import InvalidInputError
-from tplog._events import RecordedEvent
+from tplog._events import LinkAdded, RecordedEvent, ThreadStarted
 from tplog._fold import Item, ThreadState
 
 __all__ = [
@@ -51,6 +52,7 @@ __all__ = [
     "NO_STREAM",
     "Append",
     "AppendResult",
+    "DECLARED",
     "Cursor",
     "Direction",
     "ExpectedVersion",
@@ -66,6 +68,7 @@ __all__ = [
     "Tracking",
     "VerifyReport",
     "check_append",
+    "outgoing",
     "thread_key",
 ]
 
@@ -86,8 +89,9 @@ LINKS: Final = "links"
 STATE: Final = "state"
 #: The projections every backend keeps, with their fold code versions. Bump one when
 #: its fold changes meaning: stores built with the old version then report it stale
-#: until ``tplog rebuild``.
-VERSIONS: Final = {LINKS: 1, STATE: 2}
+#: until ``tplog rebuild``. links 2: the links declared in ``ThreadStarted.relationships``
+#: are indexed, and a deleted thread is nobody's child (version 1 indexed neither).
+VERSIONS: Final = {LINKS: 2, STATE: 2}
 PROJECTIONS: Final = tuple(VERSIONS)
 
 
@@ -334,7 +338,10 @@ class Recorder(Protocol):
         bytes), then source :func:`thread_key`, then the link's seq. ``after`` is
         the last pair of the previous page: the next page starts after every link
         of that pair, and a page never ends between two links of one pair (it
-        holds more than ``limit`` then). ``RebuildRequiredError`` when stale."""
+        holds more than ``limit`` then). A deleted source's links are gone with it.
+        ``NotFoundError`` when the answer is empty and the thread is unknown: never
+        stored, and no stored thread links to it or names it as spawned.
+        ``RebuildRequiredError`` when stale."""
         ...
 
     def children(
@@ -342,7 +349,8 @@ class Recorder(Protocol):
     ) -> list[str]:
         """Threads spawned from the thread (a ``spawned_from`` link of the child or
         a spawn fact of the parent's messages), by child :func:`thread_key`;
-        ``after`` is the last child id of the previous page."""
+        ``after`` is the last child id of the previous page. A deleted thread is nobody's
+        child. ``NotFoundError`` as :meth:`incoming`."""
         ...
 
     def thread_state(self, thread_id: str, *, scope: str | None = None) -> ThreadState | None:
@@ -366,7 +374,14 @@ class Recorder(Protocol):
     def descendants(self, thread_id: str, *, scope: str | None = None,
                     max_depth: int | None = None) -> list[tuple[str, int]]:
         """Every thread spawned from the thread, transitively, breadth-first, each once
-        (by :func:`thread_key`): ``(thread_id, depth)``; ``max_depth`` limits the depth."""
+        (by :func:`thread_key`): ``(thread_id, depth)``; ``max_depth`` limits the depth
+        (0: no query). ``NotFoundError`` as :meth:`children`."""
+        ...
+
+    def links(self, thread_id: str, *, scope: str | None = None) -> list[Any]:
+        """The thread's outgoing links (``ThreadLink``s, as :func:`outgoing` finds them):
+        declared at its start, then added. A deleted thread has none. ``NotFoundError``
+        for a thread never seen."""
         ...
 
     # ------------------------------------------------------------------ projections
@@ -465,6 +480,24 @@ def thread_key(thread_id: str, scope: str | None = None) -> bytes:
             if str(u) == thread_id.lower():
                 return u.bytes
     return hashlib.blake2b(b"tplog:" + thread_id.encode(), digest_size=16).digest()
+
+
+#: The ``links_in`` ordinal of a link declared in ``ThreadStarted.relationships`` is
+#: ``DECLARED | i`` (an added link's is its seq): declared links sort after added ones.
+DECLARED: Final = 1 << 63
+
+
+def outgoing(seq: int, event: Any) -> list[tuple[int, m.ThreadLink]]:
+    """The links ``event`` records, each with its ordinal: a LinkAdded's link (its seq),
+    or the links a ThreadStarted declares in ``relationships`` (in their order). Every
+    backend indexes exactly these as incoming links."""
+    if isinstance(event, LinkAdded):
+        return [(seq, event.link)]
+    if isinstance(event, ThreadStarted):
+        rel = event.relationships
+        if isinstance(rel, m.ThreadRelationships) and isinstance(rel.links, list):
+            return [(DECLARED | i, lk) for i, lk in enumerate(rel.links)]
+    return []
 
 
 def check_append(append: Append) -> None:

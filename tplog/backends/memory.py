@@ -63,15 +63,15 @@ from tplog.backends.contract import (
     Tracking,
     VerifyReport,
     check_append,
+    outgoing,
     thread_key,
 )
+from tplog.backends.contract import VERSIONS as VERSIONS
 
 __all__ = ["MemoryRecorder"]
 
 T = TypeVar("T")
 SPAWNED_FROM: Final = "spawned_from"
-#: The projections and their fold versions: the same names and versions as every backend.
-VERSIONS: Final = {"links": 1, "state": 2}
 _codec = Codec()
 
 
@@ -113,25 +113,32 @@ def _done(fn: Callable[[], T]) -> Future[T]:
 
 
 class MemoryRecorder:
-    """The reference :class:`~tplog.backends.contract.Recorder`: one log, in memory.
+    """The reference :class:`~tplog.backends.contract.Recorder`, in memory.
 
-    ``clock``: nanoseconds since the epoch for heads' times (tests pass a counter
-    so that two backends order their listings the same way)."""
+    ``logs``: how many ordered logs (1 by default, as LMDB; more shows what a
+    catch-up reader sees from a sharded backend: a thread's log is a fixed
+    function of its key, positions are gap-free per log). ``clock``: nanoseconds
+    since the epoch for heads' times (tests pass a counter so that two backends
+    order their listings the same way)."""
 
-    logs = 1
-
-    def __init__(self, *, clock: Callable[[], int] = time.time_ns, limits: Limits | None = None) -> None:
+    def __init__(self, *, clock: Callable[[], int] = time.time_ns, limits: Limits | None = None,
+                 logs: int = 1) -> None:
+        if isinstance(logs, bool) or not isinstance(logs, int) or logs < 1:
+            raise InvalidInputError(f"logs must be an int ≥ 1, not {logs!r}")
+        self.logs = logs
         self.codec = Codec(limits)
         self._clock = clock
         self._lock = threading.Condition(threading.Lock())
         self._threads: dict[bytes, _Thread] = {}
         self._ids: dict[tuple[str | None, str], tuple[bytes, int, int]] = {}  # (scope, id) → (tk, seq, pos)
-        self._log: list[tuple[int, bytes, int]] = []  # (position, tk, seq), in position order
-        self._last = 0
+        # Per log: (position, tk, seq) in position order, and the last position handed out.
+        self._logs: list[list[tuple[int, bytes, int]]] = [[] for _ in range(logs)]
+        self._last = [0] * logs
         self._links: list[tuple[bytes, bytes, bytes, int, str]] = []  # (target tk, relation, source tk, seq) + ids
         self._children: dict[tuple[bytes, bytes], list[Any]] = {}  # (parent tk, child tk) → [child id, flags]
         self._states: dict[bytes, ThreadState] = {}
-        self._tracking: dict[str, tuple[str, int, int]] = {name: ("live", v, 0) for name, v in VERSIONS.items()}
+        self._tracking: dict[str, tuple[str, int, Cursor]] = {
+            name: ("live", v, (0,) * logs) for name, v in VERSIONS.items()}
         self._locks: set[str] = set()
         self._closed = False
 
@@ -203,7 +210,8 @@ class MemoryRecorder:
         if t is None:
             t = self._threads[tk] = _Thread(head)
         seq0 = head.version - len(events) + 1
-        first = self._last + 1
+        log = self._log_of(tk)
+        first = self._last[log] + 1
         live_links = self._tracking["links"][0] == "live"
         live_state = self._tracking["state"][0] == "live"
         for i, enc in enumerate(events):
@@ -214,36 +222,42 @@ class MemoryRecorder:
             if live_state:
                 feed(self._states.setdefault(tk, ThreadState()), _item(s))
         now = self._clock()
-        head.last_position = self._last
+        head.last_position = self._last[log]
         if head.created_ns == 0:
             head.created_ns = now
         head.updated_ns = now
         t.head = head
         return AppendResult(thread_id=name, first_seq=seq0, last_seq=head.version, first_position=first,
-                            last_position=self._last, event_ids=[e.event_id for e in events])
+                            last_position=self._last[log], event_ids=[e.event_id for e in events])
+
+    def _log_of(self, tk: bytes) -> int:
+        return int.from_bytes(tk[:4], "big") % self.logs
 
     def _store_event(self, t: _Thread, tk: bytes, scope: str | None, enc: Encoded, seq: int) -> _Stored:
-        self._last += 1
+        log = self._log_of(tk)
+        self._last[log] += 1
+        pos = self._last[log]
         hdr = _codec.header(enc.finish(b""))
         # An independent copy, decoded as a reader of stored bytes would decode it.
         event = _codec.decode_event(_codec.encode_body(enc.event))
-        s = _Stored(seq, self._last, enc.event_id, hdr.recorded_at, enc.kind, enc.facts, event,
+        s = _Stored(seq, pos, enc.event_id, hdr.recorded_at, enc.kind, enc.facts, event,
                     14 + len(enc.head_and_body))
         t.events.append(s)
-        self._ids[(scope, enc.event_id)] = (tk, seq, self._last)
-        self._log.append((self._last, tk, seq))
+        self._ids[(scope, enc.event_id)] = (tk, seq, pos)
+        self._logs[log].append((pos, tk, seq))
         return s
 
     def _index_links(self, tk: bytes, thread_id: str, scope: str | None, s: _Stored) -> None:
-        ev = s.event
-        if isinstance(ev, LinkAdded):
-            target = ev.link.thread_id
-            ttk = thread_key(target, scope)
-            self._links.append((ttk, ev.link.relation.encode(), tk, s.seq, thread_id))
-            if ev.link.relation == SPAWNED_FROM:
+        for ordinal, lk in outgoing(s.seq, s.event):
+            ttk = thread_key(lk.thread_id, scope)
+            self._links.append((ttk, lk.relation.encode(), tk, ordinal, thread_id))
+            if lk.relation == SPAWNED_FROM:
                 self._set_child(ttk, tk, thread_id, 1)
         for child in s.facts.spawned if s.facts is not None else ():
-            self._set_child(tk, thread_key(child, scope), child, 2)
+            ck = thread_key(child, scope)
+            t = self._threads.get(ck)
+            if t is None or t.head.status != "deleted":  # a deleted thread is nobody's child
+                self._set_child(tk, ck, child, 2)
 
     def _set_child(self, parent: bytes, child: bytes, child_id: str, flag: int) -> None:
         row = self._children.get((parent, child))
@@ -272,12 +286,13 @@ class MemoryRecorder:
             gone = {s.position for s in t.events}
             for s in t.events:
                 del self._ids[(scope, s.event_id)]
-            self._log = [e for e in self._log if e[0] not in gone]
+            log = self._logs[self._log_of(tk)]
+            log[:] = [e for e in log if e[0] not in gone]
             self._links = [row for row in self._links if row[2] != tk]
             for key in list(self._children):
                 row = self._children[key]
-                if key[1] == tk:  # the child's spawned_from link went with its events
-                    row[1] &= ~1
+                if key[1] == tk:  # a deleted thread is nobody's child
+                    row[1] = 0
                 if key[0] == tk:  # the parent's spawn facts too
                     row[1] &= ~2
                 if not row[1]:
@@ -316,16 +331,17 @@ class MemoryRecorder:
             return [_recorded(t.head.thread_id, s) for s in rows]
 
     def log_of(self, thread_id: str, *, scope: str | None = None) -> int:
-        return 0
+        return self._log_of(thread_key(thread_id, scope))
 
     def read_log(self, log: int, *, after: int = 0, limit: int | None = None,
                  scope: str | None = None) -> list[RecordedEvent]:
-        if log != 0:
-            raise InvalidInputError(f"log {log} does not exist: this store keeps 1 log")
+        if isinstance(log, bool) or not isinstance(log, int) or not 0 <= log < self.logs:
+            raise InvalidInputError(f"log {log!r} does not exist: this store keeps {self.logs} log(s)")
         with self._lock:
             self._check_open()
             out: list[RecordedEvent] = []
-            for _pos, tk, seq in self._log[bisect.bisect_right(self._log, (after, b"\xff" * 17, 0)):]:
+            entries = self._logs[log]
+            for _pos, tk, seq in entries[bisect.bisect_right(entries, (after, b"\xff" * 17, 0)):]:
                 if limit is not None and len(out) >= limit:
                     break
                 t = self._threads[tk]
@@ -337,17 +353,17 @@ class MemoryRecorder:
 
     def positions(self) -> Cursor:
         with self._lock:
-            return (self._last,)
+            return tuple(self._last)
 
     def wait(self, cursor: Cursor, timeout: float | None = None) -> Cursor:
         deadline = None if timeout is None else time.monotonic() + timeout
         with self._lock:
-            while self._last <= cursor[0] and not self._closed:
+            while all(a <= b for a, b in zip(self._last, cursor, strict=True)) and not self._closed:
                 left = None if deadline is None else deadline - time.monotonic()
                 if left is not None and left <= 0:
                     break
                 self._lock.wait(left)
-            return (self._last,)
+            return tuple(self._last)
 
     def threads(self, *, scope: str | None = None, after: str | None = None, limit: int = 50,
                 include_deleted: bool = False) -> ThreadPage:
@@ -390,6 +406,8 @@ class MemoryRecorder:
             self._require_live("links")
             rows = sorted(r for r in self._links if r[0] == ttk
                           and (relation is None or r[1] == relation.encode()))
+            if not rows:
+                self._require_known(thread_id, ttk)
             if after is not None:
                 bound = (after[1].encode(), thread_key(after[0], scope))
                 rows = [r for r in rows if (r[1], r[2]) > bound]
@@ -409,6 +427,8 @@ class MemoryRecorder:
             if after is not None:
                 atk = thread_key(after, scope)
                 rows = [r for r in rows if r[0] > atk]
+            if not rows:
+                self._require_known(thread_id, ptk)
             return [cid for _, cid in (rows if limit is None else rows[:limit])]
 
     def thread_state(self, thread_id: str, *, scope: str | None = None) -> ThreadState | None:
@@ -441,22 +461,44 @@ class MemoryRecorder:
 
     def descendants(self, thread_id: str, *, scope: str | None = None,
                     max_depth: int | None = None) -> list[tuple[str, int]]:
-        seen = {thread_key(thread_id, scope)}
+        root = thread_key(thread_id, scope)
+        seen = {root}
         out: list[tuple[str, int]] = []
-        frontier = [thread_id]
+        frontier = [root]
         depth = 0
-        while frontier and (max_depth is None or depth < max_depth):
-            depth += 1
-            nxt: list[str] = []
-            for t in frontier:
-                for child in self.children(t, scope=scope):
-                    k = thread_key(child, scope)
-                    if k not in seen:
-                        seen.add(k)
-                        out.append((child, depth))
-                        nxt.append(child)
-            frontier = nxt
+        with self._lock:
+            self._check_open()
+            while frontier and (max_depth is None or depth < max_depth):
+                self._require_live("links")
+                depth += 1
+                nxt: list[bytes] = []
+                for tk in frontier:
+                    rows = sorted((ck, row[0]) for (pk, ck), row in self._children.items() if pk == tk)
+                    if not rows and depth == 1:  # the root: is it known at all?
+                        self._require_known(thread_id, root)
+                    for ck, child in rows:
+                        if ck not in seen:
+                            seen.add(ck)
+                            out.append((child, depth))
+                            nxt.append(ck)
+                frontier = nxt
         return out
+
+    def _require_known(self, thread_id: str, tk: bytes) -> None:
+        """An empty links answer for a thread never stored, that no stored thread links
+        to or names as spawned, is ``NotFoundError`` (with the lock held)."""
+        if tk in self._threads or any(r[0] == tk for r in self._links) or any(
+                pk == tk or (ck == tk and row[1] & 2) for (pk, ck), row in self._children.items()):
+            return
+        raise NotFoundError(f"thread {thread_id} does not exist, and no stored thread links to it")
+
+    def links(self, thread_id: str, *, scope: str | None = None) -> list[Any]:
+        with self._lock:
+            self._check_open()
+            t = self._threads.get(thread_key(thread_id, scope))
+            if t is None:
+                raise NotFoundError(f"thread {thread_id} does not exist")
+            return [lk for s in t.events for _, lk in outgoing(s.seq, s.event)]
 
     def _require_live(self, name: str) -> None:
         from tplog._errors import RebuildRequiredError
@@ -469,7 +511,7 @@ class MemoryRecorder:
     def tracking(self) -> list[Tracking]:
         with self._lock:
             return [Tracking(name=n, version=v, code_version=VERSIONS[n], status=st,
-                             position=(self._last if st == "live" else pos,))
+                             position=tuple(self._last) if st == "live" else pos)
                     for n, (st, v, pos) in self._tracking.items()]
 
     def rebuild(self, names: Sequence[str], *, verify: bool = False, force: bool = False, chunk: int = 20_000,
@@ -489,7 +531,7 @@ class MemoryRecorder:
             saved = self._links, self._children
             self._links, self._children = links, children
             try:
-                for _pos, tk, seq in self._log:
+                for _pos, tk, seq in (e for entries in self._logs for e in entries):
                     t = self._threads[tk]
                     s = next(s for s in t.events if s.seq == seq)
                     if s.kind != _K_DELETED:
@@ -497,6 +539,7 @@ class MemoryRecorder:
                         feed(states.setdefault(tk, ThreadState()), _item(s))
             finally:
                 self._links, self._children = saved
+            events = sum(len(entries) for entries in self._logs)
             reports = []
             for n in names:
                 problems: list[str] = []
@@ -511,12 +554,12 @@ class MemoryRecorder:
                         self._links, self._children = links, children
                     else:
                         self._states = states
-                    self._tracking[n] = ("live", VERSIONS[n], self._last)
-                reports.append(RebuildReport(projection=n, verify=verify, events=len(self._log),
-                                             seconds=time.monotonic() - t0, position=self._last,
+                    self._tracking[n] = ("live", VERSIONS[n], tuple(self._last))
+                reports.append(RebuildReport(projection=n, verify=verify, events=events,
+                                             seconds=time.monotonic() - t0, position=sum(self._last),
                                              differences=problems))
             if progress is not None:
-                progress(len(self._log), len(self._log))
+                progress(events, events)
             return reports
 
     # ------------------------------------------------------------------ maintenance
@@ -533,14 +576,15 @@ class MemoryRecorder:
     def backup(self, dest: str, *, compact: bool = True) -> None:
         """The log as JSON lines (``dest/log.jsonl``): a memory store has no files to copy."""
         os.makedirs(dest, exist_ok=True)
-        rows = [msgspec.json.encode(e) for e in self.read_log(0, scope=None)]
+        rows = [msgspec.json.encode(e) for log in range(self.logs) for e in self.read_log(log, scope=None)]
         with open(os.path.join(dest, "log.jsonl"), "wb") as f:
             f.write(b"\n".join(rows) + (b"\n" if rows else b""))
 
     def stats(self) -> dict[str, Any]:
         with self._lock:
-            return {"backend": "memory", "logs": 1, "threads": len(self._threads),
-                    "events": sum(len(t.events) for t in self._threads.values()), "last_position": self._last}
+            return {"backend": "memory", "threads": len(self._threads),
+                    "events": sum(len(t.events) for t in self._threads.values()), "last_position": sum(self._last),
+                    "logs": self.logs}
 
     def verify(self, *, projections: bool = True) -> VerifyReport:
         problems: list[str] = []
@@ -601,6 +645,7 @@ def _advance(thread_id: str, head: ThreadHead, events: list[Encoded]) -> ThreadH
             if ev.thread_id != thread_id:
                 raise InvalidEventError(f"{where}: ThreadStarted names thread {ev.thread_id!r} "
                                         f"but is appended to {thread_id!r}")
+            h.links += len(outgoing(seq, ev))
         elif h.version == 0:
             raise InvalidEventError(f"{where}: the first event of a thread must be ThreadStarted")
         elif isinstance(ev, (MessageRecorded, AgentTurnCompleted, AgentTurnInterrupted)):

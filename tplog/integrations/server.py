@@ -48,7 +48,9 @@ Endpoints
 (ThreadProtocol v0.0.4 JSON), ``/threads/{id}/turns``, ``/pending``,
 ``/interrupts``, ``/children`` (``?limit=&after=&recursive=1&max_depth=``),
 ``/links`` (``?incoming=1&relation=``)
-    Read-only views, JSON.
+    Read-only views, JSON. ``/children`` and ``/links?incoming=1`` also answer for
+    a thread stored elsewhere that a stored thread links to; as ``Store.children``,
+    a deleted thread is nobody's child.
 
 ``GET /threads/{id}/events``
     The thread's events as Server-Sent Events, then a live tail: ``id:`` is the
@@ -1114,8 +1116,7 @@ def create_app(
 
     async def children(request: Request) -> Response:
         tid = await _path_thread(srv, request)
-        store = srv.store
-        await asyncio.to_thread(store.head, tid)  # 404 for an unknown thread
+        store = srv.store  # its queries raise NotFoundError (404) for a thread neither stored nor linked to
         max_depth = _int_param(request, "max_depth", None, lo=1)
         if _flag(request, "recursive") or max_depth is not None:
             rows = await asyncio.to_thread(store.descendants, tid, max_depth=max_depth)
@@ -1129,7 +1130,6 @@ def create_app(
         store = srv.store
         relation = request.query_params.get("relation") or None
         if _flag(request, "incoming"):
-            await asyncio.to_thread(store.head, tid)
             limit = _int_param(request, "limit", None, lo=1)
             after_id = request.query_params.get("after") or None
             after_rel = request.query_params.get("after_relation") or relation

@@ -3,8 +3,13 @@
 Two projections are materialized, both maintained in the append's own write
 transaction (so, when live, they cover exactly the log's last position):
 
-- ``links``: the incoming-link index (table ``links_in``) and the children
-  index (table ``children``);
+- ``links``: the incoming-link index (table ``links_in``), the children
+  index (table ``children``) and, per child named by a parent's spawn event,
+  that parent (``proj`` rows ``b"spawner\\x00" + child key + parent key``, so
+  deleting the child removes it from its parents' children). Every link a
+  thread carries is indexed: those declared in ``ThreadStarted.relationships``
+  and ``LinkAdded`` events; deleted threads contribute nothing, and a deleted
+  thread is nobody's child;
 - ``state``: per thread, the id-only fold state (:class:`~tplog._fold.ThreadState`:
   pending tool calls, interrupt facts) in table ``proj`` under
   ``b"state\\x00" + thread key``.
@@ -53,6 +58,7 @@ from tplog._codec import (
     F_COMPRESSED,
     HEADER_CRC_SEED,
     MSG_KIND,
+    PEEK_FACTS,
     PREFIX,
     PREFIX_SIZE,
     Codec,
@@ -72,12 +78,14 @@ from tplog._events import (
     ThreadStarted,
 )
 from tplog._fold import Item, ThreadState, feed, step
+from tplog.backends.contract import DECLARED as DECLARED
 from tplog.backends.contract import LINKS as LINKS
 from tplog.backends.contract import PROJECTIONS as PROJECTIONS
 from tplog.backends.contract import STATE as STATE
 from tplog.backends.contract import VERSIONS as VERSIONS
 from tplog.backends.contract import RebuildReport as RebuildReport
 from tplog.backends.contract import ThreadHead
+from tplog.backends.contract import outgoing as outgoing
 from tplog.backends.lmdb.engine import ReadTxn, WriteTxn
 from tplog.backends.lmdb.keys import TKEY_SIZE, from_u64, tkey, u64
 
@@ -88,6 +96,7 @@ SPAWNED_FROM: Final = "spawned_from"
 C_LINK: Final = 1  # children flag: the child has a spawned_from link to the parent
 C_SPAWN: Final = 2  # children flag: the parent recorded a thread_spawn event naming the child
 _K_LINK = KIND_CODE[LinkAdded]
+_K_STARTED = KIND_CODE[ThreadStarted]
 #: The kinds whose body an id-only fold reads: links, and agent turn boundaries
 #: written before format 3 (whose headers carry no ``turn`` facts); every other
 #: event is folded from its header alone.
@@ -95,10 +104,17 @@ BODY_KINDS: Final = frozenset(KIND_CODE[c] for c in (AgentTurnStarted, AgentTurn
                                                      LinkAdded))
 _K_DELETED = KIND_CODE[ThreadDeleted]
 _FLAGS: Final = F_COMPRESSED | F_BLOB  # every flag bit a value may have
-#: The kinds no id-only fold reads (links come from LinkAdded events and spawn facts):
-#: a rebuild passes over them by their header's kind byte.
+#: The kinds no id-only fold reads (links come from LinkAdded events, spawn facts and the
+#: ThreadStarted's declared links): a rebuild passes over them by their header's kind byte.
 UNREAD_KINDS: Final = frozenset(KIND_CODE[c] for c in (ThreadStarted, AgentRegistered, ThreadInfoChanged))
+#: As UNREAD_KINDS, when the links projection is folded (it reads ThreadStarted bodies).
+UNREAD_FOR_LINKS: Final = UNREAD_KINDS - {_K_STARTED}
+#: :func:`peek_header` answers for events no id-only fold reads: the kinds above,
+#: with or without facts, and messages without facts (``_FOR_LINKS``: when links are folded).
+SKIPPED: Final = frozenset(UNREAD_KINDS | {k | PEEK_FACTS for k in UNREAD_KINDS} | {MSG_KIND})
+SKIPPED_FOR_LINKS: Final = frozenset(UNREAD_FOR_LINKS | {k | PEEK_FACTS for k in UNREAD_FOR_LINKS} | {MSG_KIND})
 STATE_PREFIX: Final = b"state\x00"
+SPAWNER_PREFIX: Final = b"spawner\x00"
 #: Events a rebuild folds per read snapshot and per write transaction: each chunk
 #: costs one durable commit, and bounds the rebuild's memory and an append's wait.
 CHUNK: Final = 20_000
@@ -184,43 +200,76 @@ class _Tables:
         self.txn.delete(t, k)
 
 
-def link_key(target: str, relation: str, source_tk: bytes, seq: int, scope: str | None = None) -> bytes:
-    return tkey(target, scope) + relation.encode() + b"\x00" + source_tk + u64(seq)
+def link_key(target: str, relation: str, source_tk: bytes, ordinal: int, scope: str | None = None) -> bytes:
+    """``links_in`` key; ``ordinal``: the LinkAdded's seq, or ``DECLARED | i`` (see :data:`DECLARED`)."""
+    return tkey(target, scope) + relation.encode() + b"\x00" + source_tk + u64(ordinal)
+
+
+def started_event(codec: Codec, txn: ReadTxn, key: bytes, value: bytes, where: tuple[str, int]) -> Any:
+    """A stored ThreadStarted, verified and decoded if its body may declare links (the
+    body names ``relationships``), else ``None``: most threads declare none."""
+    codec.check(key, value, where=where)
+    body = bytes(codec.body_bytes(value, txn, where=where))
+    return codec.decode_event(body, where=where) if b"relationships" in body else None
+
+
+def _deleted(txn: ReadTxn, tk: bytes) -> bool:
+    raw = txn.get("heads", tk)
+    return raw is not None and _head_dec.decode(raw).status == "deleted"
 
 
 def apply_links(tables: _Tables, thread_id: str, tk: bytes, seq: int, event: Any, spawned: Iterable[str],
                 scope: str | None = None) -> None:
-    """Index one event: a LinkAdded, or a message naming spawned threads. Idempotent.
-    Targets are keyed within the source thread's scope."""
-    if isinstance(event, LinkAdded):
-        target = event.link.thread_id
-        tables.put("links_in", link_key(target, event.link.relation, tk, seq, scope),
-                   _enc.encode([thread_id, target]))
-        if event.link.relation == SPAWNED_FROM:
-            _set_child(tables, tkey(target, scope) + tk, thread_id, C_LINK)
+    """Index one event: a LinkAdded, a ThreadStarted declaring links, or a message
+    naming spawned threads (unless that thread was deleted: it is nobody's child).
+    Idempotent. Targets are keyed within the source thread's scope."""
+    for ordinal, lk in outgoing(seq, event) if isinstance(event, (LinkAdded, ThreadStarted)) else ():
+        target = lk.thread_id
+        tables.put("links_in", link_key(target, lk.relation, tk, ordinal, scope), _enc.encode([thread_id, target]))
+        if lk.relation == SPAWNED_FROM:
+            _set_child(tables, tkey(target, scope), tk, thread_id, C_LINK)
     for child in spawned:
-        _set_child(tables, tk + tkey(child, scope), child, C_SPAWN)
+        ck = tkey(child, scope)
+        if not _deleted(tables.txn, ck):
+            _set_child(tables, tk, ck, child, C_SPAWN)
 
 
 def unapply_links(tables: _Tables, thread_id: str, tk: bytes, seq: int, event: Any, spawned: Iterable[str],
                   scope: str | None = None) -> None:
     """Remove what :func:`apply_links` added for one event (thread deletion)."""
-    if isinstance(event, LinkAdded):
-        target = event.link.thread_id
-        tables.delete("links_in", link_key(target, event.link.relation, tk, seq, scope))
-        if event.link.relation == SPAWNED_FROM:
-            _drop_child(tables, tkey(target, scope) + tk, C_LINK)
+    for ordinal, lk in outgoing(seq, event):
+        target = lk.thread_id
+        tables.delete("links_in", link_key(target, lk.relation, tk, ordinal, scope))
+        if lk.relation == SPAWNED_FROM:
+            _drop_child(tables, tkey(target, scope), tk, C_LINK)
     for child in spawned:
-        _drop_child(tables, tk + tkey(child, scope), C_SPAWN)
+        _drop_child(tables, tk, tkey(child, scope), C_SPAWN)
 
 
-def _set_child(tables: _Tables, key: bytes, child_id: str, flag: int) -> None:
+def drop_child_everywhere(txn: WriteTxn, child_tk: bytes) -> None:
+    """A thread being deleted is nobody's child any more: remove the ``children`` rows
+    of the parents whose spawn events name it (found by its ``spawner`` rows). Its
+    own ``spawned_from`` links go with its events (:func:`unapply_links`)."""
+    prefix = SPAWNER_PREFIX + child_tk
+    keys = [bytes(k) for k, _ in txn.range("proj", prefix, prefix + b"\xff" * (TKEY_SIZE + 1))]
+    for k in keys:
+        txn.delete("children", k[len(SPAWNER_PREFIX) + TKEY_SIZE:] + child_tk)
+        txn.delete("proj", k)
+
+
+def _set_child(tables: _Tables, parent_tk: bytes, child_tk: bytes, child_id: str, flag: int) -> None:
+    key = parent_tk + child_tk
     old = tables.get("children", key)
     flags = flag if old is None else (_child_dec.decode(old)[1] | flag)
     tables.put("children", key, _enc.encode((child_id, flags)))
+    if flag == C_SPAWN:
+        tables.put("proj", SPAWNER_PREFIX + child_tk + parent_tk, b"")
 
 
-def _drop_child(tables: _Tables, key: bytes, flag: int) -> None:
+def _drop_child(tables: _Tables, parent_tk: bytes, child_tk: bytes, flag: int) -> None:
+    key = parent_tk + child_tk
+    if flag == C_SPAWN:
+        tables.delete("proj", SPAWNER_PREFIX + child_tk + parent_tk)
     old = tables.get("children", key)
     if old is None:
         return
@@ -252,7 +301,8 @@ def save_state(tables: _Tables, tk: bytes, st: ThreadState) -> None:
 
 
 def _items_in(
-    txn: WriteTxn, codec: Codec, start: int, limit: int, covered: Callable[[bytes, int], bool] | None = None
+    txn: WriteTxn, codec: Codec, start: int, limit: int, covered: Callable[[bytes, int], bool] | None = None,
+    do_links: bool = True,
 ) -> tuple[list[tuple[int, str, bytes, Item, str | None]], int, int, int]:
     """Up to ``limit`` log entries from position ``start``, as (position, thread id,
     thread key, item, scope); how many entries were scanned, how many of them were
@@ -261,12 +311,14 @@ def _items_in(
     What is read is verified (the header's CRC; the body's when it is read); an event of
     the ``UNREAD_KINDS``, or a message whose header has no facts (no tool calls or returns,
     no spawned thread, not an aborted response: nothing any id-only fold uses), is
-    recognised from the header's bytes and skipped without decoding."""
+    recognised from the header's bytes and skipped without decoding. With ``do_links``
+    a ThreadStarted that may declare links is read (see :func:`started_event`)."""
     out: list[tuple[int, str, bytes, Item, str | None]] = []
     names: dict[bytes, tuple[str, str | None]] = {}
     scanned = read = 0
     last = start - 1
     check, check_header, header = codec.check, codec.check_header, codec.header
+    skipped = SKIPPED_FOR_LINKS if do_links else SKIPPED
     for pk, key in txn.range("global", u64(start)):
         if scanned >= limit:
             break
@@ -288,11 +340,14 @@ def _items_in(
         name, scope = known
         where = (name, seq)
         check_header(key, value, where=where)
-        # A kind no id-only fold reads, or a message without facts: nothing to fold.
-        peek = peek_header(value)
-        if peek is not None and (peek[0] in UNREAD_KINDS or (peek[0] == MSG_KIND and not peek[1])):
+        if peek_header(value) in skipped:  # nothing an id-only fold reads
             continue
         hdr: Header = header(value, where=where)
+        if hdr.kind == _K_STARTED:
+            started = started_event(codec, txn, key, value, where) if do_links else None
+            if started is not None:
+                out.append((last, name, tk, Item(seq, hdr.kind, None, started), scope))
+            continue
         ev: Any = hdr.turn
         if ev is None and hdr.kind in BODY_KINDS:
             check(key, value, where=where)  # the body is read: verify it too
@@ -326,7 +381,8 @@ def _scan_keys(txn: ReadTxn, codec: Codec, after: bytes, limit: int, do_links: b
     check, check_header, header = codec.check, codec.check_header, codec.header
     body_bytes, decode_event = codec.body_bytes, codec.decode_event
     header_decode = codec.header_decoder.decode
-    crc32, prefix, seed = zlib.crc32, PREFIX.unpack_from, HEADER_CRC_SEED[3]
+    crc32, prefix, seed, peek = zlib.crc32, PREFIX.unpack_from, HEADER_CRC_SEED[3], peek_header
+    skipped = SKIPPED_FOR_LINKS if do_links else SKIPPED
     current = key = b""
     st = ThreadState()
     name: str = ""
@@ -355,15 +411,19 @@ def _scan_keys(txn: ReadTxn, codec: Codec, after: bytes, limit: int, do_links: b
         if not (fmt == 3 and flags <= _FLAGS and hend <= len(value) - 4
                 and crc32(key, crc32(value[10:hend], seed)) == crc):
             check_header(key, value, where=(name, from_u64(key, TKEY_SIZE)))
-        peek = peek_header(value)
-        if peek is not None and (peek[0] in UNREAD_KINDS or (peek[0] == MSG_KIND and not peek[1])):
-            continue  # see _items_in
+        if peek(value) in skipped:  # see _items_in
+            continue
         seq = int.from_bytes(key[TKEY_SIZE:], "big")
         try:
             hdr: Header = header_decode(value[PREFIX_SIZE:hend])
         except (msgspec.DecodeError, UnicodeDecodeError):
             hdr = header(value, where=(name, seq))
         kind = hdr.kind
+        if kind == _K_STARTED:  # read only for the links it may declare
+            started = started_event(codec, txn, key, value, (name, seq)) if do_links else None
+            if started is not None:
+                links.append((name, tk, seq, started, (), scope))
+            continue
         if kind == _K_DELETED:  # deleted before this snapshot: nothing of it is left to fold ...
             states.pop(tk, None)
             if carry is not None and carry[0] == tk:  # ... but the chunk before folded its first events
@@ -386,25 +446,31 @@ def _scan_keys(txn: ReadTxn, codec: Codec, after: bytes, limit: int, do_links: b
     return chunk
 
 
-_LIVE_TABLES: Final = {LINKS: ("links_in", "children"), STATE: ("proj",)}
+def _upto(prefix: bytes) -> bytes:
+    """The first key after every key starting with ``prefix`` (which ends in NUL)."""
+    return prefix[:-1] + b"\x01"
+
+
+#: Each projection's rows: (table, first key, end key or None) ranges, in this order.
+_RANGES: Final = {
+    LINKS: (("links_in", b"", None), ("children", b"", None), ("proj", SPAWNER_PREFIX, _upto(SPAWNER_PREFIX))),
+    STATE: (("proj", STATE_PREFIX, _upto(STATE_PREFIX)),),
+}
 
 
 def _rows(txn: ReadTxn, name: str, shadow: bool, deleted: set[bytes]) -> Iterator[tuple[int, bytes, bytes]]:
-    """Projection ``name``'s rows, live or shadow, as (table index in ``_LIVE_TABLES[name]``,
-    key, value) in that order: streamed, never all in memory. Shadow rows contributed by
-    a thread in ``deleted`` are dropped (see :func:`_without_deleted`)."""
-    for i, table in enumerate(_LIVE_TABLES[name]):
-        # The state rows are the "state\x00" keys of `proj`; links rows fill their tables.
-        lo, hi = (STATE_PREFIX, STATE_PREFIX[:-1] + b"\x01") if table == "proj" else (b"", None)
+    """Projection ``name``'s rows, live or shadow, as (range index in ``_RANGES[name]``,
+    key, value) in that order: streamed, never all in memory. Shadow rows are filtered
+    by :func:`_without_deleted` (threads in ``deleted``, and deleted children)."""
+    for i, (table, lo, hi) in enumerate(_RANGES[name]):
         if not shadow:
             for k, v in txn.range(table, lo, hi):
                 yield i, bytes(k), bytes(v)
             continue
         prefix = b"~" + table.encode() + b"\x00"
-        for k, v in txn.range("proj", prefix + lo, prefix + hi if hi is not None else prefix[:-1] + b"\x01"):
+        for k, v in txn.range("proj", prefix + lo, prefix + hi if hi is not None else _upto(prefix)):
             key = bytes(k[len(prefix):])
-            value = bytes(v)
-            kept = _without_deleted(table, key, value, deleted) if deleted else value
+            kept = _without_deleted(txn, table, key, bytes(v), deleted)
             if kept is not None:
                 yield i, key, kept
 
@@ -413,7 +479,7 @@ def _differences(txn: ReadTxn, name: str, deleted: set[bytes]) -> list[tuple[str
     """(table, key, live value, rebuilt value) for every row where the live projection and
     the shadow rows disagree: a merge of the two sorted row streams, so memory is the
     differences only (none when the rebuild confirms the live rows)."""
-    tables = _LIVE_TABLES[name]
+    tables = [r[0] for r in _RANGES[name]]
     out: list[tuple[str, bytes, bytes | None, bytes | None]] = []
     live, fresh = _rows(txn, name, False, set()), _rows(txn, name, True, deleted)
     a, b = next(live, None), next(fresh, None)
@@ -433,10 +499,11 @@ def _differences(txn: ReadTxn, name: str, deleted: set[bytes]) -> list[tuple[str
 
 
 def _clear_shadow(txn: WriteTxn, name: str) -> None:
-    for table in _LIVE_TABLES[name]:
+    for table, lo, hi in _RANGES[name]:
         prefix = b"~" + table.encode() + b"\x00"
+        start, end = prefix + lo, prefix + hi if hi is not None else _upto(prefix)
         while True:  # in batches: the keys are never all in memory
-            batch = [bytes(k) for k, _ in itertools.islice(txn.range("proj", prefix, prefix[:-1] + b"\x01"), 100)]
+            batch = [bytes(k) for k, _ in itertools.islice(txn.range("proj", start, end), 100)]
             if not batch:
                 break
             for k in batch:
@@ -445,30 +512,42 @@ def _clear_shadow(txn: WriteTxn, name: str) -> None:
 
 def _describe(name: str, table: str, key: bytes, live: bytes | None, fresh: bytes | None) -> str:
     def show(v: bytes | None) -> str:
-        return "absent" if v is None else repr(msgspec.msgpack.decode(v))[:200]
+        if v is None:
+            return "absent"
+        return "present" if not v else repr(msgspec.msgpack.decode(v))[:200]
 
-    if table == "proj":
+    if table == "proj" and key.startswith(SPAWNER_PREFIX):
+        k = key[len(SPAWNER_PREFIX):]
+        what = f"spawner[{k[:TKEY_SIZE].hex()} ← {k[TKEY_SIZE:].hex()}]"
+    elif table == "proj":
         what = f"state of thread key {key[len(STATE_PREFIX):].hex()}"
     elif table == "children":
         what = f"children[{key[:TKEY_SIZE].hex()} → {key[TKEY_SIZE:].hex()}]"
     else:
-        what = f"links_in[{key[:TKEY_SIZE].hex()} … {key[-8 - TKEY_SIZE:-8].hex()} seq {from_u64(key, len(key) - 8)}]"
+        ordinal = from_u64(key, len(key) - 8)
+        at = f"declared link {ordinal & ~DECLARED}" if ordinal & DECLARED else f"seq {ordinal}"
+        what = f"links_in[{key[:TKEY_SIZE].hex()} … {key[-8 - TKEY_SIZE:-8].hex()} {at}]"
     return f"{name}: {what}: live {show(live)}, rebuilt {show(fresh)}"
 
 
-def _without_deleted(table: str, key: bytes, value: bytes, deleted: set[bytes]) -> bytes | None:
-    """A shadow row without what threads in ``deleted`` contributed (``None``: nothing
-    left): a thread deleted after the key-order scan folded it has rows in the shadow,
-    but a deleted thread has no links."""
+def _without_deleted(txn: ReadTxn, table: str, key: bytes, value: bytes, deleted: set[bytes]) -> bytes | None:
+    """A shadow row without what deleted threads contributed (``None``: nothing left).
+    A thread in ``deleted`` (deleted after the key-order scan folded it) has rows in the
+    shadow, but a deleted thread has no links; and a deleted thread is nobody's child,
+    though its parents' spawn events (folded into the shadow) still name it."""
     if table == "links_in":
         return None if key[-8 - TKEY_SIZE : -8] in deleted else value
     if table == "children":
+        parent, child_tk = key[:TKEY_SIZE], key[TKEY_SIZE:]
+        if child_tk in deleted or _deleted(txn, child_tk):
+            return None
         child, flags = _child_dec.decode(value)
-        if key[:TKEY_SIZE] in deleted:
+        if parent in deleted:
             flags &= ~C_SPAWN
-        if key[TKEY_SIZE:] in deleted:
-            flags &= ~C_LINK
         return _enc.encode((child, flags)) if flags else None
+    if table == "proj" and key.startswith(SPAWNER_PREFIX):
+        child_tk, parent = key[len(SPAWNER_PREFIX):][:TKEY_SIZE], key[len(SPAWNER_PREFIX) + TKEY_SIZE:]
+        return None if child_tk in deleted or parent in deleted or _deleted(txn, child_tk) else value
     return value
 
 
@@ -634,11 +713,11 @@ def _rebuild(engine: Any, codec: Codec, names: list[str], verify: bool, chunk: i
 
     def catch_up_step(txn: WriteTxn) -> tuple[int, int, list[RebuildReport] | None]:
         _check_claim(txn, names, token)
-        batch, scanned, read, last = _items_in(txn, codec, cursor + 1, catch_up, covered)
+        batch, scanned, read, last = _items_in(txn, codec, cursor + 1, catch_up, covered, do_links)
         tables = _Tables(txn, shadow=True)
         states: dict[bytes, ThreadState] = {}
         for _pos, thread_id, tk, it, scope in batch:
-            if do_links and (it.kind == _K_LINK or (it.facts is not None and it.facts.spawned)):
+            if do_links and (it.kind in (_K_LINK, _K_STARTED) or (it.facts is not None and it.facts.spawned)):
                 apply_links(tables, thread_id, tk, it.seq, it.event, it.facts.spawned if it.facts else (), scope)
             if it.kind == _K_DELETED:
                 deleted.add(tk)

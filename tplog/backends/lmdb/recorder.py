@@ -679,6 +679,7 @@ class LmdbRecorder:
                     raise InvalidEventError(
                         f"{where}: ThreadStarted names thread {ev.thread_id!r} but is appended to {thread_id!r}"
                     )
+                h.links += len(proj.outgoing(seq, ev))  # the links it declares
             elif h.version == 0:
                 raise InvalidEventError(f"{where}: the first event of a thread must be ThreadStarted, "
                                         f"not {type(ev).__name__}")
@@ -741,7 +742,11 @@ class LmdbRecorder:
                 if ref is not None:
                     txn.delete("global", u64(from_u64(ref, TKEY_SIZE + 8)))
                     txn.delete("eventids", eid_key(hdr.event_id, scope))
-                if hdr.kind == KIND_CODE[LinkAdded] or (hdr.facts is not None and hdr.facts.spawned):
+                if hdr.kind == KIND_CODE[ThreadStarted]:
+                    started = proj.started_event(self.codec, txn, k, v, (thread_id, seq))
+                    if started is not None:
+                        proj.unapply_links(tables, thread_id, tk, seq, started, (), scope)
+                elif hdr.kind == KIND_CODE[LinkAdded] or (hdr.facts is not None and hdr.facts.spawned):
                     ev = None
                     if hdr.kind == KIND_CODE[LinkAdded]:
                         ev = self.codec.decode_event(self.codec.body_bytes(
@@ -758,6 +763,7 @@ class LmdbRecorder:
                             txn.put("blobs", sha, blob_with_refcount(blob, n))
                 txn.delete("events", k)
             txn.delete("proj", proj.STATE_PREFIX + tk)
+            proj.drop_child_everywhere(txn, tk)
             seq = head.version + 1
             key = event_key(tk, seq)
             txn.put("events", key, enc.finish(key))
@@ -963,6 +969,8 @@ class LmdbRecorder:
         rows = self.engine.scan("links_in", start, prefix + b"\xff" * 40,
                                 limit=None if limit is None else limit + 1,
                                 check=lambda txn: proj.require_live(txn, proj.LINKS, self.path))
+        if not rows:
+            self._require_known(thread_id, tk)
         if limit is not None and len(rows) > limit:
             extra, rows = rows[limit], rows[:limit]
             if rows and extra[0][:-8] == rows[-1][0][:-8]:  # the last pair goes on: take the rest of its links
@@ -973,6 +981,20 @@ class LmdbRecorder:
             rel = k[TKEY_SIZE:].split(b"\x00", 1)[0].decode()
             out.append((_ids_dec.decode(v)[0], rel))
         return out
+
+    def _require_known(self, thread_id: str, tk: bytes) -> None:
+        """For a links query that found nothing: :class:`NotFoundError` unless the store
+        knows the thread: it is stored (deleted or not: the links to a deleted thread
+        are its sources' history), or a stored thread links to it or names it as
+        spawned (a link may name a thread kept elsewhere). Only an empty answer pays
+        for this check, in a snapshot of its own (what it finds is as current)."""
+        with self.engine.read() as txn:
+            if txn.get("heads", tk) is not None:
+                return
+            for table, lo in (("links_in", tk), ("children", tk), ("proj", proj.SPAWNER_PREFIX + tk)):
+                if next(iter(txn.range(table, lo, lo + b"\xff" * 40)), None) is not None:
+                    return
+        raise NotFoundError(f"thread {thread_id} does not exist, and no stored thread links to it")
 
     def children(self, thread_id: str, *, scope: str | None = None, after: str | None = None,
                  limit: int | None = None) -> list[str]:
@@ -988,6 +1010,8 @@ class LmdbRecorder:
         # machinery cost more than the LMDB lookup itself (see benchmarks/links.py).
         rows = self.engine.scan("children", start, tk + b"\xff" * 17, limit=limit,
                                 check=lambda txn: proj.require_live(txn, proj.LINKS, self.path))
+        if not rows:
+            self._require_known(thread_id, tk)
         dec = _child_dec.decode
         return [dec(v)[0] for _, v in rows]
 
@@ -1043,11 +1067,34 @@ class LmdbRecorder:
                 return proj.load_state(txn, tk)
         return None
 
+    def links(self, thread_id: str, *, scope: str | None = None) -> list[Any]:
+        """The thread's outgoing links: declared in its ThreadStarted, then added; only
+        those two kinds of event are decoded."""
+        self._check_open()
+        tk = tkey(thread_id, scope)
+        out: list[Any] = []
+        codec = self.codec
+        k_started, k_link = KIND_CODE[ThreadStarted], KIND_CODE[LinkAdded]
+        with self.engine.read() as txn:
+            if txn.get("heads", tk) is None:
+                raise NotFoundError(f"thread {thread_id} does not exist")
+            for k, v in txn.range("events", tk, tk + b"\xff" * 8):
+                seq = from_u64(k, TKEY_SIZE)
+                where = (thread_id, seq)
+                codec.check_header(k, v, where=where)
+                kind = codec.header(v, where=where).kind
+                if kind in (k_started, k_link):
+                    codec.check(k, v, where=where)
+                    ev = codec.decode_event(codec.body_bytes(v, txn, where=where), where=where)
+                    out.extend(lk for _, lk in proj.outgoing(seq, ev))
+        return out
+
     def descendants(self, thread_id: str, *, scope: str | None = None,
                     max_depth: int | None = None) -> list[tuple[str, int]]:
         """Every thread spawned from ``thread_id``, transitively: ``(thread_id, depth)``,
         breadth-first; each thread once, so cycles end. ``max_depth`` limits the depth."""
-        seen = {tkey(thread_id, scope)}
+        root = tkey(thread_id, scope)
+        seen = {root}
         out: list[tuple[str, int]] = []
         # The walk goes by thread key: a ``children`` row's key is parent key + child key,
         # so a child's key is read off the row instead of being parsed again from its id.
@@ -1067,7 +1114,10 @@ class LmdbRecorder:
             nxt: list[bytes] = []
             for tk in frontier:
                 self._check_open()
-                for k, v in scan("children", tk, tk + b"\xff" * 17, check=live):
+                rows = scan("children", tk, tk + b"\xff" * 17, check=live)
+                if not rows and depth == 1:  # the root: is it known at all?
+                    self._require_known(thread_id, root)
+                for k, v in rows:
                     ck = k[TKEY_SIZE:]
                     if ck not in seen:
                         seen.add(ck)

@@ -7,13 +7,14 @@ from collections.abc import Callable
 from typing import Any, Final
 
 from tplog._codec import MSG_KIND, facts_of
-from tplog._events import LinkAdded
 from tplog._fold import Item, ThreadState
-from tplog.backends.contract import ThreadHead, thread_key
+from tplog.backends.contract import ThreadHead, outgoing
 
-__all__ = ["Batch", "Thread", "index_links", "item_of"]
+__all__ = ["ORD_SHIFT", "Batch", "Thread", "index_links", "item_of"]
 
 SPAWNED_FROM: Final = "spawned_from"
+#: Link ordinals (contract.outgoing: a seq, or DECLARED | i) are stored minus 2**63: a bigint, same order.
+ORD_SHIFT: Final = 1 << 63
 #: (thread_id, scope) → (log, scope key, thread key)
 KeyOf = Callable[[str, str | None], tuple[int, str, bytes]]
 
@@ -58,21 +59,22 @@ def item_of(seq: int, kind: int, event: Any) -> Item:
 
 def index_links(b: Batch, key_of: KeyOf, log: int, scope: str, tk: bytes, name: str, seq: int, ev: Any,
                 facts: Any) -> None:
-    """The link rows (in the target's log) and children rows one event adds."""
+    """The link rows (in the target's log) and children rows one event adds. A spawn fact's
+    child row is written only if the child is not deleted (checked when the row is written)."""
     sc = scope or None
-    if isinstance(ev, LinkAdded):
-        target = ev.link.thread_id
-        tlog, _, ttk = key_of(target, sc)
-        b.links.append((tlog, scope, ttk, ev.link.relation.encode(), tk, seq, name))
-        if ev.link.relation == SPAWNED_FROM:
-            _child(b, (tlog, scope, ttk, tk), name, 1)
+    for ordinal, lk in outgoing(seq, ev):
+        tlog, _, ttk = key_of(lk.thread_id, sc)
+        b.links.append((tlog, scope, ttk, lk.relation.encode(), tk, ordinal - ORD_SHIFT, name))
+        if lk.relation == SPAWNED_FROM:
+            _child(b, (tlog, scope, ttk, tk), name, 1, tlog)
     for child in facts.spawned if facts is not None else ():
-        _child(b, (log, scope, tk, thread_key(child, sc)), child, 2)
+        clog, _, ctk = key_of(child, sc)
+        _child(b, (log, scope, tk, ctk), child, 2, clog)
 
 
-def _child(b: Batch, key: tuple[int, str, bytes, bytes], child_id: str, flag: int) -> None:
+def _child(b: Batch, key: tuple[int, str, bytes, bytes], child_id: str, flag: int, child_log: int) -> None:
     row = b.children.get(key)
     if row is None:
-        b.children[key] = [child_id, flag]
+        b.children[key] = [child_id, flag, child_log]
     else:  # the row keeps the id of the latest writer, as every backend's upsert does
         row[0], row[1] = child_id, row[1] | flag

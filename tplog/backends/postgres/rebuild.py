@@ -66,14 +66,20 @@ class _Fold:
                 index_links(self.b, self.rec._key, log, scope, tk, thread_id, seq, ev, it.facts)
                 feed(self.states.setdefault((log, scope, tk), ThreadState()), it)
 
+    def drop_deleted_children(self, conn: psycopg.Connection[Any]) -> None:
+        """Spawn facts naming a thread deleted since add no child row (as on every backend)."""
+        gone = {(r[0], bytes(r[1])) for r in conn.execute("SELECT scope, tk FROM heads WHERE deleted").fetchall()}
+        for key in [k for k in self.b.children if (k[1], k[3]) in gone]:
+            del self.b.children[key]
+
     def forget(self, log: int, scope: str, tk: bytes) -> None:
         """What a deletion removes: the thread's link rows, its children flags, its state."""
         b = self.b
         b.links = [r for r in b.links if not (r[1] == scope and r[4] == tk)]
         for key in list(b.children):
             row = b.children[key]
-            if key[1] == scope and key[3] == tk:
-                row[1] &= ~1
+            if key[1] == scope and key[3] == tk:  # a deleted thread is nobody's child
+                row[1] = 0
             if key[:3] == (log, scope, tk):
                 row[1] &= ~2
             if not row[1]:
@@ -100,6 +106,7 @@ def rebuild(rec: Source, conn: psycopg.Connection[Any], names: list[str], *, ver
         fold.feed(conn, _EVENTS + " ORDER BY e.log_id, e.position", None, chunk,
                   None if progress is None else (lambda n: progress(n, total)))
         if verify:
+            fold.drop_deleted_children(conn)
             reports = [RebuildReport(projection=n, verify=True, events=fold.done, seconds=time.monotonic() - t0,
                                      position=sum(pos), differences=_compare(conn, fold, n)) for n in names]
     if verify:
@@ -114,6 +121,7 @@ def rebuild(rec: Source, conn: psycopg.Connection[Any], names: list[str], *, ver
         if now != pos:
             fold.feed(conn, _EVENTS + " JOIN unnest(%s::int[], %s::bigint[]) AS s(l, p) ON e.log_id = s.l "
                       "AND e.position > s.p ORDER BY e.log_id, e.position", (list(range(len(pos))), pos), chunk)
+        fold.drop_deleted_children(conn)
         for n in names:
             _swap(conn, fold, n)
             conn.execute("INSERT INTO tracking VALUES (%s, 'live', %s) ON CONFLICT (name) DO UPDATE SET "
@@ -151,7 +159,7 @@ def _swap(conn: psycopg.Connection[Any], fold: _Fold, name: str) -> None:
         if links:
             cols = [list(c) for c in zip(*links, strict=True)]
             conn.execute("INSERT INTO links SELECT * FROM unnest(%s::int[], %s::text[], %s::bytea[], %s::bytea[], "
-                         "%s::bytea[], %s::int[], %s::text[])", cols)
+                         "%s::bytea[], %s::bigint[], %s::text[])", cols)
         ck = sorted(fold.b.children)
         if ck:
             conn.execute("INSERT INTO children SELECT * FROM unnest(%s::int[], %s::text[], %s::bytea[], %s::bytea[], "

@@ -25,7 +25,6 @@ as its original result and an uncommitted one is written once.
 
 from __future__ import annotations
 
-import hashlib
 import os
 import threading
 import time
@@ -70,6 +69,7 @@ from tplog.backends.contract import (
     Tracking,
     VerifyReport,
     check_append,
+    outgoing,
     thread_key,
 )
 from tplog.backends.memory import VERSIONS, _advance
@@ -286,7 +286,8 @@ class PostgresRecorder:
     def log_of(self, thread_id: str, *, scope: str | None = None) -> int:
         if self.logs == 1:
             return 0
-        return int.from_bytes(hashlib.blake2b(thread_key(thread_id, scope), digest_size=4).digest(), "big") % self.logs
+        # The reference backend's function: the same thread lands in the same log on both.
+        return int.from_bytes(thread_key(thread_id, scope)[:4], "big") % self.logs
 
     def _key(self, thread_id: str, scope: str | None) -> tuple[int, str, bytes]:
         return self.log_of(thread_id, scope=scope), _scope(scope), thread_key(thread_id, scope)
@@ -421,7 +422,7 @@ class PostgresRecorder:
                 ([k[0] for k in keys], [k[1] for k in keys], [k[2] for k in keys], [spelled[k] for k in keys]))
             found = conn.execute(
                 "SELECT x.l, x.s, x.eid, e.tk, e.seq, e.position FROM unnest(%s::int[], %s::text[], %s::text[]) "
-                "AS x(l, s, eid) JOIN events e ON e.log_id = x.l AND e.scope = x.s AND e.event_id = x.eid",
+                "AS x(l, s, eid) JOIN events e ON e.scope = x.s AND e.event_id = x.eid",  # any log: ids are per scope
                 ([k[0] for k in lookups], [k[1] for k in lookups], [k[2] for k in lookups])) if lookups else None
             states = conn.execute(
                 "SELECT t.log_id, t.scope, t.tk, t.state FROM unnest(%s::int[], %s::text[], %s::bytea[]) "
@@ -562,15 +563,18 @@ class PostgresRecorder:
         if b.links:
             cols = list(zip(*b.links, strict=True))
             conn.execute("INSERT INTO links SELECT * FROM unnest(%s::int[], %s::text[], %s::bytea[], %s::bytea[], "
-                         "%s::bytea[], %s::int[], %s::text[])", [list(c) for c in cols])
+                         "%s::bytea[], %s::bigint[], %s::text[])", [list(c) for c in cols])
         if b.children:
             ck = sorted(b.children)
             conn.execute(
-                "INSERT INTO children SELECT * FROM unnest(%s::int[], %s::text[], %s::bytea[], %s::bytea[], "
-                "%s::text[], %s::int[]) ORDER BY 1, 2, 3, 4 ON CONFLICT (log_id, scope, parent, child) DO UPDATE "
-                "SET child_id = EXCLUDED.child_id, flags = children.flags | EXCLUDED.flags",
+                # A deleted thread is nobody's child: a spawn fact naming one adds no row.
+                "INSERT INTO children SELECT x.l, x.s, x.p, x.c, x.cid, x.f FROM unnest(%s::int[], %s::text[], "
+                "%s::bytea[], %s::bytea[], %s::text[], %s::int[], %s::int[]) AS x(l, s, p, c, cid, f, cl) "
+                "WHERE x.f & 1 = 1 OR NOT EXISTS (SELECT 1 FROM heads h WHERE h.log_id = x.cl AND h.scope = x.s "
+                "AND h.tk = x.c AND h.deleted) ORDER BY 1, 2, 3, 4 ON CONFLICT (log_id, scope, parent, child) "
+                "DO UPDATE SET child_id = EXCLUDED.child_id, flags = children.flags | EXCLUDED.flags",
                 ([k[0] for k in ck], [k[1] for k in ck], [k[2] for k in ck], [k[3] for k in ck],
-                 [b.children[k][0] for k in ck], [b.children[k][1] for k in ck]))
+                 [b.children[k][0] for k in ck], [b.children[k][1] for k in ck], [b.children[k][2] for k in ck]))
         states = []
         for key in keys:
             t = b.threads[key]
@@ -645,16 +649,15 @@ class PostgresRecorder:
                                         first_position=got[1], last_position=got[1], event_ids=[tomb.event_id])
             if head.status == "deleted":
                 raise ThreadDeletedError(f"thread {thread_id} is already deleted")
-            if conn.execute("SELECT 1 FROM events WHERE log_id = %s AND scope = %s AND event_id = %s",
-                            (log, sc, tomb.event_id)).fetchone():
+            if conn.execute("SELECT 1 FROM events WHERE scope = %s AND event_id = %s",
+                            (sc, tomb.event_id)).fetchone():
                 raise IdempotencyError(f"event id {tomb.event_id!r} is already stored")
             with conn.pipeline():
                 conn.execute("DELETE FROM events WHERE log_id = %s AND scope = %s AND tk = %s", (log, sc, tk))
                 # Link rows live in their target's log; with one log this filter names it.
                 conn.execute("DELETE FROM links WHERE scope = %s AND source = %s" + (" AND log_id = 0" if self.logs
                              == 1 else ""), (sc, tk))
-                conn.execute("UPDATE children SET flags = flags & ~1 WHERE scope = %s AND child = %s AND flags & 1 = 1",
-                             (sc, tk))
+                conn.execute("DELETE FROM children WHERE scope = %s AND child = %s", (sc, tk))  # nobody's child
                 conn.execute("UPDATE children SET flags = flags & ~2 WHERE log_id = %s AND scope = %s AND parent = %s",
                              (log, sc, tk))
                 conn.execute("DELETE FROM children WHERE scope = %s AND (child = %s OR parent = %s) AND flags = 0",
@@ -817,20 +820,37 @@ class PostgresRecorder:
         if after is not None:
             cond += " AND (relation, source) > (%s, %s)"
             params += [after[1].encode(), thread_key(after[0], scope)]
-        sql = ("SELECT source_id, relation, source, seq FROM links WHERE log_id = %s AND scope = %s AND target = %s"
-               f"{cond} ORDER BY relation, source, seq LIMIT %s")
+        sql = ("SELECT source_id, relation, source, ord FROM links WHERE log_id = %s AND scope = %s AND target = %s"
+               f"{cond} ORDER BY relation, source, ord LIMIT %s")
         with self._read() as conn:
-            if not self._require_live(conn, "links"):
-                raise RebuildRequiredError(f"PostgreSQL {self.url}: the links projection is stale; "
-                                           "run rebuild(['links'])")
-            rows = conn.execute(sql, [*params, limit]).fetchall()
+            self._links_live(conn)
+            rows = conn.execute(sql.encode(), [*params, limit]).fetchall()
             if limit is not None and len(rows) == limit and rows:
                 last = rows[-1]  # a page never ends between two links of one pair
                 rows += conn.execute(
-                    "SELECT source_id, relation, source, seq FROM links WHERE log_id = %s AND scope = %s AND "
-                    "target = %s AND relation = %s AND source = %s AND seq > %s ORDER BY seq",
+                    "SELECT source_id, relation, source, ord FROM links WHERE log_id = %s AND scope = %s AND "
+                    "target = %s AND relation = %s AND source = %s AND ord > %s ORDER BY ord",
                     (log, sc, tk, last[1], last[2], last[3])).fetchall()
+            if not rows:
+                self._require_known(conn, thread_id, log, sc, tk)
         return [(r[0], bytes(r[1]).decode()) for r in rows]
+
+    def _links_live(self, conn: psycopg.Connection[Any]) -> None:
+        if not self._require_live(conn, "links"):
+            raise RebuildRequiredError(f"PostgreSQL {self.url}: the links projection is stale; "
+                                       "run rebuild(['links'])")
+
+    def _require_known(self, conn: psycopg.Connection[Any], thread_id: str, log: int, sc: str, tk: bytes) -> None:
+        """An empty links answer for a thread never stored, that no stored thread links to
+        or names as spawned, is ``NotFoundError``."""
+        row = conn.execute(
+            "SELECT EXISTS (SELECT 1 FROM heads WHERE log_id = %(l)s AND scope = %(s)s AND tk = %(t)s AND head IS NOT "
+            "NULL) OR EXISTS (SELECT 1 FROM links WHERE log_id = %(l)s AND scope = %(s)s AND target = %(t)s) OR "
+            "EXISTS (SELECT 1 FROM children WHERE log_id = %(l)s AND scope = %(s)s AND parent = %(t)s) OR "
+            "EXISTS (SELECT 1 FROM children WHERE scope = %(s)s AND child = %(t)s AND flags & 2 = 2)",
+            {"l": log, "s": sc, "t": tk}).fetchone()
+        if not (row and row[0]):
+            raise NotFoundError(f"thread {thread_id} does not exist, and no stored thread links to it")
 
     @_retried
     def children(self, thread_id: str, *, scope: str | None = None, after: str | None = None,
@@ -841,11 +861,11 @@ class PostgresRecorder:
             cond = " AND child > %s"
             params.append(thread_key(after, scope))
         with self._read() as conn:
-            if not self._require_live(conn, "links"):
-                raise RebuildRequiredError(f"PostgreSQL {self.url}: the links projection is stale; "
-                                           "run rebuild(['links'])")
-            rows = conn.execute("SELECT child_id FROM children WHERE log_id = %s AND scope = %s AND parent = %s"
-                                f"{cond} ORDER BY child LIMIT %s", [*params, limit]).fetchall()
+            self._links_live(conn)
+            rows = conn.execute(("SELECT child_id FROM children WHERE log_id = %s AND scope = %s AND parent = %s"
+                                 f"{cond} ORDER BY child LIMIT %s").encode(), [*params, limit]).fetchall()
+            if not rows:
+                self._require_known(conn, thread_id, log, sc, tk)
         return [r[0] for r in rows]
 
     @_retried
@@ -881,24 +901,36 @@ class PostgresRecorder:
     def items(self, thread_id: str, *, scope: str | None = None) -> list[Item]:
         return [item_of(e.seq, KIND_CODE[type(e.event)], e.event) for e in self.read_thread(thread_id, scope=scope)]
 
+    @_retried
     def descendants(self, thread_id: str, *, scope: str | None = None,
                     max_depth: int | None = None) -> list[tuple[str, int]]:
-        seen = {thread_key(thread_id, scope)}
+        root = self._key(thread_id, scope)
+        seen = {root[2]}
         out: list[tuple[str, int]] = []
-        frontier = [thread_id]
+        frontier = [root]
         depth = 0
-        while frontier and (max_depth is None or depth < max_depth):
-            depth += 1
-            nxt: list[str] = []
-            for t in frontier:
-                for child in self.children(t, scope=scope):
-                    k = thread_key(child, scope)
-                    if k not in seen:
-                        seen.add(k)
-                        out.append((child, depth))
-                        nxt.append(child)
-            frontier = nxt
+        with self._read() as conn:
+            while frontier and (max_depth is None or depth < max_depth):
+                self._links_live(conn)
+                depth += 1
+                rows = conn.execute(
+                    "SELECT c.child_id, c.child FROM unnest(%s::int[], %s::bytea[]) AS x(l, p) JOIN children c "
+                    "ON c.log_id = x.l AND c.scope = %s AND c.parent = x.p ORDER BY x.p, c.child",
+                    ([k[0] for k in frontier], [k[2] for k in frontier], root[1])).fetchall()
+                if not rows and depth == 1:  # the root: is it known at all?
+                    self._require_known(conn, thread_id, *root)
+                nxt = []
+                for child_id, ck in rows:
+                    ck = bytes(ck)
+                    if ck not in seen:
+                        seen.add(ck)
+                        out.append((child_id, depth))
+                        nxt.append(self._key(child_id, scope))
+                frontier = nxt
         return out
+
+    def links(self, thread_id: str, *, scope: str | None = None) -> list[Any]:
+        return [lk for e in self.read_thread(thread_id, scope=scope) for _, lk in outgoing(e.seq, e.event)]
 
     # ------------------------------------------------------------------ projections
 

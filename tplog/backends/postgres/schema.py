@@ -44,6 +44,9 @@ def ddl(schema: str, logs: int) -> list[str]:
         "CREATE TABLE events (log_id int NOT NULL, position bigint NOT NULL, scope text NOT NULL, tk bytea NOT NULL,"
         " seq int NOT NULL, event_id text NOT NULL, value bytea NOT NULL, PRIMARY KEY (log_id, position),"
         " UNIQUE (log_id, scope, tk, seq), UNIQUE (log_id, scope, event_id))",
+        # Idempotency lookups search every log (an id names one event per scope); the UNIQUE above
+        # only guards one log, so two logs racing to store one id are not stopped (P > 1 only).
+        "CREATE INDEX events_ids ON events (scope, event_id)",
         # head IS NULL only inside an appending transaction (the row is its lock); never committed.
         "CREATE TABLE heads (log_id int NOT NULL, scope text NOT NULL, tk bytea NOT NULL, thread_id text NOT NULL,"
         " updated_ns bigint NOT NULL DEFAULT 0, last_position bigint NOT NULL DEFAULT 0, deleted boolean NOT NULL"
@@ -51,9 +54,10 @@ def ddl(schema: str, logs: int) -> list[str]:
         " PRIMARY KEY (log_id, scope, tk))",
         "CREATE INDEX heads_updated ON heads (scope, updated_ns DESC, tk DESC)",
         # Incoming links, in the target's log; relation as bytes so it orders as UTF-8 bytes everywhere.
+        # ord: the contract's link ordinal (seq, or DECLARED | i) shifted by -2**63 to fit a bigint.
         "CREATE TABLE links (log_id int NOT NULL, scope text NOT NULL, target bytea NOT NULL, relation bytea NOT NULL,"
-        " source bytea NOT NULL, seq int NOT NULL, source_id text NOT NULL,"
-        " PRIMARY KEY (log_id, scope, target, relation, source, seq))",
+        " source bytea NOT NULL, ord bigint NOT NULL, source_id text NOT NULL,"
+        " PRIMARY KEY (log_id, scope, target, relation, source, ord))",
         "CREATE INDEX links_source ON links (scope, source)",
         # flags: 1 = the child's spawned_from link, 2 = a spawn fact in the parent's messages.
         "CREATE TABLE children (log_id int NOT NULL, scope text NOT NULL, parent bytea NOT NULL, child bytea NOT NULL,"
