@@ -1,6 +1,6 @@
 """Durable append rate of the PostgreSQL backend vs raw psycopg with the same batching.
 
-    python tools/pg_append_rate.py [--dsn postgresql://…] [--writers 1 16] [--appends 200]
+    python tools/pg_append_rate.py [--dsn postgresql://…] [--writers 1 16] [--appends 200] [--repeat 3]
 
 Without ``--dsn`` a throwaway server is started (tests/postgres/pg_server.py). tplog:
 W threads, each appending one event per call to its own thread (commits durable:
@@ -12,6 +12,7 @@ group size (appends ÷ the recorder's commits during the tplog run).
 from __future__ import annotations
 
 import argparse
+import statistics
 import sys
 import threading
 import time
@@ -92,6 +93,7 @@ def main() -> None:
     ap.add_argument("--dsn")
     ap.add_argument("--writers", type=int, nargs="+", default=[1, 16])
     ap.add_argument("--appends", type=int, default=200, help="appends per writer")
+    ap.add_argument("--repeat", type=int, default=3, help="rounds, tplog and raw alternating")
     args = ap.parse_args()
     server = None
     dsn = args.dsn
@@ -101,11 +103,20 @@ def main() -> None:
         server = PostgresServer().start()
         dsn = server.dsn
     try:
-        for n, w in enumerate(args.writers):
-            rate, group = run_tplog(dsn, w, args.appends, f"bench_tplog_{n}")
-            raw = run_raw(dsn, w * args.appends, max(1, round(group)), f"bench_raw_{n}")
+        n = 0
+        for w in args.writers:
+            rates, raws, groups = [], [], []
+            for _ in range(args.repeat):  # alternating, so that load changes hit both sides alike
+                rate, group = run_tplog(dsn, w, args.appends, f"bench_tplog_{n}")
+                raws.append(run_raw(dsn, w * args.appends, max(1, round(group)), f"bench_raw_{n}"))
+                rates.append(rate)
+                groups.append(group)
+                n += 1
+            rate, raw, group = statistics.median(rates), statistics.median(raws), statistics.median(groups)
+            ratios = sorted(t / r for t, r in zip(rates, raws, strict=True))
             print(f"{w:>3} writers: tplog {rate:8.0f} events/s (mean group {group:5.1f} events/txn); "
-                  f"raw psycopg, same groups {raw:8.0f} events/s; ratio {rate / raw:.2f}x")
+                  f"raw psycopg, same groups {raw:8.0f} events/s; ratio of medians {rate / raw:.2f}x "
+                  f"(per round {', '.join(f'{x:.2f}' for x in ratios)})")
     finally:
         if server is not None:
             server.stop()
