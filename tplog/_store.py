@@ -112,20 +112,30 @@ def _now_ns() -> int:
 
 def open_backend(target: str | os.PathLike[str], **options: Any) -> Recorder:
     """The backend a store path or URL names: ``"memory:"`` → the reference backend,
-    ``lmdb:///dir`` or a directory path → LMDB (options pass through)."""
+    ``postgresql://…`` → PostgreSQL (``tplog[postgres]``), ``lmdb:///dir`` or a directory
+    path → LMDB (options pass through)."""
     if isinstance(target, str) and target == MEMORY:
         from tplog.backends.memory import MemoryRecorder
 
         if options.get("readonly"):
             raise InvalidInputError("a memory: store cannot be opened read-only: it starts empty")
         return MemoryRecorder(limits=options.get("limits"))
+    if isinstance(target, str) and target.startswith(("postgresql://", "postgres://")):
+        if options.get("readonly"):
+            raise InvalidInputError("a PostgreSQL store cannot be opened read-only (use a read-only role instead)")
+        try:
+            from tplog.backends.postgres import PostgresRecorder
+        except ImportError as exc:
+            raise InvalidInputError(f"{target.split('://')[0]}:// stores need psycopg: pip install 'tplog[postgres]'"
+                                    f" ({exc})") from exc
+        return PostgresRecorder(target, limits=options.get("limits"))
     path = os.fspath(target)
     if isinstance(path, str) and path.startswith("lmdb://"):
         path = path[len("lmdb://"):]
         if not path:
             raise InvalidInputError("an lmdb:// URL needs a directory: lmdb:///path/to/store")
     elif isinstance(path, str) and "://" in path:
-        raise InvalidInputError(f"{path!r}: unknown store URL scheme (known: lmdb://, memory:)")
+        raise InvalidInputError(f"{path!r}: unknown store URL scheme (known: lmdb://, postgresql://, memory:)")
     return LmdbRecorder(path, **options)
 
 

@@ -7,6 +7,9 @@ themselves do not change.
 
 from __future__ import annotations
 
+import atexit
+import itertools
+import os
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -34,15 +37,71 @@ def _lmdb(path: Path, clock: Callable[[], int]) -> Recorder:
     return LmdbRecorder(path / "lmdb", auto_dictionary=0)
 
 
+_pg: list[str] = []  # the DSN of this test process's PostgreSQL server, once started
+_schemas = itertools.count()
+
+
+def pg_dsn() -> str:
+    """One real PostgreSQL server for the whole test run (tests/postgres/pg_server.py), started on first use.
+
+    Without the server binaries: a skip, or under ``CI=true`` a failure."""
+    if not _pg:
+        import pytest
+        from postgres.pg_server import INSTALL_HINT, PostgresServer, find_bindir
+
+        if find_bindir() is None:
+            if os.environ.get("CI") == "true":
+                pytest.fail(f"CI=true and no PostgreSQL server binaries: {INSTALL_HINT}")
+            pytest.skip(INSTALL_HINT)
+        server = PostgresServer().start()
+        atexit.register(server.stop)
+        _pg.append(server.dsn)
+    return _pg[0]
+
+
+_free_schemas: dict[int, list[str]] = {}  # per P: emptied schemas, ready for the next recorder (cheaper than new)
+
+
+def _postgres(path: Path, clock: Callable[[], int], logs: int = 1) -> Recorder:
+    """A PostgreSQL recorder in a schema of its own, emptied and handed to the next test when it is closed."""
+    from tplog.backends.postgres import PostgresRecorder
+
+    class Throwaway(PostgresRecorder):
+        def close(self) -> None:
+            first = not self._closing
+            super().close()
+            if first:
+                import psycopg
+
+                with psycopg.connect(self._conninfo, autocommit=True) as c, c.transaction():
+                    c.execute(f"SET LOCAL search_path TO {self.schema}".encode())
+                    for table in ("events", "heads", "links", "children", "states", "blobs"):
+                        c.execute(f"DELETE FROM {table}".encode())
+                    c.execute("UPDATE logs SET position = 0")
+                    c.execute("UPDATE tracking SET status = 'live'")
+                _free_schemas.setdefault(self.logs, []).append(self.schema)
+
+    free = _free_schemas.get(logs)
+    schema = free.pop() if free else f"t{os.getpid()}_{next(_schemas)}"
+    # Durability is not what these tests check (tests/postgres does): no fsync wait per commit.
+    return Throwaway(pg_dsn(), schema=schema, clock=clock, pool_size=2, settings={"synchronous_commit": "off"},
+                     logs=logs)
+
+
 #: name → factory(tmp dir, clock). The clock is only honoured where a backend
 #: takes one (tests never depend on it but for ordering the differential test).
-#: ``memory-p4`` keeps four logs: the contract suite must hold for any number of logs.
+#: ``memory-p4`` and ``postgres-p4`` keep four logs: the contract suite must hold for any number of logs.
 FACTORIES: dict[str, Callable[[Path, Callable[[], int]], Recorder]] = {
-    "memory": _memory, "memory-p4": _memory_p4, "lmdb": _lmdb}
+    "memory": _memory, "memory-p4": _memory_p4, "lmdb": _lmdb, "postgres": _postgres,
+    "postgres-p4": lambda path, clock: _postgres(path, clock, logs=4)}
 
 #: The backends the differential test compares with the reference (``memory``): each
 #: with one log, as the reference keeps (positions are then comparable one to one).
-DIFFERENTIAL: list[str] = ["lmdb"]
+DIFFERENTIAL: list[str] = ["lmdb", "postgres"]
+
+#: Differential-test examples per backend where the default (EXAMPLES) would take too
+#: long: every step reads everything back, a round trip per read on a server backend.
+DIFF_EXAMPLES: dict[str, int] = {"postgres": 100}
 
 
 def encode(events: Sequence[Event], event_ids: Sequence[str] | None = None, *, now: int | None = None) -> list[Encoded]:

@@ -27,7 +27,7 @@ from typing import Any
 import msgspec
 import pytest
 from conftest import agent_start, completed, link, register, response, spawn_message, started, user
-from contract_helpers import DIFFERENTIAL, FACTORIES, encode, tombstone
+from contract_helpers import DIFF_EXAMPLES, DIFFERENTIAL, FACTORIES, encode, tombstone
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import Bundle, RuleBasedStateMachine, initialize, invariant, rule, run_state_machine_as_test
@@ -37,7 +37,8 @@ from tplog._errors import TplogError
 from tplog._events import Event, MessageRecorded
 from tplog.backends.contract import Recorder, ThreadAppend
 
-EXAMPLES = int(__import__("os").environ.get("TPLOG_DIFF_EXAMPLES", "2000"))
+EXAMPLES_ENV = __import__("os").environ.get("TPLOG_DIFF_EXAMPLES")
+EXAMPLES = int(EXAMPLES_ENV or "2000")
 SOAK_EXAMPLES = 20_000
 STEPS = 10
 
@@ -296,4 +297,5 @@ def run(other: str, examples: int) -> None:
 
 @pytest.mark.parametrize("other", DIFFERENTIAL)
 def test_backend_matches_reference(other: str, pytestconfig: pytest.Config) -> None:
-    run(other, SOAK_EXAMPLES if pytestconfig.getoption("--soak", default=False) else EXAMPLES)
+    default = EXAMPLES if EXAMPLES_ENV else DIFF_EXAMPLES.get(other, EXAMPLES)
+    run(other, SOAK_EXAMPLES if pytestconfig.getoption("--soak", default=False) else default)

@@ -7,6 +7,8 @@ LMDB one; the facade (checks, encoding, scopes, fold cache, folds) is the same.
 from __future__ import annotations
 
 import asyncio
+import itertools
+import os
 import uuid
 from pathlib import Path
 from typing import Any
@@ -122,3 +124,51 @@ def test_async_store_over_each_backend(target: str, tmp_path: Path) -> None:
             return sorted(e.position for e in await s.read_all())
 
     assert asyncio.run(main()) == list(range(1, 49))
+
+
+
+_PG_SCHEMAS = itertools.count()
+
+
+def _pg_url() -> tuple[str, str]:
+    """A PostgreSQL store URL with a schema of its own, and the schema's name."""
+    from contract_helpers import pg_dsn
+
+    name = f"s{os.getpid()}_{next(_PG_SCHEMAS)}"
+    return f"{pg_dsn()}?schema={name}", name
+
+
+def _drop(schema: str) -> None:
+    import psycopg
+    from contract_helpers import pg_dsn
+
+    with psycopg.connect(pg_dsn(), autocommit=True) as c:
+        c.execute(f"DROP SCHEMA IF EXISTS {schema} CASCADE".encode())
+
+
+def test_memory_and_postgres_answer_alike() -> None:
+    from tplog.backends.postgres import PostgresRecorder
+
+    url, schema = _pg_url()
+    try:
+        with Store("memory:") as mem, Store(url) as pg:
+            assert isinstance(pg.backend, PostgresRecorder)
+            assert scenario(mem) == scenario(pg)
+    finally:
+        _drop(schema)
+
+
+def test_async_store_over_postgres() -> None:
+    url, schema = _pg_url()
+
+    async def main() -> list[int]:
+        async with await AsyncStore.open(url) as s:
+            tids = [str(uuid.uuid4()) for _ in range(8)]
+            await asyncio.gather(*(s.append(t, [started(t), register()]) for t in tids))
+            await asyncio.gather(*(s.append(t, exchange()) for t in tids))
+            return sorted(e.position for e in await s.read_all())
+
+    try:
+        assert asyncio.run(main()) == list(range(1, 49))
+    finally:
+        _drop(schema)
