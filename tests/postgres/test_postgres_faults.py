@@ -165,11 +165,17 @@ def test_connections_killed_mid_load_lose_and_duplicate_nothing(pg_dsn: str,
     stop = threading.Event()
     errors: list[BaseException] = []
     retried = [0]
+    killed = [0]
+    written = dict.fromkeys(threads, 0)
 
     def writer(i: int, t: str) -> None:
         rec = recs[i % 2]
         try:
-            for n in range(25):
+            # at least 25 appends each, and on until the killer has cut connections 5 times
+            # (a fast machine finishes 25 before the killer's third round)
+            for n in range(2000):
+                if n >= 25 and killed[0] >= 5:
+                    break
                 ids = [f"{t}-{n}"]
                 for _attempt in range(20):
                     try:
@@ -181,10 +187,9 @@ def test_connections_killed_mid_load_lose_and_duplicate_nothing(pg_dsn: str,
                         time.sleep(0.05)
                 else:
                     raise AssertionError(f"{t}: append {n} never got through")
+                written[t] = n + 1
         except BaseException as exc:
             errors.append(exc)
-
-    killed = [0]
 
     def killer() -> None:
         with psycopg.connect(pg_dsn, autocommit=True) as c:
@@ -209,7 +214,7 @@ def test_connections_killed_mid_load_lose_and_duplicate_nothing(pg_dsn: str,
     rows = log_rows(recs[0])
     assert [p for _, _, p, _ in rows] == list(range(1, len(rows) + 1))
     for t in threads:
-        assert [e.event_id for e in recs[1].read_thread(t)][1:] == [f"{t}-{n}" for n in range(25)]
+        assert [e.event_id for e in recs[1].read_thread(t)][1:] == [f"{t}-{n}" for n in range(written[t])]
     assert recs[0].verify().problems == []
 
 
