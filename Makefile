@@ -41,7 +41,11 @@ $(LOW)/.installed: pyproject.toml tools/constraints-lowest.txt
 test-lowest: $(LOW)/.installed
 	PATH="$(CURDIR)/$(LOW):$$PATH" $(LOW)/python -m pytest
 
-bench: $(BIN)/.installed
+$(BIN)/.bench-installed: $(BIN)/.installed
+	$(BIN)/python -m pip install -q -e '.[bench]'
+	touch $@
+
+bench: $(BIN)/.bench-installed
 	$(BIN)/python -m benchmarks.suite
 
 clean:

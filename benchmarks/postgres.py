@@ -79,10 +79,10 @@ LG = "LangGraph PostgresSaver"
 
 # (quick, full)
 SIZES = {
-    "threads": (64, 200),  # corpus: the writers' events and the threads loaded
-    "w1_events": (40, 400),
+    "threads": (24, 200),  # corpus: the writers' events and the threads loaded
+    "w1_events": (30, 400),
     "w2_per_writer": (8, 150),
-    "graph_threads": (300, 5000),
+    "graph_threads": (120, 5000),
     "children_queries": (100, 1000),
 }
 REPEAT_FULL = 3  # the default run: 3 repeats (not 5: a PostgreSQL round takes a while)
@@ -130,10 +130,6 @@ def split_writers(threads: list[Any], per_writer: int) -> list[list[tuple[str, A
         evs = [(t.thread_id, e, j) for t in threads[w::WRITERS] for e, j in zip(t.events, t.json, strict=True)]
         out.append(evs[:per_writer])
     return out
-
-
-def threads_of(evs: Sequence[tuple[str, Any, bytes]]) -> list[str]:
-    return list(dict.fromkeys(tid for tid, _, _ in evs))
 
 
 def run_writers(work: list[Callable[[list[float]], None]]) -> tuple[float, float, list[float]]:

@@ -634,17 +634,19 @@ def _recorded(thread_id: str, s: _Stored) -> RecordedEvent:
                          recorded_at=s.recorded_at, event=s.event)
 
 
-def _advance(thread_id: str, head: ThreadHead, events: list[Encoded], stored: list[Any] | None) -> ThreadHead:
-    """The order rules and (``stored``: the thread's events, given when the append
-    checks the rules) the validation rules of tplog._rules, checked event by event;
-    the head they lead to (a copy). The tool-call check always takes the slow path
-    here (no state projection is consulted): simple, and the same answers."""
+def _advance(thread_id: str, head: ThreadHead, events: list[Encoded],
+             stored: list[Any] | Callable[[], list[Any]] | None, state: ThreadState | None = None) -> ThreadHead:
+    """The order rules and (``stored``: the thread's events, or what reads them, given
+    when the append checks the rules) the validation rules of tplog._rules, checked
+    event by event; the head they lead to (a copy). Without ``state`` (the state
+    projection's row) the tool-call check takes the slow path: simple, the same answers."""
     h = msgspec.structs.replace(head)
     tracker = None
     if stored is not None:
+        load = stored if callable(stored) else (lambda: stored)
         if h.rules == 0 and h.version > 0:
-            rules_from_log(h, stored)
-        tracker = Tracker(thread_id, h, None, lambda before: exported_calls([*stored, *before]))
+            rules_from_log(h, load())
+        tracker = Tracker(thread_id, h, state, lambda before: exported_calls([*load(), *before]))
     for i, enc in enumerate(events):
         ev = enc.event
         seq = h.version + 1

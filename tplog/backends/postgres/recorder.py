@@ -85,6 +85,10 @@ P = ParamSpec("P")
 R = TypeVar("R")
 #: Submissions joined into one transaction at most (bounds its size and its lock time).
 MAX_BATCH: Final = 256
+#: Writer threads (each its own connection and transaction): while one holds its log's counter
+#: row through COMMIT, the next checks its batch and writes up to that row, so the log's
+#: lock is held back to back instead of idle during every other transaction's first round trip.
+WRITERS: Final = 2
 _head_enc = msgspec.msgpack.Encoder()
 _head_dec = msgspec.msgpack.Decoder(ThreadHead)
 _state_dec = msgspec.msgpack.Decoder(ThreadState)
@@ -168,7 +172,7 @@ class PostgresRecorder:
     """
 
     def __init__(self, url: str, *, schema: str | None = None, logs: int | None = None, create: bool = True,
-                 migrate: bool = False, lock_timeout: float = 30.0, pool_size: int = 4,
+                 migrate: bool = False, lock_timeout: float = 30.0, pool_size: int = 4, writers: int = WRITERS,
                  settings: dict[str, str] | None = None,
                  clock: Callable[[], int] = time.time_ns, codec: Codec | None = None,
                  limits: Limits | None = None) -> None:
@@ -178,6 +182,8 @@ class PostgresRecorder:
         want_logs = logs if logs is not None else int(ours.get("logs", "1"))
         if isinstance(want_logs, bool) or not isinstance(want_logs, int) or not 1 <= want_logs <= 4096:
             raise InvalidInputError(f"logs must be an int in 1..4096, not {want_logs!r}")
+        if isinstance(writers, bool) or not isinstance(writers, int) or not 1 <= writers <= 16:
+            raise InvalidInputError(f"writers must be an int in 1..16, not {writers!r}")
         self._clock = clock
         self.codec = codec or Codec(limits)
         self._channel = f"tplog_{self.schema}"
@@ -207,9 +213,11 @@ class PostgresRecorder:
         self._live_until: dict[str, float] = {}
         #: Append transactions this process committed (submissions ÷ commits = the mean group).
         self.commits = 0
-        self._wconn: psycopg.Connection[Any] | None = None
-        self._writer = threading.Thread(target=self._write_loop, name=f"tplog-pg-writer-{self.schema}", daemon=True)
-        self._writer.start()
+        self._wlocal = threading.local()  # each writer thread's connection
+        self._writers = [threading.Thread(target=self._write_loop, name=f"tplog-pg-writer-{self.schema}-{i}",
+                                          daemon=True) for i in range(writers)]
+        for w in self._writers:
+            w.start()
 
     # ------------------------------------------------------------------ connections and schema
 
@@ -334,8 +342,9 @@ class PostgresRecorder:
                     while self._queue and self._queue[0].append is not None and len(batch) < MAX_BATCH:
                         batch.append(self._queue.popleft())
             self._run(batch)
-        if self._wconn is not None:
-            self._wconn.close()
+        conn = getattr(self._wlocal, "conn", None)
+        if conn is not None:
+            conn.close()
 
     def _run(self, batch: list[_Job]) -> None:
         try:
@@ -391,16 +400,18 @@ class PostgresRecorder:
                                         f"{str(exc).strip()}; the outcome is unknown, retry with the same event ids")
 
     def _writer_conn(self) -> psycopg.Connection[Any]:
-        if self._wconn is None or self._wconn.closed:
-            self._wconn = self._connect()
-        return self._wconn
+        conn: psycopg.Connection[Any] | None = getattr(self._wlocal, "conn", None)
+        if conn is None or conn.closed:
+            conn = self._wlocal.conn = self._connect()
+        return conn
 
     def _drop_writer(self) -> None:
-        if self._wconn is not None:
+        conn = getattr(self._wlocal, "conn", None)
+        if conn is not None:
             try:
-                self._wconn.close()
+                conn.close()
             finally:
-                self._wconn = None
+                self._wlocal.conn = None
 
     def _append_txn(self, conn: psycopg.Connection[Any], jobs: list[_Job], *, lookup_all: bool) -> list[Any]:
         b = _Batch()
@@ -441,7 +452,8 @@ class PostgresRecorder:
             plans = [self._plan(conn, b, job.append, lookup_all) for job in jobs if job.append is not None]
             bases = self._write_rows(conn, b, keys)
         base = {log: cur.fetchone()[0] for log, cur in bases.items()}
-        self.commits += 1
+        with self._cond:
+            self.commits += 1
         out: list[Any] = []
         for plan in plans:
             if isinstance(plan, BaseException):
@@ -479,15 +491,14 @@ class PostgresRecorder:
                 if (exp == NO_STREAM and head.version != 0) or (exp == EXISTS and head.version == 0) or (
                         isinstance(exp, int) and exp != head.version):
                     raise WrongExpectedVersionError(part.thread_id, exp, head.version)
-                stored: list[Any] | None = None
-                if part.check_rules:  # the validation rules compare against the thread's events
-                    if t.stored is None:
-                        rows = conn.execute(
-                            "SELECT seq, position, event_id, value FROM events WHERE log_id = %s AND scope = %s "
-                            "AND tk = %s ORDER BY seq", (t.log, t.scope, t.tk), binary=True).fetchall()
-                        t.stored = [self._event(conn, part.thread_id, t.log, t.tk, *r).event for r in rows]
-                    stored = t.stored + t.staged
-                staged.append((part, t, _advance(part.thread_id, head, part.events, stored)))
+                stored: Callable[[], list[Any]] | None = None
+                state = None
+                if part.check_rules:  # the validation rules compare against the thread's state
+                    stored = self._stored_reader(conn, t, part.thread_id)
+                    if b.live_state and t.state is None:
+                        t.state = ThreadState() if t.loaded_state is None else _state_dec.decode(t.loaded_state)
+                    state = t.state
+                staged.append((part, t, _advance(part.thread_id, head, part.events, stored, state)))
                 out.append(None)
         except TplogError as exc:
             return exc
@@ -496,6 +507,21 @@ class PostgresRecorder:
                 out[i] = self._apply(b, *st)
                 st[1].staged.extend(e.event for e in st[0].events)
         return out
+
+    def _stored_reader(self, conn: psycopg.Connection[Any], t: _Thread, thread_id: str) -> Callable[[], list[Any]]:
+        """What reads the thread's events (once), for the rules' slow paths only: a head
+        written before the rules' values were kept, a tool return the state cannot place.
+        Reading them for every checked append cost a round trip and a decode per event."""
+
+        def load() -> list[Any]:
+            if t.stored is None:
+                rows = conn.execute(
+                    "SELECT seq, position, event_id, value FROM events WHERE log_id = %s AND scope = %s "
+                    "AND tk = %s ORDER BY seq", (t.log, t.scope, t.tk), binary=True).fetchall()
+                t.stored = [self._event(conn, thread_id, t.log, t.tk, *r).event for r in rows]
+            return t.stored + t.staged
+
+        return load
 
     def _duplicate(self, b: _Batch, part: ThreadAppend, key: tuple[int, str, bytes], lookup_all: bool) -> Any:
         if part.fresh_ids and not lookup_all:
@@ -1061,7 +1087,8 @@ class PostgresRecorder:
                 return
             self._closing = True
             self._cond.notify_all()
-        self._writer.join()
+        for w in self._writers:
+            w.join()
         self._pool.close()
         self._closed = True
 
