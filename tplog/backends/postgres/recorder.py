@@ -5,9 +5,12 @@ counter row in ``logs``: the append transaction updates it last and holds its lo
 until COMMIT, so a log's transactions commit in position order and a reader polling
 ``position > cursor`` never passes a position that is still to commit (a sequence
 would let it: tests/postgres/test_log_order.py). This serializes a log's commits,
-so appends are batched: one writer thread per process joins every submission that
-queued meanwhile into one transaction (group commit), each caller still getting its
-own result or error.
+so appends are batched: a writer thread joins every submission that queued meanwhile
+into one transaction (group commit), each caller still getting its own result or error.
+Two writer threads (``writers``), each on its own connection: while one holds the log's
+counter row through COMMIT, the other runs its batch's first round trip and checks, so
+the counter is not left idle between transactions. They interleave as two processes'
+writers would (the row locks order them).
 
 One append transaction, two round trips (psycopg pipeline mode):
 
@@ -107,12 +110,12 @@ def _scope(scope: str | None) -> str:
 
 
 def _parse_url(url: str) -> tuple[str, dict[str, str]]:
-    """The libpq URL without tplog's own query parameters (``schema``, ``logs``), and those."""
+    """The libpq URL without tplog's own query parameters (``schema``, ``logs``, ``writers``), and those."""
     parts = urllib.parse.urlsplit(url)
     if parts.scheme not in ("postgresql", "postgres"):
         raise InvalidInputError(f"not a PostgreSQL URL (postgresql://…): {_redact(url)!r}")
     query = urllib.parse.parse_qsl(parts.query, keep_blank_values=True)
-    ours = {k: v for k, v in query if k in ("schema", "logs")}
+    ours = {k: v for k, v in query if k in ("schema", "logs", "writers")}
     rest = urllib.parse.urlencode([(k, v) for k, v in query if k not in ours])
     return urllib.parse.urlunsplit(parts._replace(query=rest)), ours
 
@@ -169,10 +172,12 @@ class PostgresRecorder:
     :class:`LockTimeoutError`. ``migrate``: upgrade an older schema on open (else
     :class:`SchemaError` names the command that does). ``clock``: nanoseconds for
     heads' times. ``settings``: server settings for every connection (``SET name = value``).
+    ``writers`` (or ``?writers=N``, default 2): threads committing this process's append
+    batches, each on its own connection.
     """
 
     def __init__(self, url: str, *, schema: str | None = None, logs: int | None = None, create: bool = True,
-                 migrate: bool = False, lock_timeout: float = 30.0, pool_size: int = 4, writers: int = WRITERS,
+                 migrate: bool = False, lock_timeout: float = 30.0, pool_size: int = 4, writers: int | None = None,
                  settings: dict[str, str] | None = None,
                  clock: Callable[[], int] = time.time_ns, codec: Codec | None = None,
                  limits: Limits | None = None) -> None:
@@ -182,6 +187,11 @@ class PostgresRecorder:
         want_logs = logs if logs is not None else int(ours.get("logs", "1"))
         if isinstance(want_logs, bool) or not isinstance(want_logs, int) or not 1 <= want_logs <= 4096:
             raise InvalidInputError(f"logs must be an int in 1..4096, not {want_logs!r}")
+        if writers is None:
+            try:
+                writers = int(ours.get("writers", WRITERS))
+            except ValueError:
+                raise InvalidInputError(f"writers must be an int in 1..16, not {ours['writers']!r}") from None
         if isinstance(writers, bool) or not isinstance(writers, int) or not 1 <= writers <= 16:
             raise InvalidInputError(f"writers must be an int in 1..16, not {writers!r}")
         self._clock = clock
