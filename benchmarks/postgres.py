@@ -416,10 +416,11 @@ class LgThread:
         self.metadata = metadata or {}
         self.dec = msgspec.json.Decoder()
 
-    def put(self, saver: Any, j: bytes) -> None:
+    def put(self, saver: Any, *js: bytes) -> None:
+        """One step that adds ``js`` (the events) to the thread."""
         from langgraph.checkpoint.base import empty_checkpoint
 
-        self.messages.append(self.dec.decode(j))
+        self.messages.extend(self.dec.decode(j) for j in js)
         self.step += 1
         cp = empty_checkpoint()
         cp["channel_values"] = {"messages": self.messages}
@@ -605,10 +606,8 @@ def main(argv: list[str] | None = None) -> int:
         if have[LG]:
             lg, lg_conn = lg_saver(dsn, fresh_schema(dsn, "lg_load"))
             lg.setup()
-            for t in corpus.threads:
-                lt = LgThread(t.thread_id)
-                for j in t.json:
-                    lt.put(lg, j)
+            for t in corpus.threads:  # loads read the latest checkpoint only: one step holding every event
+                LgThread(t.thread_id).put(lg, *t.json)
             parent_of = {src: dst for src, rel, dst in graph.links if rel == "spawned_from"}
             for tid, evs in graph.threads:
                 if evs and type(evs[0]).__name__ == "ThreadStarted":
