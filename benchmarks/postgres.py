@@ -19,7 +19,8 @@ Workloads:
    per call; tplog joins concurrent appends into one transaction (group commit). Raw
    psycopg with the same batching: one connection, the events in transactions of
    tplog's mean group (appends ÷ commits of the tplog run just before it in the same
-   round), each a counter-row update plus one multi-row insert (goal: tplog ≥ 0.5x).
+   round), each a counter-row update plus one multi-row insert (goal: tplog ≥ 0.5x). The
+   same pair again with tplog's writer threads at one (``?writers=1``: bigger groups).
    eventsourcing with a pool of 16 connections (goal: tplog ≥ 2x), LangGraph with one
    saver (and connection) per writer (one saver serializes its callers on a lock).
    Each run's acknowledgements are counted per fifth of its wall time: the rate per
