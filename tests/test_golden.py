@@ -19,13 +19,13 @@ import msgspec
 import pytest
 
 import tplog
-from tplog._codec import FORMAT, FORMATS, Codec
-from tplog._events import EVENT_TYPES
-from tplog._fold import interrupts_of, items_from_events, pending_of, state_of
-from tplog._store import Store
-from tplog._verify import verify_store
 from tplog.backends.lmdb import projections as proj
 from tplog.backends.lmdb.keys import TKEY_SIZE, event_key, from_u64, tkey, u64
+from tplog.codec import FORMAT, FORMATS, Codec
+from tplog.events import EVENT_TYPES
+from tplog.projections.fold import interrupts_of, items_from_events, pending_of, state_of
+from tplog.store import Store
+from tplog.verify import verify_store
 
 GOLDEN = Path(__file__).parent / "golden"
 

@@ -66,10 +66,10 @@ from tplog import (
     UserTurnSubmitted,
     WrongExpectedVersionError,
 )
-from tplog._codec import Limits
-from tplog._store import AppendResult
-from tplog._verify import verify_store
 from tplog.backends.lmdb.keys import event_key, tkey
+from tplog.codec import Limits
+from tplog.store import AppendResult
+from tplog.verify import verify_store
 
 
 def event_ids_stored(store: Store, eids: list[str]) -> list[bool]:
@@ -1174,7 +1174,7 @@ def test_deep_nesting_in_a_scalar_field_is_refused(open_store: Callable[..., Sto
 def test_generated_event_ids_are_uuid7_and_unique_across_threads_and_fork() -> None:
     """Ids draw their random bits from a per-thread os.urandom buffer: threads never
     share one, and a forked child gets fresh bytes instead of replaying its parent's."""
-    from tplog._store import new_event_id
+    from tplog.store import new_event_id
 
     first = new_event_id()  # this thread's buffer now holds unused random bytes
     r, w = os.pipe()

@@ -18,17 +18,17 @@ import pytest
 from conftest import T, agent_start, completed, exchange, link, register, spawn_message, started, user
 
 from tplog import AsyncStore, Store, thread_hash
-from tplog import _model as m
-from tplog._errors import (
+from tplog.backends.lmdb import LmdbRecorder
+from tplog.backends.memory import MemoryRecorder
+from tplog.errors import (
     InvalidEventError,
     InvalidInputError,
     StoreClosedError,
     ThreadDeletedError,
     WrongExpectedVersionError,
 )
-from tplog._events import MessageRecorded
-from tplog.backends.lmdb import LmdbRecorder
-from tplog.backends.memory import MemoryRecorder
+from tplog.events import MessageRecorded
+from tplog.protocol import model as m
 
 
 def scenario(s: Store) -> list[Any]:

@@ -12,10 +12,10 @@ import msgspec
 
 from server.server_harness import ServerProcess, chat_body
 from tplog import AgentTurnCompleted, Store
-from tplog import _model as m
-from tplog._fold import fold
-from tplog._validate import thread_id_for
 from tplog.integrations.vercel import assemble_turn, thread_id_for_chat
+from tplog.projections.fold import fold
+from tplog.protocol import model as m
+from tplog.protocol.validate import thread_id_for
 
 N_CHATS = 200
 

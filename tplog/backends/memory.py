@@ -21,34 +21,6 @@ from typing import Any, Final, TypeVar
 
 import msgspec
 
-from tplog._codec import MSG_KIND, Codec, Encoded, Limits
-from tplog._errors import (
-    IdempotencyError,
-    InvalidEventError,
-    InvalidInputError,
-    NotFoundError,
-    RebuildInProgressError,
-    StoreClosedError,
-    ThreadDeletedError,
-    TplogError,
-    WrongExpectedVersionError,
-)
-from tplog._events import (
-    KIND_CODE,
-    AgentRegistered,
-    AgentTurnCompleted,
-    AgentTurnInterrupted,
-    AgentTurnStarted,
-    LinkAdded,
-    MessageRecorded,
-    RecordedEvent,
-    ThreadDeleted,
-    ThreadInfoChanged,
-    ThreadStarted,
-    UserTurnSubmitted,
-)
-from tplog._fold import Item, ThreadState, feed
-from tplog._rules import Tracker, advance_rules, check_event, exported_calls, rules_from_log
 from tplog.backends.contract import (
     EXISTS,
     NO_STREAM,
@@ -68,6 +40,34 @@ from tplog.backends.contract import (
     thread_key,
 )
 from tplog.backends.contract import VERSIONS as VERSIONS
+from tplog.codec import MSG_KIND, Codec, Encoded, Limits
+from tplog.errors import (
+    IdempotencyError,
+    InvalidEventError,
+    InvalidInputError,
+    NotFoundError,
+    RebuildInProgressError,
+    StoreClosedError,
+    ThreadDeletedError,
+    TplogError,
+    WrongExpectedVersionError,
+)
+from tplog.events import (
+    KIND_CODE,
+    AgentRegistered,
+    AgentTurnCompleted,
+    AgentTurnInterrupted,
+    AgentTurnStarted,
+    LinkAdded,
+    MessageRecorded,
+    RecordedEvent,
+    ThreadDeleted,
+    ThreadInfoChanged,
+    ThreadStarted,
+    UserTurnSubmitted,
+)
+from tplog.projections.fold import Item, ThreadState, feed
+from tplog.protocol.rules import Tracker, advance_rules, check_event, exported_calls, rules_from_log
 
 __all__ = ["MemoryRecorder"]
 
@@ -503,7 +503,7 @@ class MemoryRecorder:
             return [lk for s in t.events for _, lk in outgoing(s.seq, s.event)]
 
     def _require_live(self, name: str) -> None:
-        from tplog._errors import RebuildRequiredError
+        from tplog.errors import RebuildRequiredError
 
         if self._tracking[name][0] != "live":
             raise RebuildRequiredError(f"memory: the {name} projection is stale; run rebuild({name!r})")
@@ -636,7 +636,7 @@ def _recorded(thread_id: str, s: _Stored) -> RecordedEvent:
 
 def _advance(thread_id: str, head: ThreadHead, events: list[Encoded], stored: list[Any] | None) -> ThreadHead:
     """The order rules and (``stored``: the thread's events, given when the append
-    checks the rules) the validation rules of tplog._rules, checked event by event;
+    checks the rules) the validation rules of tplog.protocol.rules, checked event by event;
     the head they lead to (a copy). The tool-call check always takes the slow path
     here (no state projection is consulted): simple, and the same answers."""
     h = msgspec.structs.replace(head)

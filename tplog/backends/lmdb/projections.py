@@ -10,7 +10,7 @@ transaction (so, when live, they cover exactly the log's last position):
   thread carries is indexed: those declared in ``ThreadStarted.relationships``
   and ``LinkAdded`` events; deleted threads contribute nothing, and a deleted
   thread is nobody's child;
-- ``state``: per thread, the id-only fold state (:class:`~tplog._fold.ThreadState`:
+- ``state``: per thread, the id-only fold state (:class:`~tplog.projections.fold.ThreadState`:
   pending tool calls, interrupt facts) in table ``proj`` under
   ``b"state\\x00" + thread key``.
 
@@ -53,7 +53,17 @@ from typing import Any, Final
 
 import msgspec
 
-from tplog._codec import (
+from tplog.backends.contract import DECLARED as DECLARED
+from tplog.backends.contract import LINKS as LINKS
+from tplog.backends.contract import PROJECTIONS as PROJECTIONS
+from tplog.backends.contract import STATE as STATE
+from tplog.backends.contract import VERSIONS as VERSIONS
+from tplog.backends.contract import RebuildReport as RebuildReport
+from tplog.backends.contract import ThreadHead
+from tplog.backends.contract import outgoing as outgoing
+from tplog.backends.lmdb.engine import ReadTxn, WriteTxn
+from tplog.backends.lmdb.keys import TKEY_SIZE, from_u64, tkey, u64
+from tplog.codec import (
     F_BLOB,
     F_COMPRESSED,
     HEADER_CRC_SEED,
@@ -65,8 +75,8 @@ from tplog._codec import (
     Header,
     peek_header,
 )
-from tplog._errors import InvalidInputError, RebuildInProgressError, RebuildRequiredError
-from tplog._events import (
+from tplog.errors import InvalidInputError, RebuildInProgressError, RebuildRequiredError
+from tplog.events import (
     KIND_CODE,
     AgentRegistered,
     AgentTurnCompleted,
@@ -77,17 +87,7 @@ from tplog._events import (
     ThreadInfoChanged,
     ThreadStarted,
 )
-from tplog._fold import Item, ThreadState, feed, step
-from tplog.backends.contract import DECLARED as DECLARED
-from tplog.backends.contract import LINKS as LINKS
-from tplog.backends.contract import PROJECTIONS as PROJECTIONS
-from tplog.backends.contract import STATE as STATE
-from tplog.backends.contract import VERSIONS as VERSIONS
-from tplog.backends.contract import RebuildReport as RebuildReport
-from tplog.backends.contract import ThreadHead
-from tplog.backends.contract import outgoing as outgoing
-from tplog.backends.lmdb.engine import ReadTxn, WriteTxn
-from tplog.backends.lmdb.keys import TKEY_SIZE, from_u64, tkey, u64
+from tplog.projections.fold import Item, ThreadState, feed, step
 
 __all__ = ["PROJECTIONS", "VERSIONS", "ProjectionInfo", "RebuildReport", "rebuild"]
 

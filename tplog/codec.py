@@ -51,9 +51,8 @@ from typing import Any, Final, NoReturn
 import msgspec
 import zstandard
 
-from tplog import _model as m
-from tplog._errors import CorruptionError, InvalidInputError, LimitExceededError
-from tplog._events import (
+from tplog.errors import CorruptionError, InvalidInputError, LimitExceededError
+from tplog.events import (
     EVENT_TYPES,
     KIND_CODE,
     AgentTurnCompleted,
@@ -63,6 +62,7 @@ from tplog._events import (
     MessageRecorded,
     UserTurnSubmitted,
 )
+from tplog.protocol import model as m
 
 FORMAT: Final = 3  #: the format written
 FORMATS: Final = (1, 2, 3)  #: the formats read

@@ -22,22 +22,6 @@ from typing import Any, Final, Literal, cast
 
 import msgspec
 
-from tplog import _model as m
-from tplog._codec import Codec, Encoded, Header, Limits
-from tplog._errors import InvalidInputError, NotFoundError, ThreadDeletedError, TplogError
-from tplog._events import KIND_CODE, Event, LinkAdded, RecordedEvent, ThreadDeleted, ThreadStarted
-from tplog._fold import (
-    Folder,
-    FoldResult,
-    InterruptState,
-    Item,
-    PendingState,
-    ThreadState,
-    events_from_thread,
-    interrupts_of,
-    pending_of,
-    state_of,
-)
 from tplog.backends import contract
 from tplog.backends.contract import (
     ANY,
@@ -55,8 +39,25 @@ from tplog.backends.contract import (
     thread_key,
 )
 from tplog.backends.lmdb import LmdbRecorder  # the default backend, imported with the facade
+from tplog.codec import Codec, Encoded, Header, Limits
+from tplog.errors import InvalidInputError, NotFoundError, ThreadDeletedError, TplogError
+from tplog.events import KIND_CODE, Event, LinkAdded, RecordedEvent, ThreadDeleted, ThreadStarted
+from tplog.projections.fold import (
+    Folder,
+    FoldResult,
+    InterruptState,
+    Item,
+    PendingState,
+    ThreadState,
+    events_from_thread,
+    interrupts_of,
+    pending_of,
+    state_of,
+)
+from tplog.protocol import model as m
 
-__all__ = ["ANY", "EXISTS", "NO_STREAM", "AppendResult", "AsyncStore", "Store", "ThreadHead", "ThreadPage"]
+__all__ = ["ANY", "EXISTS", "NO_STREAM", "AppendResult", "AsyncStore", "ExpectedVersion", "Store", "ThreadHead",
+           "ThreadPage"]
 
 ExpectedVersion = contract.ExpectedVersion  # the types live in the backend contract; re-exported here
 
@@ -198,14 +199,14 @@ class Store:
     - ``readonly``: open without write access (appends raise ReadOnlyError).
     - ``map_size``: the initial LMDB map; it grows by itself (doubling) up to
       ``max_map_size``.
-    - ``limits``: :class:`~tplog._codec.Limits` on event size, parts, depth,
+    - ``limits``: :class:`~tplog.codec.Limits` on event size, parts, depth,
       decompressed size and the blob threshold.
     - ``auto_dictionary``: once the log holds this many events and the store
       has no zstd dictionary, one is trained from its latest events in a
       background thread (:meth:`train_dictionary`); new values use it, old ones
       keep theirs. 0 turns it off.
     - ``check_rules``: ``True`` (default) — every append is checked against the
-      validation rules of ``tplog.validate`` (``tplog._rules``), so what the
+      validation rules of ``tplog.validate`` (``tplog.protocol.rules``), so what the
       store accepts, ``validate`` accepts; ``False`` — only the order rules:
       a raw log of well-ordered events (replaying logs recorded without the
       rules, tests of storage mechanics with toy ids).
@@ -622,7 +623,7 @@ class Store:
         By default the thread must not exist yet. ``export(thread_id)`` gives back a
         document with the same canonical hash.
         """
-        from tplog._validate import validate
+        from tplog.protocol.validate import validate
 
         if not isinstance(thread, m.Thread):
             raise InvalidInputError(f"import_thread takes a tplog.Thread, not a {type(thread).__name__}")
