@@ -298,7 +298,7 @@ def test_read(capsys: pytest.CaptureFixture[str], loaded: str) -> None:
     assert types.count("agent_turn_interrupted") == 1 and types.count("agent_turn_completed") == 1
     assert all(r["event"]["type"] == r["type"] for r in rows)
     assert all(set(r) == {"seq", "position", "event_id", "recorded_at", "type", "event"} for r in rows)
-    assert [r["seq"] for r in ok_lines(capsys, "read", loaded, TID, "--start", "3", "--limit", "2")] == [3, 4]
+    assert [r["seq"] for r in ok_lines(capsys, "read", loaded, TID, "--after", "2", "--limit", "2")] == [3, 4]
     back = ok_lines(capsys, "read", loaded, TID, "--backward", "--limit", "3")
     assert [r["seq"] for r in back] == [len(rows), len(rows) - 1, len(rows) - 2]
 

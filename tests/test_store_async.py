@@ -65,7 +65,7 @@ def test_many_tasks_group_commit_each_gets_its_own_result(tmp_path: Path) -> Non
                 else:
                     assert isinstance(res, AppendResult), res
                     assert (res.thread_id, res.first_seq, res.last_seq, res.event_ids) == (tid, 2, 3, eids[k])
-                    got = await a.read(tid, start=2)
+                    got = await a.read(tid, after=1)
                     assert [(e.position, e.event_id) for e in got] == [
                         (res.first_position, eids[k][0]), (res.last_position, eids[k][1])]
             shared = out[n:]
@@ -246,7 +246,7 @@ def test_iter_all_streams_the_log_and_sees_a_delete_between_chunks(tmp_path: Pat
                     await a.append(f"t{i}", [user()])
             log = await a.read_all()
             assert [e async for e in a.iter_all(chunk=4)] == log
-            assert [e async for e in a.iter_all(start=log[7].position, chunk=2)] == log[7:]
+            assert [e async for e in a.iter_all(after=log[6].position, chunk=2)] == log[7:]
 
             it = a.iter_all(chunk=3)
             first = [await it.__anext__() for _ in range(3)]

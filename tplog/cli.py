@@ -237,7 +237,7 @@ def cmd_read(args: argparse.Namespace) -> int:
     from tplog.protocol.json import to_builtins
 
     with _store(args) as s:
-        events = s.read(args.thread, start=args.start, limit=args.limit,
+        events = s.read(args.thread, after=args.after, limit=args.limit,
                         direction="backward" if args.backward else "forward")
     for e in events:
         row = {"seq": e.seq, "position": e.position, "event_id": e.event_id, "recorded_at": e.recorded_at,
@@ -406,7 +406,8 @@ def build_parser() -> argparse.ArgumentParser:
     sp = add("export", cmd_export, "Print a thread as ThreadProtocol JSON.", thread=True)
     sp.add_argument("--version", choices=["0.0.4", "0.0.3"], default="0.0.4", help="protocol version to write")
     sp = add("read", cmd_read, "Print a thread's raw history events as JSON lines.", thread=True)
-    sp.add_argument("--start", type=int, default=None, help="first seq (default: first, or last with --backward)")
+    sp.add_argument("--after", type=int, default=None,
+                    help="page on: the last seq seen (exclusive; default: from the first, or the last with --backward)")
     sp.add_argument("--limit", type=int, default=None, help="at most this many events")
     sp.add_argument("--backward", action="store_true", help="newest first")
     sp = add("threads", cmd_threads, "List threads, most recently updated first, one page at a time.")

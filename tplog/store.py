@@ -107,6 +107,11 @@ def _check_page_limit(limit: object) -> None:
         raise InvalidInputError(f"limit must be None or an int ≥ 0, not {limit!r}")
 
 
+def _check_position(after: object) -> None:
+    if isinstance(after, bool) or not isinstance(after, int) or after < 0:
+        raise InvalidInputError(f"after must be a log position (an int ≥ 0), not {after!r}")
+
+
 def _now_ns() -> int:
     return time.time_ns()
 
@@ -407,39 +412,45 @@ class Store:
         self,
         thread_id: str,
         *,
-        start: int | None = None,
-        direction: Literal["forward", "backward"] = "forward",
+        after: int | None = None,
         limit: int | None = None,
+        direction: Literal["forward", "backward"] = "forward",
     ) -> list[RecordedEvent]:
-        """A thread's events from seq ``start`` (inclusive), forward or backward.
+        """A thread's events after seq ``after`` (exclusive), forward or backward.
 
-        ``start`` defaults to the first (forward) or last (backward) event;
-        ``limit`` caps how many are returned. Each value's CRC is verified; a
+        Forward: seqs above ``after``, oldest first; backward: seqs below it,
+        newest first. ``after=None`` starts at the first (forward) or last
+        (backward) event, so a page continues with ``after=page[-1].seq`` either
+        way. ``limit`` caps how many are returned. Each value's CRC is verified; a
         mismatch raises :class:`CorruptionError` naming the thread and seq.
         Raises :class:`NotFoundError` for a thread the store never had.
         """
         if direction not in ("forward", "backward"):
             raise InvalidInputError(f"direction must be 'forward' or 'backward', not {direction!r}")
-        for name, value in (("start", start), ("limit", limit)):
+        for name, value in (("after", after), ("limit", limit)):
+            if value is not None and (isinstance(value, bool) or not isinstance(value, int)):
+                raise InvalidInputError(f"{name} must be None or an int, not {value!r}")
             if value is not None and value < 0:
                 raise InvalidInputError(f"{name} must be ≥ 0, not {value}")
-        after = None if start is None else start - 1 if direction == "forward" else start + 1
         return self.backend.read_thread(thread_id, scope=self._scope, after=after, limit=limit, direction=direction)
 
     def iter_thread_values(self, thread_id: str) -> Iterator[tuple[int, Header, bytes]]:
         """(seq, header, raw value) for a thread, without decoding bodies (LMDB only)."""
         return cast(Any, self.backend).iter_thread_values(thread_id, scope=self._scope)  # type: ignore[no-any-return]
 
-    def read_all(self, *, start: int = 1, limit: int | None = None) -> list[RecordedEvent]:
-        """The store-wide log from ``position`` ``start`` in commit order (catch-up readers).
+    def read_all(self, *, after: int = 0, limit: int | None = None) -> list[RecordedEvent]:
+        """The store-wide log after ``position`` ``after`` (exclusive) in commit order
+        (catch-up readers: continue with ``after=page[-1].position``).
 
         Positions are gap-free at commit; events of a deleted thread leave gaps
         (their positions are skipped), except its ``ThreadDeleted`` tombstone.
         """
-        return self.backend.read_log(0, after=max(start, 1) - 1, limit=limit, scope=self._scope)
+        _check_position(after)
+        _check_page_limit(limit)
+        return self.backend.read_log(0, after=after, limit=limit, scope=self._scope)
 
-    def iter_all(self, *, start: int = 1, chunk: int = 64) -> Iterator[RecordedEvent]:
-        """The store-wide log from position ``start``, streamed: what :meth:`read_all`
+    def iter_all(self, *, after: int = 0, chunk: int = 64) -> Iterator[RecordedEvent]:
+        """The store-wide log after position ``after``, streamed: what :meth:`read_all`
         returns, read ``chunk`` events per read transaction, so memory and the time a
         read transaction is held stay bounded on a store of any size.
 
@@ -447,13 +458,14 @@ class Store:
         iterating are included once their positions are reached. Each chunk is its own
         snapshot: a thread deleted between chunks leaves the rest of its events out.
         """
+        _check_position(after)
         _check_chunk(chunk)
         self._check_open()
-        return self._iter_all(start, chunk)
+        return self._iter_all(after, chunk)
 
     def _iter_all(self, pos: int, chunk: int) -> Iterator[RecordedEvent]:
-        while page := self.read_all(start=pos, limit=chunk):
-            pos = page[-1].position + 1
+        while page := self.read_all(after=pos, limit=chunk):
+            pos = page[-1].position
             yield from _drain(page)
 
     @property
@@ -767,24 +779,25 @@ class AsyncStore:
         self,
         thread_id: str,
         *,
-        start: int | None = None,
-        direction: Literal["forward", "backward"] = "forward",
+        after: int | None = None,
         limit: int | None = None,
+        direction: Literal["forward", "backward"] = "forward",
     ) -> list[RecordedEvent]:
-        return await asyncio.to_thread(self.store.read, thread_id, start=start, direction=direction, limit=limit)
+        return await asyncio.to_thread(self.store.read, thread_id, after=after, limit=limit, direction=direction)
 
-    async def read_all(self, *, start: int = 1, limit: int | None = None) -> list[RecordedEvent]:
-        return await asyncio.to_thread(self.store.read_all, start=start, limit=limit)
+    async def read_all(self, *, after: int = 0, limit: int | None = None) -> list[RecordedEvent]:
+        return await asyncio.to_thread(self.store.read_all, after=after, limit=limit)
 
-    def iter_all(self, *, start: int = 1, chunk: int = 64) -> AsyncIterator[RecordedEvent]:
+    def iter_all(self, *, after: int = 0, chunk: int = 64) -> AsyncIterator[RecordedEvent]:
         """As :meth:`Store.iter_all` (``async for``): each chunk is read in the default executor."""
+        _check_position(after)
         _check_chunk(chunk)
         self.store._check_open()
-        return self._iter_all(start, chunk)
+        return self._iter_all(after, chunk)
 
     async def _iter_all(self, pos: int, chunk: int) -> AsyncIterator[RecordedEvent]:
-        while page := await asyncio.to_thread(self.store.read_all, start=pos, limit=chunk):
-            pos = page[-1].position + 1
+        while page := await asyncio.to_thread(self.store.read_all, after=pos, limit=chunk):
+            pos = page[-1].position
             for ev in _drain(page):
                 yield ev
 

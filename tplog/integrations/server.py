@@ -1200,7 +1200,7 @@ def create_app(
             yield "retry: 1000\n\n"
             while True:
                 mark = watcher.pos
-                evs = await asyncio.to_thread(store.read, tid, start=last + 1, limit=_TAIL_PAGE)
+                evs = await asyncio.to_thread(store.read, tid, after=last, limit=_TAIL_PAGE)
                 for e in evs:
                     if e.seq <= last:  # pragma: no cover - reads are by seq
                         continue
