@@ -45,9 +45,7 @@ import bisect
 import contextlib
 import itertools
 import os
-import struct
 import time
-import zlib
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any, Final
 
@@ -64,16 +62,14 @@ from tplog.backends.contract import outgoing as outgoing
 from tplog.backends.lmdb.engine import ReadTxn, WriteTxn
 from tplog.backends.lmdb.keys import TKEY_SIZE, from_u64, tkey, u64
 from tplog.codec import (
-    F_BLOB,
-    F_COMPRESSED,
-    HEADER_CRC_SEED,
     MSG_KIND,
     PEEK_FACTS,
-    PREFIX,
     PREFIX_SIZE,
     Codec,
     Header,
+    header_end,
     peek_header,
+    verified_header_end,
 )
 from tplog.errors import InvalidInputError, RebuildInProgressError, RebuildRequiredError
 from tplog.events import (
@@ -103,7 +99,6 @@ _K_STARTED = KIND_CODE[ThreadStarted]
 BODY_KINDS: Final = frozenset(KIND_CODE[c] for c in (AgentTurnStarted, AgentTurnCompleted, AgentTurnInterrupted,
                                                      LinkAdded))
 _K_DELETED = KIND_CODE[ThreadDeleted]
-_FLAGS: Final = F_COMPRESSED | F_BLOB  # every flag bit a value may have
 #: The kinds no id-only fold reads (links come from LinkAdded events, spawn facts and the
 #: ThreadStarted's declared links): a rebuild passes over them by their header's kind byte.
 UNREAD_KINDS: Final = frozenset(KIND_CODE[c] for c in (ThreadStarted, AgentRegistered, ThreadInfoChanged))
@@ -381,7 +376,7 @@ def _scan_keys(txn: ReadTxn, codec: Codec, after: bytes, limit: int, do_links: b
     check, check_header, header = codec.check, codec.check_header, codec.header
     body_bytes, decode_event = codec.body_bytes, codec.decode_event
     header_decode = codec.header_decoder.decode
-    crc32, prefix, seed, peek = zlib.crc32, PREFIX.unpack_from, HEADER_CRC_SEED[3], peek_header
+    verified_end, peek = verified_header_end, peek_header
     skipped = SKIPPED_FOR_LINKS if do_links else SKIPPED
     current = key = b""
     st = ThreadState()
@@ -389,8 +384,8 @@ def _scan_keys(txn: ReadTxn, codec: Codec, after: bytes, limit: int, do_links: b
     scope: str | None = None
     n = 0
     rows = txn.range("events", after + b"\x00" if after else b"")
-    # The loop runs once per event of the log: the CRC check and header decode are
-    # inlined (on a mismatch, codec.check_header / codec.header raise the typed error).
+    # The loop runs once per event of the log: the header decode is inlined (on a
+    # mismatch, codec.check_header / codec.header raise the typed error).
     for n, (key, value) in enumerate(itertools.islice(rows, limit), 1):  # noqa: B007 (n, key: read after it)
         tk = key[:TKEY_SIZE]
         if tk != current:
@@ -401,16 +396,10 @@ def _scan_keys(txn: ReadTxn, codec: Codec, after: bytes, limit: int, do_links: b
             st = carry[1] if carry is not None and carry[0] == tk else ThreadState()
             if do_state:
                 states[tk] = st
-        # Inlined check_header for a format-3 value (an older format, or a mismatch: the method).
-        try:
-            fmt, flags, _, crc, hlen = prefix(value)
-        except struct.error:
-            check_header(key, value, where=(name, from_u64(key, TKEY_SIZE)))  # too short: raises
-            raise
-        hend = PREFIX_SIZE + hlen
-        if not (fmt == 3 and flags <= _FLAGS and hend <= len(value) - 4
-                and crc32(key, crc32(value[10:hend], seed)) == crc):
+        hend = verified_end(key, value)
+        if not hend:  # an older format (the method checks it) or damage (the method raises)
             check_header(key, value, where=(name, from_u64(key, TKEY_SIZE)))
+            hend = header_end(value)
         if peek(value) in skipped:  # see _items_in
             continue
         seq = int.from_bytes(key[TKEY_SIZE:], "big")
