@@ -117,14 +117,18 @@ def _now_ns() -> int:
 
 
 def open_backend(target: str | os.PathLike[str], **options: Any) -> Recorder:
-    """The backend a store path or URL names: ``"memory:"`` → the reference backend,
-    ``postgresql://…`` → PostgreSQL (``tplog[postgres]``), ``lmdb:///dir`` or a directory
-    path → LMDB (options pass through)."""
-    if isinstance(target, str) and target == MEMORY:
+    """The backend a store path or URL names: ``"memory:"`` → the reference backend
+    (``"memory:DIR"``: loaded from a memory store's backup in DIR), ``postgresql://…`` →
+    PostgreSQL (``tplog[postgres]``), ``lmdb:///dir`` or a directory path → LMDB (options
+    pass through)."""
+    if isinstance(target, str) and target.startswith(MEMORY):
         from tplog.backends.memory import MemoryRecorder
 
         if options.get("readonly"):
-            raise InvalidInputError("a memory: store cannot be opened read-only: it starts empty")
+            raise InvalidInputError("a memory: store cannot be opened read-only: it lives in this process only")
+        source = target[len(MEMORY):]
+        if source:  # memory:DIR: a copy of what a memory store's backup wrote into DIR
+            return MemoryRecorder.restore(source, limits=options.get("limits"))
         return MemoryRecorder(limits=options.get("limits"))
     if isinstance(target, str) and target.startswith(("postgresql://", "postgres://")):
         if options.get("readonly"):
@@ -193,7 +197,8 @@ def new_event_id() -> str:
 class Store:
     """A tplog store: in the directory ``path`` (created if missing; ``lmdb:///dir``
     names one too), or ``"memory:"`` for the in-memory reference backend (its
-    content lives as long as the object; handy in tests).
+    content lives as long as the object; handy in tests; ``"memory:DIR"`` starts
+    from what :meth:`backup` of a memory store wrote into DIR).
 
     Thread-safe; several processes may open the same directory (LMDB allows
     one writer at a time; readers are never blocked). Options:
@@ -238,7 +243,7 @@ class Store:
             raise InvalidInputError(f"check_rules must be True or False, not {check_rules!r}")
         if isinstance(fold_cache, bool) or not isinstance(fold_cache, int) or fold_cache < 0:
             raise InvalidInputError(f"fold_cache must be an int ≥ 0 (events), not {fold_cache!r}")
-        self.path = path if isinstance(path, str) and path == MEMORY else os.fspath(path)
+        self.path = path if isinstance(path, str) and path.startswith(MEMORY) else os.fspath(path)
         self.backend: Recorder = open_backend(
             path, readonly=readonly, durability=durability, map_size=map_size, max_map_size=max_map_size,
             limits=limits, auto_dictionary=auto_dictionary)
