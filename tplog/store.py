@@ -152,8 +152,8 @@ def open_backend(target: str | os.PathLike[str], **options: Any) -> Recorder:
 class _Entropy(threading.local):
     """Per-thread random bytes from ``os.urandom``, drawn 4 KB at a time: each
     ``os.urandom`` call releases the GIL, and with many appending threads every
-    release is a thread switch (16 writers: ~3 % more appends/s, a fifth less
-    system time). Refilled, never shared, and dropped in a forked child."""
+    release is a thread switch (measured: benchmarks/RESULTS.md). Refilled, never
+    shared, and dropped in a forked child."""
 
     def __init__(self) -> None:
         self.buf = b""
@@ -223,7 +223,7 @@ class Store:
     - ``fold_cache``: how many folded events :meth:`load` keeps in memory (the
       turns of recently loaded threads, each with the seq it covers), so a
       later load folds only what was appended since; 0 turns it off. A folded
-      event holds ~7 KB of Python objects for typical agent messages.
+      event holds several KB of Python objects (see benchmarks/README.md).
     """
 
     def __init__(
@@ -683,13 +683,13 @@ class Store:
 
 
 #: An async append whose events encode to more msgpack bytes than this is checked,
-#: compressed and hashed in a worker thread; smaller ones on the loop (a thread hop
-#: costs more than their ~0.1 ms).
+#: compressed and hashed in a worker thread; smaller ones on the loop (there a thread
+#: hop costs more than the work).
 ASYNC_INLINE_BYTES = 64 << 10
 
 
 def _bodies(codec: Codec, events: object) -> list[bytes] | None:
-    """The events' msgpack bodies (msgspec encodes at ~1 GB/s: cheap on the loop), or
+    """The events' msgpack bodies (msgspec's encoding is cheap enough for the loop), or
     ``None`` if they are not all encodable events (``Store._encode`` then raises the
     error, naming the thread and the event)."""
     if isinstance(events, (str, bytes)) or not isinstance(events, Sequence):
@@ -769,8 +769,8 @@ class AsyncStore:
         s = self.store
         bodies = _bodies(s.codec, events)
         if bodies is not None and sum(map(len, bodies)) > ASYNC_INLINE_BYTES:
-            # The checks, compression and hashing of a large event take milliseconds
-            # (a 1 MB tool return ~35 ms): not on the loop.
+            # The checks, compression and hashing of a large event take long enough
+            # to stall other tasks: not on the loop.
             encoded = await asyncio.to_thread(s._encode, thread_id, events, event_ids, bodies)
         else:
             encoded = s._encode(thread_id, events, event_ids, bodies)

@@ -22,8 +22,8 @@ threads about to append wait at a gate while the leader builds its
 transaction (they encode during its fsync instead); the callers of the group
 committed before are woken by the next leader only once its transaction is
 built (they too run during its fsync; a caller learns its result up to one
-transaction build later, and 16 writer threads append 15-25 % more events
-per second: see ``tools/group_commit_probe.py``); and the leader keeps its
+transaction build later, for more appends per second with many writers: see
+``tools/group_commit_probe.py`` and benchmarks/RESULTS.md); and the leader keeps its
 transaction's calls few: the rows it wrote in its
 last commit (heads, projection state, bookkeeping, the last position) are
 reused while the LMDB transaction id shows that no other write has committed
