@@ -170,7 +170,7 @@ def main(argv: list[str] | None = None) -> int:
                 pos0 = s.last_position
             wall, lat, errors = asyncio.run(_chats(f"http://127.0.0.1:{port}", args.chats, args.concurrency, "run"))
             with Store(store, readonly=True) as s:
-                recorded = [e for e in s.read_all(start=pos0 + 1) if e.thread_id in run_ids]
+                recorded = [e for e in s.read_all(after=pos0) if e.thread_id in run_ids]
         finally:
             proc.send_signal(signal.SIGINT)
             try:

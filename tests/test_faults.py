@@ -177,9 +177,9 @@ def test_read_only_bind_mount(tmp_path: Path) -> None:
 _NONROOT = """
     import os, sys, tempfile
     from tplog import ReadOnlyError, ThreadStarted, TplogError
-    from tplog._store import Store as _Store
+    from tplog.store import Store as _Store
     def Store(path, **kw): return _Store(path, check_rules=False, **kw)  # toy ids, as ToyStore
-    import tplog._canonical, tplog._cli, tplog._fold  # everything, before this uid may no longer read it
+    import tplog.protocol.canonical, tplog.cli, tplog.projections.fold  # all of it, before this uid may not read
     path, uid, gid = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
     if os.geteuid() != uid:
         # Load what tplog and LMDB import lazily (py-lmdb 3 imports lmdb._envid at the first open)

@@ -50,11 +50,11 @@ from tplog import (
     to_builtins,
     validate_json,
 )
-from tplog import _model as m
-from tplog._cli import build_parser, main
-from tplog._codec import stored_body
 from tplog.backends.lmdb.keys import tkey
+from tplog.cli import build_parser, main
+from tplog.codec import stored_body
 from tplog.integrations.vercel import assemble_turn, parse_sse
+from tplog.protocol import model as m
 
 ROOT = Path(__file__).resolve().parent
 SOAK = "--soak" in sys.argv

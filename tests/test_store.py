@@ -66,10 +66,10 @@ from tplog import (
     UserTurnSubmitted,
     WrongExpectedVersionError,
 )
-from tplog._codec import Limits
-from tplog._store import AppendResult
-from tplog._verify import verify_store
 from tplog.backends.lmdb.keys import event_key, tkey
+from tplog.codec import Limits
+from tplog.store import AppendResult
+from tplog.verify import verify_store
 
 
 def event_ids_stored(store: Store, eids: list[str]) -> list[bool]:
@@ -328,17 +328,25 @@ def test_global_log_order_across_interleaved_appends(store: Store, rng: random.R
         h = store.head(n)
         assert h.version == len(thread) and h.last_position == thread[-1].position
     # read_all paging and read() windows
-    assert store.read_all(start=10, limit=7) == log[9:16]
-    assert store.read_all(start=len(log) + 1) == []
+    assert store.read_all(after=9, limit=7) == log[9:16]
+    assert store.read_all(after=log[15].position, limit=7) == log[16:23]  # the next page
+    assert store.read_all(after=len(log)) == []
     t0 = store.read(names[0])
     assert store.read(names[0], direction="backward") == t0[::-1]
-    assert store.read(names[0], start=2, limit=2) == t0[1:3]
-    assert store.read(names[0], start=2, direction="backward") == t0[:2][::-1]
+    assert store.read(names[0], after=1, limit=2) == t0[1:3]
+    assert store.read(names[0], after=t0[2].seq, limit=2) == t0[3:5]  # the next page
+    assert store.read(names[0], after=3, direction="backward") == t0[:2][::-1]
+    assert store.read(names[0], after=t0[0].seq, direction="backward") == []
     assert store.read(names[0], limit=0) == []
     with pytest.raises(InvalidInputError):
         store.read(names[0], direction="sideways")  # type: ignore[arg-type]
     with pytest.raises(InvalidInputError):
-        store.read(names[0], start=-1)
+        store.read(names[0], after=-1)
+    with pytest.raises(InvalidInputError, match="after must be None or an int"):
+        store.read(names[0], after="2")  # type: ignore[arg-type]
+    for bad in (-1, None, True):
+        with pytest.raises(InvalidInputError, match="after must be a log position"):
+            store.read_all(after=bad)  # type: ignore[arg-type]
     with pytest.raises(NotFoundError):
         store.read("never-existed")
 
@@ -521,7 +529,7 @@ def test_flipped_byte_is_detected(open_store: Callable[..., Store], tmp_path: Pa
     with pytest.raises(CorruptionError) as ei:
         s.read_all()
     assert (ei.value.thread_id, ei.value.seq) == ("t", 2)
-    assert [e.seq for e in s.read("t", start=3)] == [3]  # neighbours still readable
+    assert [e.seq for e in s.read("t", after=2)] == [3]  # neighbours still readable
     assert len(s.read("u")) == 2
 
 
@@ -599,7 +607,7 @@ def test_blob_changed_in_a_way_only_its_crc_can_tell_is_detected(open_store: Cal
     assert (ei.value.thread_id, ei.value.seq) == ("t", 2)
     with pytest.raises(CorruptionError, match="shared blob failed its CRC-32 check"):
         s.read_all()
-    assert [e.seq for e in s.read("t", start=3)] == [3]
+    assert [e.seq for e in s.read("t", after=2)] == [3]
     problems = verify_store(s).problems
     assert problems == ["shared blob failed its CRC-32 check (thread t, seq 2)"], problems
 
@@ -620,7 +628,7 @@ def test_event_body_changed_in_a_way_only_its_crc_can_tell_is_detected(open_stor
         s.read("t")
     with pytest.raises(CorruptionError, match=r"^stored value failed its CRC-32 check \(thread t, seq 2\)$"):
         s.read_all()
-    assert [e.seq for e in s.read("t", start=3)] == [3]
+    assert [e.seq for e in s.read("t", after=2)] == [3]
     assert verify_store(s).problems == ["stored value failed its CRC-32 check (thread t, seq 2)"]
 
 
@@ -641,7 +649,7 @@ def test_growth_from_a_tiny_map(open_store: Callable[..., Store], rng: random.Ra
     def reader() -> None:  # reads keep working while the map is resized under them
         try:
             while not stop.is_set():
-                s.read_all(start=max(1, s.last_position - 20))
+                s.read_all(after=max(0, s.last_position - 21))
         except BaseException as exc:
             reader_errors.append(exc)
 
@@ -1174,7 +1182,7 @@ def test_deep_nesting_in_a_scalar_field_is_refused(open_store: Callable[..., Sto
 def test_generated_event_ids_are_uuid7_and_unique_across_threads_and_fork() -> None:
     """Ids draw their random bits from a per-thread os.urandom buffer: threads never
     share one, and a forked child gets fresh bytes instead of replaying its parent's."""
-    from tplog._store import new_event_id
+    from tplog.store import new_event_id
 
     first = new_event_id()  # this thread's buffer now holds unused random bytes
     r, w = os.pipe()
@@ -1225,8 +1233,8 @@ def test_iter_all_streams_the_global_log_in_chunks(tmp_path: Path, rng: random.R
         assert [e.position for e in log] != list(range(1, len(log) + 1))  # the gaps are there
         for chunk in (1, 3, 7, 256):
             assert list(s.iter_all(chunk=chunk)) == log, chunk
-        assert list(s.iter_all(start=log[20].position, chunk=5)) == log[20:]
-        assert list(s.iter_all(start=log[-1].position + 1)) == []
+        assert list(s.iter_all(after=log[19].position, chunk=5)) == log[20:]
+        assert list(s.iter_all(after=log[-1].position)) == []
 
         # events committed while iterating are included once their positions are reached
         it = s.iter_all(chunk=4)

@@ -29,8 +29,8 @@ from tplog import (
     TplogError,
     WrongExpectedVersionError,
 )
-from tplog import _model as m
-from tplog._store import AppendResult, AsyncStore
+from tplog.protocol import model as m
+from tplog.store import AppendResult, AsyncStore
 
 
 def test_many_tasks_group_commit_each_gets_its_own_result(tmp_path: Path) -> None:
@@ -65,7 +65,7 @@ def test_many_tasks_group_commit_each_gets_its_own_result(tmp_path: Path) -> Non
                 else:
                     assert isinstance(res, AppendResult), res
                     assert (res.thread_id, res.first_seq, res.last_seq, res.event_ids) == (tid, 2, 3, eids[k])
-                    got = await a.read(tid, start=2)
+                    got = await a.read(tid, after=1)
                     assert [(e.position, e.event_id) for e in got] == [
                         (res.first_position, eids[k][0]), (res.last_position, eids[k][1])]
             shared = out[n:]
@@ -202,8 +202,8 @@ def test_a_large_append_is_checked_and_compressed_off_the_loop(tmp_path: Path) -
     """Checking, compressing and hashing a 1 MB tool return takes tens of milliseconds:
     past ASYNC_INLINE_BYTES that runs in a worker thread, and the loop serves others."""
     from tplog import MessageRecorded
-    from tplog import _model as m
-    from tplog._store import ASYNC_INLINE_BYTES
+    from tplog.protocol import model as m
+    from tplog.store import ASYNC_INLINE_BYTES
 
     rows = [{"id": i, "name": f"row {i} " * 4, "tags": ["a", "b"]} for i in range(20_000)]
     part = m.ToolReturnPart(tool_name="query", tool_call_id="c1", status="success", content={"rows": rows})
@@ -246,7 +246,7 @@ def test_iter_all_streams_the_log_and_sees_a_delete_between_chunks(tmp_path: Pat
                     await a.append(f"t{i}", [user()])
             log = await a.read_all()
             assert [e async for e in a.iter_all(chunk=4)] == log
-            assert [e async for e in a.iter_all(start=log[7].position, chunk=2)] == log[7:]
+            assert [e async for e in a.iter_all(after=log[6].position, chunk=2)] == log[7:]
 
             it = a.iter_all(chunk=3)
             first = [await it.__anext__() for _ in range(3)]

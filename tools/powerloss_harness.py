@@ -334,7 +334,7 @@ def _read_store(path: str) -> tuple[dict[str, tuple[str, int, int]], dict[str, A
 
 
 def _store_sound(path: str, tally: Tally, label: str) -> None:
-    from tplog._verify import verify_store
+    from tplog.verify import verify_store
 
     with Store(path, auto_dictionary=0, check_rules=False) as s:
         rep = verify_store(s)

@@ -17,8 +17,8 @@ import pytest
 from conftest import T, agent_start, completed, exchange, link, register, response, spawn_message, started, user
 from contract_helpers import FACTORIES, append, encode, part, tombstone
 
-from tplog import _model as m
-from tplog._errors import (
+from tplog.backends.contract import Handle, Recorder, ThreadAppend, thread_key
+from tplog.errors import (
     IdempotencyError,
     InvalidEventError,
     InvalidInputError,
@@ -27,9 +27,9 @@ from tplog._errors import (
     ThreadDeletedError,
     WrongExpectedVersionError,
 )
-from tplog._events import AgentTurnStarted, MessageRecorded, ThreadDeleted
-from tplog._fold import ThreadState
-from tplog.backends.contract import Handle, Recorder, ThreadAppend, thread_key
+from tplog.events import AgentTurnStarted, MessageRecorded, ThreadDeleted
+from tplog.projections.fold import ThreadState
+from tplog.protocol import model as m
 
 
 @pytest.fixture(params=sorted(FACTORIES))
@@ -143,7 +143,7 @@ def test_order_rules_write_nothing(rec: Recorder) -> None:
 
 
 def test_validation_rules_are_checked_when_asked(rec: Recorder) -> None:
-    """``check_rules=True``: the validation rules (tplog._rules) too, each refusal typed with
+    """``check_rules=True``: the validation rules (tplog.protocol.rules) too, each refusal typed with
     its rule, seq and JSON path, nothing written; the head keeps the values they compare."""
     a = tid()
 

@@ -26,7 +26,6 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "backends"))
 from conftest import agent_start, completed, link, started, user
 from contract_helpers import part, tombstone
 
-from tplog._errors import InvalidInputError, WrongExpectedVersionError
 from tplog.backends.postgres import (
     LockTimeoutError,
     PostgresRecorder,
@@ -34,6 +33,7 @@ from tplog.backends.postgres import (
     SchemaError,
 )
 from tplog.backends.postgres.schema import DISTRIBUTED
+from tplog.errors import InvalidInputError, WrongExpectedVersionError
 
 from .proxy import CommitLosingProxy
 

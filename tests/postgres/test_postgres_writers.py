@@ -17,8 +17,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "backends"))
 from conftest import started, user
 from contract_helpers import part
 
-from tplog._errors import InvalidInputError
 from tplog.backends.postgres import PostgresRecorder
+from tplog.errors import InvalidInputError
 
 _names = itertools.count()
 

@@ -7,9 +7,9 @@ from pathlib import Path
 
 from server.server_harness import ServerProcess, chat_body, head, read_events
 from tplog import AgentTurnCompleted
-from tplog import _model as m
-from tplog._fold import fold
-from tplog._store import Store
+from tplog.projections.fold import fold
+from tplog.protocol import model as m
+from tplog.store import Store
 
 
 def test_serve_finishes_detached_runs_on_shutdown(tmp_path: Path) -> None:

@@ -26,8 +26,8 @@ from tplog import (
     UserTurn,
     UserTurnSubmitted,
 )
-from tplog import _model as m
-from tplog._fold import fold
+from tplog.projections.fold import fold
+from tplog.protocol import model as m
 
 
 def tid() -> str:

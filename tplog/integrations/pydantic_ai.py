@@ -120,9 +120,8 @@ try:  # DeferredToolRequests lives in pydantic_ai.tools / pydantic_ai._deferred
 except ImportError:  # pragma: no cover
     from pydantic_ai.tools import DeferredToolRequests
 
-from tplog import _model as m
-from tplog._errors import InvalidInputError
-from tplog._events import (
+from tplog.errors import InvalidInputError
+from tplog.events import (
     AgentRegistered,
     AgentTurnCompleted,
     AgentTurnInterrupted,
@@ -133,8 +132,9 @@ from tplog._events import (
     ThreadStarted,
     UserTurnSubmitted,
 )
-from tplog._json import from_builtins, to_builtins
-from tplog._validate import thread_id_for
+from tplog.protocol import model as m
+from tplog.protocol.json import from_builtins, to_builtins
+from tplog.protocol.validate import thread_id_for
 
 __all__ = [
     "PAI_KEY",
@@ -142,6 +142,7 @@ __all__ = [
     "ThreadRecorder",
     "events_from_messages",
     "history_from_thread",
+    "is_user_request",
     "message_from_tp",
     "message_to_tp",
     "request_from_user_turn",
@@ -474,7 +475,8 @@ def _message_dict_from_tp(d: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def _is_user_request(msg: pm.ModelMessage) -> bool:
+def is_user_request(msg: pm.ModelMessage) -> bool:
+    """Whether ``msg`` is a user's request: only user-prompt parts (system prompts aside), so a user turn."""
     if not isinstance(msg, pm.ModelRequest):
         return False
     kinds = [p.part_kind for p in msg.parts if p.part_kind != "system-prompt"]
@@ -593,7 +595,7 @@ def events_from_messages(
 
     for msg in messages:
         run_id = msg.run_id
-        if _is_user_request(msg):
+        if is_user_request(msg):
             close()
             turn = user_turn_from_request(msg, submitted_at=None if msg.timestamp else last_ts)  # type: ignore[arg-type]
             last_ts = turn.submitted_at
@@ -915,7 +917,7 @@ class ThreadRecorder:
     async def _open(self, state: _RunState, first: pm.ModelMessage | None) -> None:
         events: list[Event] = []
         if state.user_prompt is not None:
-            if first is not None and _is_user_request(first):
+            if first is not None and is_user_request(first):
                 turn = user_turn_from_request(
                     first,  # type: ignore[arg-type]
                     submitted_at=state.started_at,
@@ -958,7 +960,7 @@ class ThreadRecorder:
             if not state.opened:
                 state.n += 1
                 await self._open(state, msg)
-                if _is_user_request(msg) and state.user_prompt is not None:
+                if is_user_request(msg) and state.user_prompt is not None:
                     continue
             else:
                 state.n += 1

@@ -100,8 +100,7 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 from starlette.types import Receive, Scope, Send
 
-from tplog import _model as m
-from tplog._errors import (
+from tplog.errors import (
     ConflictError,
     InvalidEventError,
     InvalidInputError,
@@ -113,7 +112,7 @@ from tplog._errors import (
     TplogError,
     WrongExpectedVersionError,
 )
-from tplog._events import (
+from tplog.events import (
     AgentRegistered,
     AgentTurnInterrupted,
     Event,
@@ -121,10 +120,11 @@ from tplog._events import (
     ThreadDeleted,
     ThreadStarted,
 )
-from tplog._json import to_builtins, to_json
-from tplog._store import NO_STREAM, AsyncStore, ExpectedVersion, Store
 from tplog.integrations.browser import browser_routes
 from tplog.integrations.vercel import CHAT_ID_KEY, client_tool_results, thread_id_for_chat
+from tplog.protocol import model as m
+from tplog.protocol.json import to_builtins, to_json
+from tplog.store import NO_STREAM, AsyncStore, ExpectedVersion, Store
 
 __all__ = [
     "ENV_AGENTS",
@@ -1200,7 +1200,7 @@ def create_app(
             yield "retry: 1000\n\n"
             while True:
                 mark = watcher.pos
-                evs = await asyncio.to_thread(store.read, tid, start=last + 1, limit=_TAIL_PAGE)
+                evs = await asyncio.to_thread(store.read, tid, after=last, limit=_TAIL_PAGE)
                 for e in evs:
                     if e.seq <= last:  # pragma: no cover - reads are by seq
                         continue

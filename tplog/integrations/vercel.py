@@ -118,9 +118,8 @@ from collections.abc import AsyncIterator, Callable, Iterable, Iterator
 from datetime import UTC
 from typing import Any, Final, cast
 
-from tplog import _model as m
-from tplog._errors import InvalidInputError, ValidationError
-from tplog._events import (
+from tplog.errors import InvalidInputError, ValidationError
+from tplog.events import (
     AgentRegistered,
     AgentTurnCompleted,
     AgentTurnInterrupted,
@@ -130,9 +129,10 @@ from tplog._events import (
     ThreadStarted,
     UserTurnSubmitted,
 )
-from tplog._fold import fold
-from tplog._json import from_builtins, to_builtins
-from tplog._validate import THREAD_ID_NAMESPACE, ValidationReport, thread_id_for, validate
+from tplog.projections.fold import fold
+from tplog.protocol import model as m
+from tplog.protocol.json import from_builtins, to_builtins
+from tplog.protocol.validate import THREAD_ID_NAMESPACE, ValidationReport, thread_id_for, validate
 
 __all__ = [
     "ChunkOrderError",
@@ -601,11 +601,11 @@ def user_turn_from_body(body: dict[str, Any] | None, *, submitted_at: str) -> m.
     from pydantic_ai.ui.vercel_ai import VercelAIAdapter
     from pydantic_ai.ui.vercel_ai.request_types import UIMessage
 
-    from tplog.integrations.pydantic_ai import _is_user_request, user_turn_from_request
+    from tplog.integrations.pydantic_ai import is_user_request, user_turn_from_request
 
     ui = pydantic.TypeAdapter(UIMessage).validate_python(msg)
     loaded = VercelAIAdapter.load_messages([ui])
-    if not loaded or not _is_user_request(loaded[-1]):
+    if not loaded or not is_user_request(loaded[-1]):
         return None
     return user_turn_from_request(loaded[-1], submitted_at=submitted_at)  # type: ignore[arg-type]
 

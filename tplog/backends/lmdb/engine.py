@@ -42,7 +42,7 @@ from typing import Any, Protocol, TypeVar
 
 import lmdb
 
-from tplog._errors import (
+from tplog.errors import (
     InvalidInputError,
     ReadOnlyError,
     StorageError,

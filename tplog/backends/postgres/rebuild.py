@@ -16,11 +16,11 @@ from typing import Any, Protocol
 import msgspec
 import psycopg
 
-from tplog._events import KIND_CODE, RecordedEvent, ThreadDeleted
-from tplog._fold import ThreadState, feed
 from tplog.backends.contract import RebuildReport
 from tplog.backends.memory import VERSIONS
 from tplog.backends.postgres.fold import Batch, index_links, item_of
+from tplog.events import KIND_CODE, RecordedEvent, ThreadDeleted
+from tplog.projections.fold import ThreadState, feed
 
 
 class Source(Protocol):

@@ -43,20 +43,6 @@ import psycopg
 import psycopg.errors
 import psycopg_pool
 
-from tplog._codec import MSG_KIND, Codec, Encoded, Limits
-from tplog._errors import (
-    IdempotencyError,
-    InvalidInputError,
-    NotFoundError,
-    RebuildInProgressError,
-    RebuildRequiredError,
-    StoreClosedError,
-    ThreadDeletedError,
-    TplogError,
-    WrongExpectedVersionError,
-)
-from tplog._events import KIND_CODE, RecordedEvent, ThreadDeleted
-from tplog._fold import Item, ThreadState, feed
 from tplog.backends.contract import (
     EXISTS,
     NO_STREAM,
@@ -81,6 +67,20 @@ from tplog.backends.postgres.fold import Batch as _Batch
 from tplog.backends.postgres.fold import Thread as _Thread
 from tplog.backends.postgres.fold import index_links, item_of
 from tplog.backends.postgres.schema import SCHEMA_VERSION, TABLES, check_schema_name, ddl
+from tplog.codec import MSG_KIND, Codec, Encoded, Limits
+from tplog.errors import (
+    IdempotencyError,
+    InvalidInputError,
+    NotFoundError,
+    RebuildInProgressError,
+    RebuildRequiredError,
+    StoreClosedError,
+    ThreadDeletedError,
+    TplogError,
+    WrongExpectedVersionError,
+)
+from tplog.events import KIND_CODE, RecordedEvent, ThreadDeleted
+from tplog.projections.fold import Item, ThreadState, feed
 
 __all__ = ["PostgresRecorder"]
 

@@ -26,7 +26,7 @@ TABLES: Final = ("meta", "tracking", *DISTRIBUTED)
 
 
 def check_schema_name(name: str) -> str:
-    from tplog._errors import InvalidInputError
+    from tplog.errors import InvalidInputError
 
     if not isinstance(name, str) or not _NAME.match(name):
         raise InvalidInputError(f"PostgreSQL schema name must match {_NAME.pattern}, not {name!r}")

@@ -7,8 +7,8 @@ against a fresh rebuild. Each problem names the thread and seq (or the key).
 
 from __future__ import annotations
 
-from tplog._store import Store
 from tplog.backends.contract import VerifyReport
+from tplog.store import Store
 
 __all__ = ["VerifyReport", "verify_store"]
 

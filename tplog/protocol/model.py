@@ -8,7 +8,7 @@ Lossless extensions: every object has an ``extra`` dict holding the fields the
 protocol does not define; part kinds and user-content kinds the protocol does
 not define (``custom:*``, ``meta:*`` or anything else) decode to
 :class:`ExtensionPart` / :class:`ExtensionContent`, which keep the whole object.
-JSON in and out goes through :mod:`tplog._json`, which flattens ``extra`` back
+JSON in and out goes through :mod:`tplog.protocol.json`, which flattens ``extra`` back
 into its object. The Structs themselves are also what the store persists as
 msgpack (there ``extra`` is a nested map and extension objects carry a reserved
 tag), so a stored event decodes straight into these types.
@@ -305,7 +305,7 @@ MESSAGE_TYPES: Final[dict[str, type[_Msg]]] = {
     "system": SystemMessage,
 }
 
-# v0.0.4 normative system events (v0.0.3 names in tplog._versions).
+# v0.0.4 normative system events (v0.0.3 names in tplog.protocol.versions).
 AGENT_HANDOFF: Final = "data-tp-agent_handoff"
 THREAD_SPAWN: Final = "data-tp-thread_spawn"
 THREAD_MERGE: Final = "data-tp-thread_merge"

@@ -17,10 +17,10 @@ from typing import TYPE_CHECKING, Any
 
 import msgspec
 
-from tplog._errors import InvalidInputError, TplogError, WrongExpectedVersionError
+from tplog.errors import InvalidInputError, TplogError, WrongExpectedVersionError
 
 if TYPE_CHECKING:
-    from tplog._events import Event
+    from tplog.events import Event
 
 __all__ = ["main"]
 
@@ -28,7 +28,7 @@ _out = msgspec.json.Encoder()
 
 
 def _emit(obj: Any) -> None:
-    from tplog._json import to_builtins
+    from tplog.protocol.json import to_builtins
 
     data = msgspec.json.format(_out.encode(to_builtins(_objects(obj) if _is_plain(obj) else obj)), indent=2)
     sys.stdout.write(data.decode() + "\n")
@@ -47,7 +47,7 @@ def _objects(obj: Any) -> Any:
 
 def _is_plain(obj: Any) -> bool:
     """Result structs (heads, pages, pending...) are not protocol objects: encode them as msgspec does."""
-    from tplog import _model as m
+    from tplog.protocol import model as m
 
     if isinstance(obj, (m._Base,)):
         return False
@@ -77,7 +77,7 @@ def _input_named(path: str) -> Iterator[None]:
 
 
 def _store(args: argparse.Namespace, *, readonly: bool = True, create: bool = False) -> Any:
-    from tplog._store import Store
+    from tplog.store import Store
 
     if os.path.exists(args.store) and not os.path.isdir(args.store):
         raise InvalidInputError(f"{args.store}: is a file, not a store directory")
@@ -90,7 +90,7 @@ def _store(args: argparse.Namespace, *, readonly: bool = True, create: bool = Fa
 
 
 def cmd_validate(args: argparse.Namespace) -> int:
-    from tplog._validate import validate_json
+    from tplog.protocol.validate import validate_json
 
     report = validate_json(_read_input(args.file))
     _emit(report)
@@ -98,7 +98,7 @@ def cmd_validate(args: argparse.Namespace) -> int:
 
 
 def cmd_hash(args: argparse.Namespace) -> int:
-    from tplog._canonical import hash_json
+    from tplog.protocol.canonical import hash_json
 
     data = _read_input(args.file)
     with _input_named(args.file):
@@ -133,14 +133,14 @@ def _import_events(args: argparse.Namespace) -> list[list[Event]]:
     """
     data = _read_input(args.file)
     if args.format == "threadprotocol":
-        from tplog import _model as m
-        from tplog._fold import events_from_thread
-        from tplog._json import from_json
-        from tplog._versions import upgrade
+        from tplog.projections.fold import events_from_thread
+        from tplog.protocol import model as m
+        from tplog.protocol.json import from_json
+        from tplog.protocol.versions import upgrade
 
         if args.request is not None:
             raise InvalidInputError("--request only goes with --format vercel-ui")
-        from tplog._validate import validate
+        from tplog.protocol.validate import validate
 
         with _input_named(args.file), _format_hint(data, args.format):
             thread = from_json(data, m.Thread)
@@ -199,8 +199,8 @@ def _format_hint(data: bytes, fmt: str) -> Iterator[None]:
 
 
 def cmd_import(args: argparse.Namespace) -> int:
-    from tplog._events import ThreadStarted
-    from tplog._store import NO_STREAM
+    from tplog.events import ThreadStarted
+    from tplog.store import NO_STREAM
 
     threads = _import_events(args)
     with _store(args, readonly=False, create=True) as s:
@@ -221,12 +221,12 @@ def cmd_import(args: argparse.Namespace) -> int:
 
 
 def cmd_export(args: argparse.Namespace) -> int:
-    from tplog._json import to_json
+    from tplog.protocol.json import to_json
 
     with _store(args) as s:
         thread = s.export(args.thread)
     if args.version == "0.0.3":
-        from tplog._versions import downgrade
+        from tplog.protocol.versions import downgrade
 
         thread = downgrade(thread)
     sys.stdout.write(to_json(thread, indent=2).decode() + "\n")
@@ -234,10 +234,10 @@ def cmd_export(args: argparse.Namespace) -> int:
 
 
 def cmd_read(args: argparse.Namespace) -> int:
-    from tplog._json import to_builtins
+    from tplog.protocol.json import to_builtins
 
     with _store(args) as s:
-        events = s.read(args.thread, start=args.start, limit=args.limit,
+        events = s.read(args.thread, after=args.after, limit=args.limit,
                         direction="backward" if args.backward else "forward")
     for e in events:
         row = {"seq": e.seq, "position": e.position, "event_id": e.event_id, "recorded_at": e.recorded_at,
@@ -253,7 +253,7 @@ def cmd_threads(args: argparse.Namespace) -> int:
 
 
 def cmd_turns(args: argparse.Namespace) -> int:
-    from tplog._json import to_builtins
+    from tplog.protocol.json import to_builtins
 
     with _store(args) as s:
         res = s.load(args.thread)
@@ -287,7 +287,7 @@ def cmd_children(args: argparse.Namespace) -> int:
 
 
 def cmd_links(args: argparse.Namespace) -> int:
-    from tplog._json import to_builtins
+    from tplog.protocol.json import to_builtins
 
     with _store(args) as s:
         if args.incoming:
@@ -345,7 +345,7 @@ def cmd_rebuild(args: argparse.Namespace) -> int:
 
 
 def cmd_verify(args: argparse.Namespace) -> int:
-    from tplog._verify import verify_store
+    from tplog.verify import verify_store
 
     with _store(args, readonly=False) as s:
         rep = verify_store(s, projections=not args.no_projections)
@@ -406,7 +406,8 @@ def build_parser() -> argparse.ArgumentParser:
     sp = add("export", cmd_export, "Print a thread as ThreadProtocol JSON.", thread=True)
     sp.add_argument("--version", choices=["0.0.4", "0.0.3"], default="0.0.4", help="protocol version to write")
     sp = add("read", cmd_read, "Print a thread's raw history events as JSON lines.", thread=True)
-    sp.add_argument("--start", type=int, default=None, help="first seq (default: first, or last with --backward)")
+    sp.add_argument("--after", type=int, default=None,
+                    help="page on: the last seq seen (exclusive; default: from the first, or the last with --backward)")
     sp.add_argument("--limit", type=int, default=None, help="at most this many events")
     sp.add_argument("--backward", action="store_true", help="newest first")
     sp = add("threads", cmd_threads, "List threads, most recently updated first, one page at a time.")

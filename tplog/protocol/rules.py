@@ -1,7 +1,7 @@
 """The validation rules the store enforces at append: what it accepts, ``validate`` accepts.
 
 :func:`check_event` runs, per event and in the appending thread (before the
-group commit), every rule of :mod:`tplog._validate` that needs only the event
+group commit), every rule of :mod:`tplog.protocol.validate` that needs only the event
 itself, with the very checker ``validate`` uses (timestamps, the thread id and
 link ids being UUIDs, closed value sets, required fields, reserved names,
 ContentRef URIs), and condenses what the rules that need the thread's history
@@ -45,9 +45,8 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any, Final
 
-from tplog import _model as m
-from tplog._errors import InvalidEventError
-from tplog._events import (
+from tplog.errors import InvalidEventError
+from tplog.events import (
     AgentRegistered,
     AgentTurnCompleted,
     AgentTurnInterrupted,
@@ -59,8 +58,9 @@ from tplog._events import (
     ThreadStarted,
     UserTurnSubmitted,
 )
-from tplog._fold import fold
-from tplog._validate import RULES, Finding, _Checker, is_uuid, parse_timestamp
+from tplog.projections.fold import fold
+from tplog.protocol import model as m
+from tplog.protocol.validate import RULES, Finding, _Checker, is_uuid, parse_timestamp
 
 __all__ = ["EventCheck", "Tracker", "advance_rules", "check_event", "exported_calls", "rules_from_log", "stamp"]
 

@@ -1,6 +1,6 @@
 """Check a ThreadProtocol document against every rule of the protocol's documents.
 
-:func:`validate` takes a decoded :class:`~tplog._model.Thread` and returns a
+:func:`validate` takes a decoded :class:`~tplog.protocol.model.Thread` and returns a
 :class:`ValidationReport` listing every :class:`Finding`, never stopping at the
 first; :func:`validate_json` takes the raw JSON and also turns a decode failure
 (malformed JSON, a normative object of the wrong shape) into a finding, so a
@@ -177,9 +177,9 @@ from typing import Any, Final, Literal
 import msgspec
 from msgspec import UNSET
 
-from tplog import _model as m
-from tplog._errors import InvalidInputError, ValidationError
-from tplog._json import from_json
+from tplog.errors import InvalidInputError, ValidationError
+from tplog.protocol import model as m
+from tplog.protocol.json import from_json
 
 __all__ = [
     "RULES",

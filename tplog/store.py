@@ -22,22 +22,6 @@ from typing import Any, Final, Literal, cast
 
 import msgspec
 
-from tplog import _model as m
-from tplog._codec import Codec, Encoded, Header, Limits
-from tplog._errors import InvalidInputError, NotFoundError, ThreadDeletedError, TplogError
-from tplog._events import KIND_CODE, Event, LinkAdded, RecordedEvent, ThreadDeleted, ThreadStarted
-from tplog._fold import (
-    Folder,
-    FoldResult,
-    InterruptState,
-    Item,
-    PendingState,
-    ThreadState,
-    events_from_thread,
-    interrupts_of,
-    pending_of,
-    state_of,
-)
 from tplog.backends import contract
 from tplog.backends.contract import (
     ANY,
@@ -55,8 +39,25 @@ from tplog.backends.contract import (
     thread_key,
 )
 from tplog.backends.lmdb import LmdbRecorder  # the default backend, imported with the facade
+from tplog.codec import Codec, Encoded, Header, Limits
+from tplog.errors import InvalidInputError, NotFoundError, ThreadDeletedError, TplogError
+from tplog.events import KIND_CODE, Event, LinkAdded, RecordedEvent, ThreadDeleted, ThreadStarted
+from tplog.projections.fold import (
+    Folder,
+    FoldResult,
+    InterruptState,
+    Item,
+    PendingState,
+    ThreadState,
+    events_from_thread,
+    interrupts_of,
+    pending_of,
+    state_of,
+)
+from tplog.protocol import model as m
 
-__all__ = ["ANY", "EXISTS", "NO_STREAM", "AppendResult", "AsyncStore", "Store", "ThreadHead", "ThreadPage"]
+__all__ = ["ANY", "EXISTS", "NO_STREAM", "AppendResult", "AsyncStore", "ExpectedVersion", "Store", "ThreadHead",
+           "ThreadPage"]
 
 ExpectedVersion = contract.ExpectedVersion  # the types live in the backend contract; re-exported here
 
@@ -106,19 +107,28 @@ def _check_page_limit(limit: object) -> None:
         raise InvalidInputError(f"limit must be None or an int ≥ 0, not {limit!r}")
 
 
+def _check_position(after: object) -> None:
+    if isinstance(after, bool) or not isinstance(after, int) or after < 0:
+        raise InvalidInputError(f"after must be a log position (an int ≥ 0), not {after!r}")
+
+
 def _now_ns() -> int:
     return time.time_ns()
 
 
 def open_backend(target: str | os.PathLike[str], **options: Any) -> Recorder:
-    """The backend a store path or URL names: ``"memory:"`` → the reference backend,
-    ``postgresql://…`` → PostgreSQL (``tplog[postgres]``), ``lmdb:///dir`` or a directory
-    path → LMDB (options pass through)."""
-    if isinstance(target, str) and target == MEMORY:
+    """The backend a store path or URL names: ``"memory:"`` → the reference backend
+    (``"memory:DIR"``: loaded from a memory store's backup in DIR), ``postgresql://…`` →
+    PostgreSQL (``tplog[postgres]``), ``lmdb:///dir`` or a directory path → LMDB (options
+    pass through)."""
+    if isinstance(target, str) and target.startswith(MEMORY):
         from tplog.backends.memory import MemoryRecorder
 
         if options.get("readonly"):
-            raise InvalidInputError("a memory: store cannot be opened read-only: it starts empty")
+            raise InvalidInputError("a memory: store cannot be opened read-only: it lives in this process only")
+        source = target[len(MEMORY):]
+        if source:  # memory:DIR: a copy of what a memory store's backup wrote into DIR
+            return MemoryRecorder.restore(source, limits=options.get("limits"))
         return MemoryRecorder(limits=options.get("limits"))
     if isinstance(target, str) and target.startswith(("postgresql://", "postgres://")):
         if options.get("readonly"):
@@ -142,8 +152,8 @@ def open_backend(target: str | os.PathLike[str], **options: Any) -> Recorder:
 class _Entropy(threading.local):
     """Per-thread random bytes from ``os.urandom``, drawn 4 KB at a time: each
     ``os.urandom`` call releases the GIL, and with many appending threads every
-    release is a thread switch (16 writers: ~3 % more appends/s, a fifth less
-    system time). Refilled, never shared, and dropped in a forked child."""
+    release is a thread switch (measured: benchmarks/RESULTS.md). Refilled, never
+    shared, and dropped in a forked child."""
 
     def __init__(self) -> None:
         self.buf = b""
@@ -187,7 +197,8 @@ def new_event_id() -> str:
 class Store:
     """A tplog store: in the directory ``path`` (created if missing; ``lmdb:///dir``
     names one too), or ``"memory:"`` for the in-memory reference backend (its
-    content lives as long as the object; handy in tests).
+    content lives as long as the object; handy in tests; ``"memory:DIR"`` starts
+    from what :meth:`backup` of a memory store wrote into DIR).
 
     Thread-safe; several processes may open the same directory (LMDB allows
     one writer at a time; readers are never blocked). Options:
@@ -198,21 +209,21 @@ class Store:
     - ``readonly``: open without write access (appends raise ReadOnlyError).
     - ``map_size``: the initial LMDB map; it grows by itself (doubling) up to
       ``max_map_size``.
-    - ``limits``: :class:`~tplog._codec.Limits` on event size, parts, depth,
+    - ``limits``: :class:`~tplog.codec.Limits` on event size, parts, depth,
       decompressed size and the blob threshold.
     - ``auto_dictionary``: once the log holds this many events and the store
       has no zstd dictionary, one is trained from its latest events in a
       background thread (:meth:`train_dictionary`); new values use it, old ones
       keep theirs. 0 turns it off.
     - ``check_rules``: ``True`` (default) — every append is checked against the
-      validation rules of ``tplog.validate`` (``tplog._rules``), so what the
+      validation rules of ``tplog.validate`` (``tplog.protocol.rules``), so what the
       store accepts, ``validate`` accepts; ``False`` — only the order rules:
       a raw log of well-ordered events (replaying logs recorded without the
       rules, tests of storage mechanics with toy ids).
     - ``fold_cache``: how many folded events :meth:`load` keeps in memory (the
       turns of recently loaded threads, each with the seq it covers), so a
       later load folds only what was appended since; 0 turns it off. A folded
-      event holds ~7 KB of Python objects for typical agent messages.
+      event holds several KB of Python objects (see benchmarks/README.md).
     """
 
     def __init__(
@@ -232,7 +243,7 @@ class Store:
             raise InvalidInputError(f"check_rules must be True or False, not {check_rules!r}")
         if isinstance(fold_cache, bool) or not isinstance(fold_cache, int) or fold_cache < 0:
             raise InvalidInputError(f"fold_cache must be an int ≥ 0 (events), not {fold_cache!r}")
-        self.path = path if isinstance(path, str) and path == MEMORY else os.fspath(path)
+        self.path = path if isinstance(path, str) and path.startswith(MEMORY) else os.fspath(path)
         self.backend: Recorder = open_backend(
             path, readonly=readonly, durability=durability, map_size=map_size, max_map_size=max_map_size,
             limits=limits, auto_dictionary=auto_dictionary)
@@ -406,39 +417,45 @@ class Store:
         self,
         thread_id: str,
         *,
-        start: int | None = None,
-        direction: Literal["forward", "backward"] = "forward",
+        after: int | None = None,
         limit: int | None = None,
+        direction: Literal["forward", "backward"] = "forward",
     ) -> list[RecordedEvent]:
-        """A thread's events from seq ``start`` (inclusive), forward or backward.
+        """A thread's events after seq ``after`` (exclusive), forward or backward.
 
-        ``start`` defaults to the first (forward) or last (backward) event;
-        ``limit`` caps how many are returned. Each value's CRC is verified; a
+        Forward: seqs above ``after``, oldest first; backward: seqs below it,
+        newest first. ``after=None`` starts at the first (forward) or last
+        (backward) event, so a page continues with ``after=page[-1].seq`` either
+        way. ``limit`` caps how many are returned. Each value's CRC is verified; a
         mismatch raises :class:`CorruptionError` naming the thread and seq.
         Raises :class:`NotFoundError` for a thread the store never had.
         """
         if direction not in ("forward", "backward"):
             raise InvalidInputError(f"direction must be 'forward' or 'backward', not {direction!r}")
-        for name, value in (("start", start), ("limit", limit)):
+        for name, value in (("after", after), ("limit", limit)):
+            if value is not None and (isinstance(value, bool) or not isinstance(value, int)):
+                raise InvalidInputError(f"{name} must be None or an int, not {value!r}")
             if value is not None and value < 0:
                 raise InvalidInputError(f"{name} must be ≥ 0, not {value}")
-        after = None if start is None else start - 1 if direction == "forward" else start + 1
         return self.backend.read_thread(thread_id, scope=self._scope, after=after, limit=limit, direction=direction)
 
     def iter_thread_values(self, thread_id: str) -> Iterator[tuple[int, Header, bytes]]:
         """(seq, header, raw value) for a thread, without decoding bodies (LMDB only)."""
         return cast(Any, self.backend).iter_thread_values(thread_id, scope=self._scope)  # type: ignore[no-any-return]
 
-    def read_all(self, *, start: int = 1, limit: int | None = None) -> list[RecordedEvent]:
-        """The store-wide log from ``position`` ``start`` in commit order (catch-up readers).
+    def read_all(self, *, after: int = 0, limit: int | None = None) -> list[RecordedEvent]:
+        """The store-wide log after ``position`` ``after`` (exclusive) in commit order
+        (catch-up readers: continue with ``after=page[-1].position``).
 
         Positions are gap-free at commit; events of a deleted thread leave gaps
         (their positions are skipped), except its ``ThreadDeleted`` tombstone.
         """
-        return self.backend.read_log(0, after=max(start, 1) - 1, limit=limit, scope=self._scope)
+        _check_position(after)
+        _check_page_limit(limit)
+        return self.backend.read_log(0, after=after, limit=limit, scope=self._scope)
 
-    def iter_all(self, *, start: int = 1, chunk: int = 64) -> Iterator[RecordedEvent]:
-        """The store-wide log from position ``start``, streamed: what :meth:`read_all`
+    def iter_all(self, *, after: int = 0, chunk: int = 64) -> Iterator[RecordedEvent]:
+        """The store-wide log after position ``after``, streamed: what :meth:`read_all`
         returns, read ``chunk`` events per read transaction, so memory and the time a
         read transaction is held stay bounded on a store of any size.
 
@@ -446,13 +463,14 @@ class Store:
         iterating are included once their positions are reached. Each chunk is its own
         snapshot: a thread deleted between chunks leaves the rest of its events out.
         """
+        _check_position(after)
         _check_chunk(chunk)
         self._check_open()
-        return self._iter_all(start, chunk)
+        return self._iter_all(after, chunk)
 
     def _iter_all(self, pos: int, chunk: int) -> Iterator[RecordedEvent]:
-        while page := self.read_all(start=pos, limit=chunk):
-            pos = page[-1].position + 1
+        while page := self.read_all(after=pos, limit=chunk):
+            pos = page[-1].position
             yield from _drain(page)
 
     @property
@@ -622,7 +640,7 @@ class Store:
         By default the thread must not exist yet. ``export(thread_id)`` gives back a
         document with the same canonical hash.
         """
-        from tplog._validate import validate
+        from tplog.protocol.validate import validate
 
         if not isinstance(thread, m.Thread):
             raise InvalidInputError(f"import_thread takes a tplog.Thread, not a {type(thread).__name__}")
@@ -665,13 +683,13 @@ class Store:
 
 
 #: An async append whose events encode to more msgpack bytes than this is checked,
-#: compressed and hashed in a worker thread; smaller ones on the loop (a thread hop
-#: costs more than their ~0.1 ms).
+#: compressed and hashed in a worker thread; smaller ones on the loop (there a thread
+#: hop costs more than the work).
 ASYNC_INLINE_BYTES = 64 << 10
 
 
 def _bodies(codec: Codec, events: object) -> list[bytes] | None:
-    """The events' msgpack bodies (msgspec encodes at ~1 GB/s: cheap on the loop), or
+    """The events' msgpack bodies (msgspec's encoding is cheap enough for the loop), or
     ``None`` if they are not all encodable events (``Store._encode`` then raises the
     error, naming the thread and the event)."""
     if isinstance(events, (str, bytes)) or not isinstance(events, Sequence):
@@ -751,8 +769,8 @@ class AsyncStore:
         s = self.store
         bodies = _bodies(s.codec, events)
         if bodies is not None and sum(map(len, bodies)) > ASYNC_INLINE_BYTES:
-            # The checks, compression and hashing of a large event take milliseconds
-            # (a 1 MB tool return ~35 ms): not on the loop.
+            # The checks, compression and hashing of a large event take long enough
+            # to stall other tasks: not on the loop.
             encoded = await asyncio.to_thread(s._encode, thread_id, events, event_ids, bodies)
         else:
             encoded = s._encode(thread_id, events, event_ids, bodies)
@@ -766,24 +784,25 @@ class AsyncStore:
         self,
         thread_id: str,
         *,
-        start: int | None = None,
-        direction: Literal["forward", "backward"] = "forward",
+        after: int | None = None,
         limit: int | None = None,
+        direction: Literal["forward", "backward"] = "forward",
     ) -> list[RecordedEvent]:
-        return await asyncio.to_thread(self.store.read, thread_id, start=start, direction=direction, limit=limit)
+        return await asyncio.to_thread(self.store.read, thread_id, after=after, limit=limit, direction=direction)
 
-    async def read_all(self, *, start: int = 1, limit: int | None = None) -> list[RecordedEvent]:
-        return await asyncio.to_thread(self.store.read_all, start=start, limit=limit)
+    async def read_all(self, *, after: int = 0, limit: int | None = None) -> list[RecordedEvent]:
+        return await asyncio.to_thread(self.store.read_all, after=after, limit=limit)
 
-    def iter_all(self, *, start: int = 1, chunk: int = 64) -> AsyncIterator[RecordedEvent]:
+    def iter_all(self, *, after: int = 0, chunk: int = 64) -> AsyncIterator[RecordedEvent]:
         """As :meth:`Store.iter_all` (``async for``): each chunk is read in the default executor."""
+        _check_position(after)
         _check_chunk(chunk)
         self.store._check_open()
-        return self._iter_all(start, chunk)
+        return self._iter_all(after, chunk)
 
     async def _iter_all(self, pos: int, chunk: int) -> AsyncIterator[RecordedEvent]:
-        while page := await asyncio.to_thread(self.store.read_all, start=pos, limit=chunk):
-            pos = page[-1].position + 1
+        while page := await asyncio.to_thread(self.store.read_all, after=pos, limit=chunk):
+            pos = page[-1].position
             for ev in _drain(page):
                 yield ev
 

@@ -33,9 +33,8 @@ from typing import Any, Final
 import msgspec
 from msgspec import UNSET
 
-from tplog import _model as m
-from tplog._codec import Facts, TurnFacts, facts_of
-from tplog._events import (
+from tplog.codec import Facts, TurnFacts, facts_of
+from tplog.events import (
     KIND_CODE,
     AgentRegistered,
     AgentTurnCompleted,
@@ -49,6 +48,7 @@ from tplog._events import (
     ThreadStarted,
     UserTurnSubmitted,
 )
+from tplog.protocol import model as m
 
 __all__ = [
     "FoldResult",

@@ -18,7 +18,7 @@ key order, whitespace or escaping:
 
 What is refused, with a :class:`CanonicalizationError` (an
 :class:`~tplog.InvalidInputError`, so a ``ValueError``) whose ``path`` names
-the offending value in tplog._json's path format (``$.turns[0].parts[1].args.n``,
+the offending value in tplog.protocol.json's path format (``$.turns[0].parts[1].args.n``,
 ``$.metadata["agent.routing"]`` for a key that is not an identifier):
 
 - NaN and ±Infinity (:class:`NonFiniteNumberError`): JSON has no such values;
@@ -66,9 +66,9 @@ from typing import Any, Final
 
 import msgspec
 
-from tplog._errors import InvalidInputError
-from tplog._json import from_json, to_builtins
-from tplog._model import Thread
+from tplog.errors import InvalidInputError
+from tplog.protocol.json import from_json, to_builtins
+from tplog.protocol.model import Thread
 
 __all__ = [
     "CanonicalizationError",
@@ -130,7 +130,7 @@ class _Fail(Exception):
 
 
 def _key_segment(key: str) -> str:
-    """The path segment of ``key``, in tplog._json's format: ``.name`` or ``["a.b"]``."""
+    """The path segment of ``key``, in tplog.protocol.json's format: ``.name`` or ``["a.b"]``."""
     if key.isidentifier():
         return "." + key
     try:

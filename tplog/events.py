@@ -19,7 +19,7 @@ Order rules the store enforces at append time (an event that breaks them is an
 
 It also refuses an event that would break an error rule of ``tplog.validate``
 (an unregistered agent, overlapping turns, an answer to no tool call, a thread
-id that is not a UUID, ...; see :mod:`tplog._rules`), unless the store was
+id that is not a UUID, ...; see :mod:`tplog.protocol.rules`), unless the store was
 opened with ``check_rules=False``.
 
 Event ids and the time an event was recorded are kept beside the event (see
@@ -33,7 +33,7 @@ from typing import Any, Final, Union
 import msgspec
 from msgspec import UNSET
 
-from tplog._model import (
+from tplog.protocol.model import (
     AgentConfig,
     Interruption,
     Message,

@@ -51,9 +51,8 @@ from typing import Any, Final, NoReturn
 import msgspec
 import zstandard
 
-from tplog import _model as m
-from tplog._errors import CorruptionError, InvalidInputError, LimitExceededError
-from tplog._events import (
+from tplog.errors import CorruptionError, InvalidInputError, LimitExceededError
+from tplog.events import (
     EVENT_TYPES,
     KIND_CODE,
     AgentTurnCompleted,
@@ -63,6 +62,37 @@ from tplog._events import (
     MessageRecorded,
     UserTurnSubmitted,
 )
+from tplog.protocol import model as m
+
+__all__ = [
+    "ABORTED",
+    "Codec",
+    "Encoded",
+    "FORMAT",
+    "FORMATS",
+    "F_BLOB",
+    "F_COMPRESSED",
+    "Facts",
+    "HEADER_CRC_SEED",
+    "Header",
+    "Limits",
+    "MSG_KIND",
+    "PEEK_FACTS",
+    "PREFIX",
+    "PREFIX_SIZE",
+    "SPLIT_CRC",
+    "TurnFacts",
+    "V3_SPAWN",
+    "blob_refcount",
+    "blob_with_refcount",
+    "facts_of",
+    "header_end",
+    "peek_header",
+    "stored_body",
+    "turn_facts_of",
+    "value_ok",
+    "verified_header_end",
+]
 
 FORMAT: Final = 3  #: the format written
 FORMATS: Final = (1, 2, 3)  #: the formats read
@@ -74,6 +104,10 @@ F_COMPRESSED: Final = 1
 F_BLOB: Final = 2
 PREFIX = struct.Struct(">BBIIH")  # format, flags, dict id, crc, header length
 PREFIX_SIZE: Final = PREFIX.size  # 12
+_PREFIX_UNPACK = PREFIX.unpack_from
+_ALL_FLAGS: Final = F_COMPRESSED | F_BLOB
+_SEED3: Final = HEADER_CRC_SEED[3]
+_crc32 = zlib.crc32
 _BLOB_PREFIX = struct.Struct(">IBII")  # refcount, flags, dict id, crc
 _U32 = struct.Struct(">I")
 
@@ -617,6 +651,25 @@ def peek_header(value: bytes) -> int:
     if value[12] != 0x94:
         return -1
     return value[13] | (PEEK_FACTS if value[11 + ((value[10] << 8) | value[11])] != 0xC0 else 0)
+
+
+def verified_header_end(key: bytes, value: bytes) -> int:
+    """Where a format-3 value's header ends (its slice is ``value[PREFIX_SIZE:end]``), if
+    the prefix and the header CRC check out; 0 if not: an older format or damage, which
+    :meth:`Codec.check_header` tells apart (raising the typed error). The rebuild's fast
+    path, asked of every event of the log, so it allocates nothing."""
+    if len(value) < PREFIX_SIZE + 4:
+        return 0
+    fmt, flags, _, crc, hlen = _PREFIX_UNPACK(value)
+    end: int = PREFIX_SIZE + hlen
+    if fmt == 3 and flags <= _ALL_FLAGS and end <= len(value) - 4 and _crc32(key, _crc32(value[10:end], _SEED3)) == crc:
+        return end
+    return 0
+
+
+def header_end(value: bytes) -> int:
+    """Where a (well-formed) value's header ends."""
+    return PREFIX_SIZE + ((value[10] << 8) | value[11])
 
 
 def value_ok(key: bytes, value: bytes, mv: memoryview) -> bool:

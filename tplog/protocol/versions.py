@@ -40,8 +40,8 @@ from typing import Any, Final
 from msgspec import UNSET
 from msgspec.structs import replace
 
-from tplog._errors import InvalidInputError
-from tplog._model import (
+from tplog.errors import InvalidInputError
+from tplog.protocol.model import (
     AGENT_HANDOFF,
     ERROR_EVENT,
     THREAD_END,

@@ -7,7 +7,7 @@ then converted here by a small converter compiled once per Struct type:
 - known fields are converted by their annotated type (with msgspec, for leaves);
 - every other key goes into the object's ``extra`` dict, unchanged;
 - a part / user content whose kind the protocol does not define becomes an
-  :class:`~tplog._model.ExtensionPart` / ``ExtensionContent`` holding the object;
+  :class:`~tplog.protocol.model.ExtensionPart` / ``ExtensionContent`` holding the object;
 - a normative kind with the wrong shape is an :class:`InvalidInputError` naming
   the JSON path (``$.turns[1].messages[0].parts[2].tool_call_id``).
 
@@ -25,8 +25,8 @@ from typing import Any, TypeVar, Union
 import msgspec
 from msgspec import UNSET, UnsetType
 
-from tplog import _model as m
-from tplog._errors import InvalidInputError, LimitExceededError
+from tplog.errors import InvalidInputError, LimitExceededError
+from tplog.protocol import model as m
 
 __all__ = ["from_builtins", "from_json", "to_builtins", "to_json"]
 
