@@ -236,7 +236,7 @@ def catch_up_reader(target: str, ready: Any, stop: Any, out: Any) -> None:
         while True:
             last = store.wait_for_position(pos + 1, timeout=0.2)
             if last > pos:
-                page = store.read_all(start=pos + 1)
+                page = store.read_all(after=pos)
                 now = time.monotonic()
                 for e in page:
                     seen[e.position] = now
