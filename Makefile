@@ -42,6 +42,7 @@ test-lowest: $(LOW)/.installed
 	PATH="$(CURDIR)/$(LOW):$$PATH" $(LOW)/python -m pytest
 
 bench: $(BIN)/.installed
+	$(BIN)/python -m pip install -q -e '.[bench]'  # the peers of benchmarks/peers.py
 	$(BIN)/python -m benchmarks.suite
 
 clean:

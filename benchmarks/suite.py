@@ -23,7 +23,7 @@ from typing import Any
 
 from benchmarks._common import RESULTS_DIR, RESULTS_MD, _table
 
-MODULES = ["append", "turns", "rebuild", "links", "storage"]
+MODULES = ["append", "turns", "rebuild", "links", "storage", "peers"]
 
 
 def parse(argv: list[str] | None) -> tuple[argparse.Namespace, list[str]]:
