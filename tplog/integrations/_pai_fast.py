@@ -48,21 +48,17 @@ _USAGE_FIELDS: Final = frozenset(
 _OUTCOMES: Final = frozenset({"success", "failed", "denied", "interrupted"})
 _fromiso = datetime.fromisoformat
 _encode = msgspec.json.Encoder().encode
-_content_ta: Any = None
 
 
 def _content(value: Any) -> Any:
-    """Tool-return content as Pydantic AI validates it: nested multimodal objects (dicts
-    with a ``kind``) rebuilt. Decoded JSON without a ``"kind"`` key anywhere comes out of
-    validation equal, so it is passed as it is (one C-level encode finds out)."""
-    global _content_ta
+    """Tool-return content as it is, if Pydantic AI's validation gives it back equal: decoded
+    JSON without a ``"kind"`` key anywhere (one C-level encode finds out). A mapping with a
+    ``kind`` may be a file item, rebuilt or not by the part's file record: validating path."""
     if value is None or isinstance(value, str | int | float):
         return value
-    if b'"kind"' not in _encode(value):
-        return value
-    if _content_ta is None:
-        _content_ta = pm.tool_return_content_ta
-    return _content_ta.validate_python(value)
+    if b'"kind"' in _encode(value):
+        raise _Unsupported
+    return value
 
 
 def _simple(k: str, v: Any, kinds: tuple[frozenset[str], frozenset[str]]) -> bool:
@@ -127,6 +123,8 @@ def _request_part(part: Any) -> Any:
                     kw["timestamp"] = _ts(v)
                 elif k == "outcome" and v in _OUTCOMES:
                     outcome = v
+                elif k == "content_file_digests" and v == []:
+                    pass  # no file items in the content: nothing to rebuild
                 else:
                     raise _Unsupported
         return pm.ToolReturnPart(
