@@ -216,6 +216,8 @@ class TplogSystem(System):
 
         self.tpai = tpai
         self.store = tplog.Store(root / "tplog", durability="durable", **({} if fold_cache else {"fold_cache": 0}))
+        # Warm: converted messages kept beside the fold cache (what a server keeps); cold: nothing kept.
+        self.history_cache = tpai.HistoryCache() if fold_cache else None
         self.state: dict[str, list[Any]] = {}  # tid -> [turn open, last timestamp]
 
     def events(self, conv: Conv, i: int) -> list[Any]:
@@ -269,7 +271,7 @@ class TplogSystem(System):
         return len(self.store.thread(conv.tid).turns)
 
     def load_pai(self, conv: Conv) -> int:
-        return len(self.tpai.history_from_thread(self.store.thread(conv.tid)))
+        return len(self.tpai.history_from_thread(self.store.thread(conv.tid), cache=self.history_cache))
 
     def close(self) -> None:
         self.store.close()

@@ -30,7 +30,7 @@ from pydantic_ai.usage import RequestUsage
 
 from tplog import _model as m
 
-__all__ = ["HistoryCache", "fast_message", "fast_user_turn"]
+__all__ = ["HistoryCache", "fast_message", "fast_message_to_tp", "fast_user_turn", "parse_args"]
 
 PAI_KEY: Final = "pydantic_ai"
 UNSET = m.UNSET
@@ -321,3 +321,220 @@ class HistoryCache:
     def clear(self) -> None:
         with self._lock:
             self._entries.clear()
+
+
+# --------------------------------------------------------------------------- recording: Pydantic AI -> protocol
+
+_dec = msgspec.json.Decoder().decode
+_STATUS: Final = {"success": "success", "failed": "error", "denied": "error", "interrupted": "error"}
+_iso_cache: dict[datetime, str] = {}
+
+
+def _plain(value: Any) -> Any:
+    """``value`` as the JSON builtins Pydantic AI would dump, if it already is plain JSON
+    (anything else -- datetimes, bytes, dataclasses -- takes the validating path)."""
+    try:
+        out = _dec(_encode(value))
+    except (TypeError, ValueError, msgspec.EncodeError, msgspec.DecodeError):
+        raise _Unsupported from None
+    if out != value:
+        raise _Unsupported
+    return out
+
+
+def _scalar(value: Any) -> bool:
+    return value is None or isinstance(value, str | int | float | bool)
+
+
+def parse_args(args: Any) -> tuple[Any, bool]:
+    """``(protocol args, raw string kept?)`` of a tool call's args."""
+    if isinstance(args, str):
+        try:
+            parsed = _json_loads(args) if args.strip() else {}
+        except ValueError:
+            return args, False
+        if isinstance(parsed, dict):
+            return parsed, True
+        return args, False
+    return args, False
+
+
+def _json_loads(s: str) -> Any:
+    import json
+
+    return json.loads(s)
+
+
+def _pai_extra(leftovers: dict[str, Any]) -> dict[str, Any]:
+    return {PAI_KEY: leftovers} if leftovers else {}
+
+
+def _tp_request_part(p: Any, iso: Any) -> Any:
+    cls = type(p)
+    if cls is pm.UserPromptPart:
+        if not isinstance(p.content, str):
+            raise _Unsupported
+        return m.UserPromptPart(content=p.content, extra={PAI_KEY: {"timestamp": iso(p.timestamp)}})
+    if cls is pm.ToolReturnPart:
+        outcome = p.outcome
+        if outcome not in _STATUS or p.tool_kind is not None or p.retry is not None:
+            raise _Unsupported
+        content = p.content
+        scalar = _scalar(content)
+        if not scalar:
+            content = _plain(content)
+            if b'"kind"' in _encode(content):
+                raise _Unsupported  # file items: their digests are Pydantic AI's to record
+        left: dict[str, Any] = {"timestamp": iso(p.timestamp)}
+        if outcome != "success":
+            left["outcome"] = outcome
+        if not scalar:
+            left["content_file_digests"] = []
+        return m.ToolReturnPart(
+            tool_name=p.tool_name,
+            tool_call_id=p.tool_call_id,
+            status=_STATUS[outcome],
+            content=content,
+            metadata=UNSET if p.metadata is None else _plain(p.metadata),
+            extra={PAI_KEY: left},
+        )
+    raise _Unsupported
+
+
+def _tp_response_part(p: Any) -> Any:
+    cls = type(p)
+    if cls is pm.TextPart:
+        if p.citations is not None:
+            raise _Unsupported
+        left: dict[str, Any] = {}
+        if p.provider_name is not None:
+            left["provider_name"] = p.provider_name
+        if p.provider_details is not None:
+            left["provider_details"] = _plain(p.provider_details)
+        return m.TextPart(content=p.content, id=UNSET if p.id is None else p.id, extra=_pai_extra(left))
+    if cls is pm.ToolCallPart:
+        if p.tool_kind is not None:
+            raise _Unsupported
+        left = {}
+        for k in ("id", "provider_name"):
+            v = getattr(p, k)
+            if v is not None:
+                left[k] = v
+        if p.provider_details is not None:
+            left["provider_details"] = _plain(p.provider_details)
+        args: Any = UNSET
+        if p.args is not None:
+            raw = p.args if isinstance(p.args, str) else _plain(p.args)
+            args, keep_raw = parse_args(raw)
+            if keep_raw:  # after the others, as message_to_tp adds it
+                left["args"] = raw
+        return m.ToolCallPart(tool_name=p.tool_name, tool_call_id=p.tool_call_id, args=args, extra=_pai_extra(left))
+    if cls is pm.ThinkingPart:
+        left = {}
+        pn = p.provider_name
+        if p.provider_details is not None:
+            left["provider_details"] = _plain(p.provider_details)
+        if pn == "":  # after the others, as message_to_tp adds it
+            left["provider_name"] = ""
+        return m.ThinkingPart(
+            content=p.content,
+            signature=UNSET if p.signature is None else p.signature,
+            provider_name=pn if isinstance(pn, str) else "",
+            thinking_id=UNSET if p.id is None else p.id,
+            extra=_pai_extra(left),
+        )
+    raise _Unsupported
+
+
+_USAGE_ORDER: Final = tuple(RequestUsage.__dataclass_fields__)
+_USAGE_KEYS: Final = frozenset(_USAGE_ORDER)  # extra counters live in the instance's __dict__ too
+
+
+def _tp_usage(u: Any) -> Any:
+    if (
+        u.cost is not None
+        or u.unmeasured_requests
+        or not isinstance(u.audio_seconds, int)
+        or not _USAGE_KEYS.issuperset(u.__dict__)
+    ):
+        raise _Unsupported
+    inp, out, reasoning = u.input_tokens, u.output_tokens, u.output_reasoning_tokens
+    extra: dict[str, Any] = {}
+    for f in _USAGE_ORDER:
+        if f in ("input_tokens", "output_tokens", "output_reasoning_tokens", "cost", "unmeasured_requests"):
+            continue
+        v = getattr(u, f)
+        if f == "details":
+            if v:
+                extra[f] = _plain(v)
+        elif v != 0:
+            extra[f] = v
+    if not (inp or out or reasoning or extra):
+        return UNSET
+    return m.Usage(
+        input_tokens=inp if inp else UNSET,
+        output_tokens=out if out else UNSET,
+        thinking_tokens=reasoning if reasoning else UNSET,
+        total_tokens=(inp + out) if (inp or out) else UNSET,
+        extra=extra,
+    )
+
+
+_RESPONSE_LEFTOVERS: Final = (
+    "model_id", "provider_url", "canonical_system", "provider_details", "run_id", "conversation_id", "metadata",
+)
+
+
+def fast_message_to_tp(
+    msg: Any, agent_id: str, iso: Any, default_timestamp: Any
+) -> m.RequestMessage | m.ResponseMessage | None:
+    """A Pydantic AI message as the protocol message :func:`message_to_tp` makes, built
+    directly, or ``None`` for shapes only that path handles. ``iso`` formats a datetime as
+    Pydantic AI's JSON does; ``default_timestamp()`` gives a request without one its time."""
+    try:
+        cls = type(msg)
+        if cls is pm.ModelRequest:
+            if msg.state != "complete":
+                raise _Unsupported
+            parts = [_tp_request_part(p, iso) for p in msg.parts if type(p) is not pm.SystemPromptPart]
+            left: dict[str, Any] = {}
+            for k in ("run_id", "conversation_id"):
+                v = getattr(msg, k)
+                if v is not None:
+                    left[k] = v
+            if msg.metadata is not None:
+                left["metadata"] = _plain(msg.metadata)
+            if msg.timestamp is None:
+                left["timestamp"] = None
+                ts = default_timestamp()
+            else:
+                ts = iso(msg.timestamp)
+            return m.RequestMessage(timestamp=ts, parts=parts, agent_id=agent_id, extra=_pai_extra(left))
+        if cls is pm.ModelResponse:
+            if (
+                msg.state != "complete"
+                or msg.workspace_ref is not None
+                or msg.failed_attempts is not None
+                or msg.history_digest is not None
+            ):
+                raise _Unsupported
+            parts = [_tp_response_part(p) for p in msg.parts]
+            left = {}
+            for k in _RESPONSE_LEFTOVERS:
+                v = getattr(msg, k)
+                if v is not None:
+                    left[k] = _plain(v) if isinstance(v, dict) else v
+            return m.ResponseMessage(
+                timestamp=iso(msg.timestamp),
+                parts=parts,
+                agent_id=agent_id,
+                model_name=UNSET if msg.model_name is None else msg.model_name,
+                provider_name=UNSET if msg.provider_name is None else msg.provider_name,
+                provider_response_id=UNSET if msg.provider_response_id is None else msg.provider_response_id,
+                finish_reason=UNSET if msg.finish_reason is None else msg.finish_reason,
+                usage=_tp_usage(msg.usage),
+                extra=_pai_extra(left),
+            )
+    except _Unsupported:
+        pass
+    return None

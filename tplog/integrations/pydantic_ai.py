@@ -135,7 +135,7 @@ from tplog._events import (
 )
 from tplog._json import from_builtins, to_builtins
 from tplog._validate import thread_id_for
-from tplog.integrations._pai_fast import HistoryCache, fast_message, fast_user_turn
+from tplog.integrations._pai_fast import HistoryCache, fast_message, fast_message_to_tp, fast_user_turn
 
 __all__ = [
     "PAI_KEY",
@@ -417,6 +417,9 @@ def message_to_tp(
     msg: pm.ModelMessage, agent_id: str, *, default_timestamp: str | None = None
 ) -> m.RequestMessage | m.ResponseMessage:
     """One Pydantic AI message as a protocol message attributed to ``agent_id``."""
+    fast = fast_message_to_tp(msg, agent_id, _iso, lambda: default_timestamp or now_iso())
+    if fast is not None:  # the common shapes, built directly; the rest through pydantic's dump below
+        return fast
     full, slim = _dump(msg)
     d = _kept(full, slim, "kind")
     kind = d.pop("kind")
