@@ -281,9 +281,11 @@ class HistoryCache:
     a server: the fold cache hands back the same message objects for what it has
     folded, so only new messages are converted. The messages handed out are
     shared between calls: treat them as read-only (the list is a new one each
-    time). Thread-safe."""
+    time). The default bound matches the store's default ``fold_cache``: the stored
+    messages it holds are mostly the fold cache's own, and the converted ones share
+    their content (tool returns, arguments) with them. Thread-safe."""
 
-    def __init__(self, max_messages: int = 100_000) -> None:
+    def __init__(self, max_messages: int = 20_000) -> None:
         if isinstance(max_messages, bool) or not isinstance(max_messages, int) or max_messages < 0:
             from tplog._errors import InvalidInputError
 
