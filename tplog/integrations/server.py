@@ -408,6 +408,7 @@ class _Server:
         if not agents:
             raise ValueError("create_app needs at least one agent")
         self.store_arg = store
+        self.history_cache: Any = None  # a pydantic_ai.HistoryCache, made on the first model call
         self.agents = dict(agents)
         self.default_agent = next(iter(self.agents))
         self.on_disconnect = on_disconnect
@@ -566,7 +567,7 @@ class _Server:
         """
         if self.closing:
             raise HTTPError(503, "shutting_down", "the server is shutting down")
-        from tplog.integrations.pydantic_ai import ThreadRecorder, history_from_thread
+        from tplog.integrations.pydantic_ai import HistoryCache, ThreadRecorder, history_from_thread
 
         store = self.store
         try:
@@ -607,7 +608,9 @@ class _Server:
             registered: Mapping[str, Any] = {}
         else:
             thread = await asyncio.to_thread(store.thread, thread_id)
-            history = history_from_thread(thread) or None
+            if self.history_cache is None:  # converted messages kept: the next call converts only new ones
+                self.history_cache = HistoryCache()
+            history = history_from_thread(thread, cache=self.history_cache) or None
             registered = thread.agents
             waiting = await asyncio.to_thread(store.pending, thread_id)
             calls = [c for c in waiting.pending if c.state == "deferred"]
