@@ -20,7 +20,7 @@ from pydantic_ai import messages as pm
 from pydantic_ai.messages import ModelMessagesTypeAdapter
 
 from tplog import InvalidInputError, Store
-from tplog.integrations import _pai_fast
+from tplog.integrations import pydantic_ai_fast as _pai_fast
 from tplog.integrations.pydantic_ai import (
     HistoryCache,
     _message_validated,

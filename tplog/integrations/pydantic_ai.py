@@ -132,7 +132,7 @@ from tplog.events import (
     ThreadStarted,
     UserTurnSubmitted,
 )
-from tplog.integrations._pai_fast import HistoryCache, fast_message, fast_message_to_tp, fast_user_turn
+from tplog.integrations.pydantic_ai_fast import HistoryCache, fast_message, fast_message_to_tp, fast_user_turn
 from tplog.protocol import model as m
 from tplog.protocol.json import from_builtins, to_builtins
 from tplog.protocol.validate import thread_id_for
