@@ -225,6 +225,8 @@ class PostgresRecorder:
     def _open_schema(self, conn: psycopg.Connection[Any], logs: int | None, *, create: bool, migrate: bool) -> int:
         """Check (or create) the schema; the number of logs it keeps."""
         exists = conn.execute("SELECT to_regclass(%s) IS NOT NULL", (f"{self.schema}.meta",)).fetchone()
+        #: Whether this open created the schema, and the version it found (what ``tplog migrate`` reports).
+        self.schema_created, self.schema_found = False, SCHEMA_VERSION
         if not (exists and exists[0]):
             if not create:
                 raise SchemaError(f"PostgreSQL database at {self.url} has no tplog schema {self.schema!r}; open it "
@@ -236,10 +238,11 @@ class PostgresRecorder:
                 if not (again and again[0]):
                     for stmt in ddl(self.schema, logs or 1):
                         conn.execute(stmt.encode())
+                    self.schema_created = True
                     conn.execute("INSERT INTO tracking VALUES ('links', 'live', %s), ('state', 'live', %s)",
                                  (VERSIONS["links"], VERSIONS["state"]))
         meta = dict(conn.execute("SELECT key, value FROM meta").fetchall())
-        version = int(meta.get("schema_version", 0))
+        version = self.schema_found = int(meta.get("schema_version", 0))
         if version > SCHEMA_VERSION:
             raise SchemaError(f"tplog schema {self.schema!r} at {self.url} is version {version}, newer than this "
                               f"tplog understands ({SCHEMA_VERSION}); upgrade tplog")
@@ -258,6 +261,11 @@ class PostgresRecorder:
         from tplog.backends.postgres.schema import MIGRATIONS
 
         with conn.transaction():
+            # One migrator at a time; another may have upgraded the schema meanwhile.
+            conn.execute("SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))", (f"tplog-ddl:{self.schema}",))
+            row = conn.execute(f"SELECT value FROM {self.schema}.meta WHERE key = 'schema_version'".encode()
+                               ).fetchone()
+            version = int(row[0]) if row else version
             while version < SCHEMA_VERSION:
                 steps = MIGRATIONS.get(version)
                 if steps is None:
