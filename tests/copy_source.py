@@ -53,8 +53,8 @@ def views(store: Store, info: dict[str, Any]) -> dict[str, Any]:
     """What the projections answer about the source's threads (links, children, pending, heads)."""
     root = info["root"]
     out: dict[str, Any] = {"children": store.children(root), "incoming": store.incoming(root),
-                           "incoming0": store.incoming(info["threads"][0]), "spawned": store.children(info["threads"][2]),
-                           "pending": {}, "heads": {}}
+                           "incoming0": store.incoming(info["threads"][0]),
+                           "spawned": store.children(info["threads"][2]), "pending": {}, "heads": {}}
     for t in [root, info["child"], *info["threads"][:-1]]:
         out["pending"][t] = store.pending(t)
         h = store.head(t)

@@ -77,7 +77,7 @@ def _input_named(path: str) -> Iterator[None]:
 
 
 def _is_url(target: str) -> bool:
-    return target == "memory:" or "://" in target and not target.startswith("lmdb://")
+    return target == "memory:" or ("://" in target and not target.startswith("lmdb://"))
 
 
 def _store(args: argparse.Namespace, *, readonly: bool = True, create: bool = False) -> Any:
@@ -365,10 +365,9 @@ def cmd_copy(args: argparse.Namespace) -> int:
 
     if args.chunk is not None and args.chunk < 1:
         raise InvalidInputError(f"--chunk must be ≥ 1, not {args.chunk}")
-    with open_store(args.src, source=True) as src, open_store(args.dest) as dest:
-        with _progress_bar() as progress:
-            rep = copy_store(src, dest, chunk=args.chunk or 256, verify=not args.no_verify,
-                             check_rules=args.check_rules, progress=progress)
+    with open_store(args.src, source=True) as src, open_store(args.dest) as dest, _progress_bar() as progress:
+        rep = copy_store(src, dest, chunk=args.chunk or 256, verify=not args.no_verify,
+                         check_rules=args.check_rules, progress=progress)
     _emit({"source": args.src, "dest": args.dest, "threads": rep.threads, "tombstones": rep.tombstones,
            "events": rep.events, "skipped": rep.skipped, "seconds": round(rep.seconds, 3), "verified": rep.verified,
            "mismatches": [{"thread_id": m.thread_id, "source": m.source, "dest": m.dest} for m in rep.mismatches]})

@@ -27,6 +27,7 @@ At the end (``verify=True``) every source thread's export is hashed on both side
 
 from __future__ import annotations
 
+import contextlib
 import datetime
 import os
 import time
@@ -236,18 +237,16 @@ class _Copier:
                                 scope=scope, fresh_ids=False, check_rules=False)
             self.dest.backend.submit((part,)).result()
             self.report.events += 1
-        try:
+        with contextlib.suppress(ThreadDeletedError):  # deleted meanwhile (our own, acknowledgement lost)
             self.dest.backend.delete_thread(tid, codec.encode(e.event, e.event_id, e.recorded_at),
                                             scope=scope).result()
-        except ThreadDeletedError:  # deleted meanwhile (a lost acknowledgement of our own deletion)
-            pass
         self.deleted.add(tid)
         self.report.events += 1
         self.report.tombstones += 1
 
 
 def _iso(ns: int) -> str:
-    dt = datetime.datetime.fromtimestamp(ns / 1e9, tz=datetime.timezone.utc)
+    dt = datetime.datetime.fromtimestamp(ns / 1e9, tz=datetime.UTC)
     return dt.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 

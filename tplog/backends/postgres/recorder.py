@@ -231,16 +231,21 @@ class PostgresRecorder:
             if not create:
                 raise SchemaError(f"PostgreSQL database at {self.url} has no tplog schema {self.schema!r}; open it "
                                   f"with create=True (or `tplog migrate {self.url}`) to create it")
-            with conn.transaction():
-                # One creator at a time (two processes opening a new store at once).
-                conn.execute("SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))", (f"tplog-ddl:{self.schema}",))
-                again = conn.execute("SELECT to_regclass(%s) IS NOT NULL", (f"{self.schema}.meta",)).fetchone()
-                if not (again and again[0]):
-                    for stmt in ddl(self.schema, logs or 1):
-                        conn.execute(stmt.encode())
-                    self.schema_created = True
-                    conn.execute("INSERT INTO tracking VALUES ('links', 'live', %s), ('state', 'live', %s)",
-                                 (VERSIONS["links"], VERSIONS["state"]))
+            # One creator at a time (two processes opening a new store at once). A session lock taken
+            # before the transaction: its snapshot then sees the other creator's tables (catalog
+            # lookups inside a transaction that waited on an advisory lock may not).
+            conn.execute("SELECT pg_advisory_lock(hashtextextended(%s, 0))", (f"tplog-ddl:{self.schema}",))
+            try:
+                with conn.transaction():
+                    again = conn.execute("SELECT to_regclass(%s) IS NOT NULL", (f"{self.schema}.meta",)).fetchone()
+                    if not (again and again[0]):
+                        for stmt in ddl(self.schema, logs or 1):
+                            conn.execute(stmt.encode())
+                        self.schema_created = True
+                        conn.execute("INSERT INTO tracking VALUES ('links', 'live', %s), ('state', 'live', %s)",
+                                     (VERSIONS["links"], VERSIONS["state"]))
+            finally:
+                conn.execute("SELECT pg_advisory_unlock(hashtextextended(%s, 0))", (f"tplog-ddl:{self.schema}",))
         meta = dict(conn.execute("SELECT key, value FROM meta").fetchall())
         version = self.schema_found = int(meta.get("schema_version", 0))
         if version > SCHEMA_VERSION:
