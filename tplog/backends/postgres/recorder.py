@@ -25,6 +25,7 @@ as its original result and an uncommitted one is written once.
 
 from __future__ import annotations
 
+import hashlib
 import os
 import threading
 import time
@@ -428,6 +429,8 @@ class PostgresRecorder:
                     lookups += [(key[0], key[1], e.event_id) for e in part.events]
         keys = sorted(spelled)
         with conn.pipeline(), conn.transaction():
+            if lookups and self.logs > 1:
+                self._lock_ids(conn, lookups)
             heads = conn.execute(
                 "INSERT INTO heads (log_id, scope, tk, thread_id) SELECT * FROM unnest(%s::int[], %s::text[], "
                 "%s::bytea[], %s::text[]) ORDER BY 1, 2, 3 ON CONFLICT (log_id, scope, tk) DO UPDATE "
@@ -467,6 +470,16 @@ class PostgresRecorder:
         if base:
             self._notify_local()
         return out
+
+    def _lock_ids(self, conn: psycopg.Connection[Any], lookups: list[tuple[int, str, str]]) -> None:
+        """An event id names one event per scope, in any log; the UNIQUE constraint only guards one
+        log (Citus: a UNIQUE must hold the distribution column). So appends bringing their own ids
+        lock each id (a transaction advisory lock, in one global order: no deadlocks) before looking
+        it up: of two appends storing one id in two logs, the second then finds the first's."""
+        keys = sorted({int.from_bytes(hashlib.blake2b(f"{self.schema}\0{s}\0{eid}".encode(), digest_size=8).digest(),
+                                      "big", signed=True) for _, s, eid in lookups})
+        conn.execute("SELECT pg_advisory_xact_lock(x.k) FROM unnest(%s::bigint[]) WITH ORDINALITY AS x(k, i) "
+                     "ORDER BY x.i", (keys,))
 
     def _plan(self, conn: psycopg.Connection[Any], b: _Batch, append: Append, lookup_all: bool) -> Any:
         """Check one submission against the batch so far; if it passes, add its rows.

@@ -54,7 +54,7 @@ def ddl(schema: str, logs: int) -> list[str]:
         " seq int NOT NULL, event_id text NOT NULL, value bytea NOT NULL, PRIMARY KEY (log_id, position),"
         " UNIQUE (log_id, scope, tk, seq), UNIQUE (log_id, scope, event_id))",
         # Idempotency lookups search every log (an id names one event per scope); the UNIQUE above
-        # only guards one log, so two logs racing to store one id are not stopped (P > 1 only).
+        # only guards one log: with P > 1 the recorder locks each given id first (recorder._lock_ids).
         "CREATE INDEX events_ids ON events (scope, event_id)",
         # head IS NULL only inside an appending transaction (the row is its lock); never committed.
         "CREATE TABLE heads (log_id int NOT NULL, scope text NOT NULL, tk bytea NOT NULL, thread_id text NOT NULL,"
