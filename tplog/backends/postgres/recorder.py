@@ -25,6 +25,7 @@ as its original result and an uncommitted one is written once.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 import threading
@@ -78,6 +79,7 @@ from tplog.backends.postgres.errors import LockTimeoutError, PostgresUnavailable
 from tplog.backends.postgres.fold import Batch as _Batch
 from tplog.backends.postgres.fold import Thread as _Thread
 from tplog.backends.postgres.fold import index_links, item_of
+from tplog.backends.postgres.placement import Placement
 from tplog.backends.postgres.schema import SCHEMA_VERSION, TABLES, check_schema_name, ddl
 
 __all__ = ["PostgresRecorder"]
@@ -145,6 +147,10 @@ class _Held:
         self._conn = conn
 
     def release(self) -> None:
+        # Unlocked before the close: a closed session's locks go only when its server process
+        # has exited, after close() returned (the next try_lock could still find it held).
+        with contextlib.suppress(psycopg.Error):
+            self._conn.execute("SELECT pg_advisory_unlock_all()")
         self._conn.close()
 
 
@@ -197,6 +203,8 @@ class PostgresRecorder:
         with self._connect() as conn:
             self.logs = self._open_schema(conn, want_logs if logs is not None or "logs" in ours else None,
                                           create=create, migrate=migrate)
+        self._placement = Placement(self.schema, self.logs)
+        self._wlogs: dict[tuple[str, bytes], int] = {}  # the writer's batch: where its threads live
         self._pool: psycopg_pool.ConnectionPool[Any] = psycopg_pool.ConnectionPool(
             self._conninfo, kwargs=self._kwargs, min_size=1, max_size=max(1, pool_size), open=True,
             name=f"tplog-{self.schema}", reconnect_timeout=30.0)
@@ -298,13 +306,32 @@ class PostgresRecorder:
             raise StoreClosedError(f"PostgreSQL store {self.url} (schema {self.schema}) has been closed")
 
     def log_of(self, thread_id: str, *, scope: str | None = None) -> int:
-        if self.logs == 1:
-            return 0
-        # The reference backend's function: the same thread lands in the same log on both.
-        return int.from_bytes(thread_key(thread_id, scope)[:4], "big") % self.logs
+        """With several logs: the stored thread's log (a spawned child's is its parent's, see
+        ``placement.py``), else the one its id hashes to."""
+        return self._key(thread_id, scope)[0]
 
-    def _key(self, thread_id: str, scope: str | None) -> tuple[int, str, bytes]:
-        return self.log_of(thread_id, scope=scope), _scope(scope), thread_key(thread_id, scope)
+    def _key(self, thread_id: str, scope: str | None,
+             conn: psycopg.Connection[Any] | None = None) -> tuple[int, str, bytes]:
+        sc, tk = _scope(scope), thread_key(thread_id, scope)
+        if self.logs == 1:
+            return 0, sc, tk
+        log = self._placement.known((sc, tk))
+        if log is None:
+            if conn is not None:
+                log = self._placement.log(conn, (sc, tk))
+            else:
+                with self._read() as c:
+                    log = self._placement.log(c, (sc, tk))
+        return log, sc, tk
+
+    def _wkey(self, thread_id: str, scope: str | None) -> tuple[int, str, bytes]:
+        """``_key`` in the writer's transaction: the logs its batch planned."""
+        if self.logs > 1:
+            sc, tk = _scope(scope), thread_key(thread_id, scope)
+            log = self._wlogs.get((sc, tk))
+            if log is not None:
+                return log, sc, tk
+        return self._key(thread_id, scope, self._wconn)
 
     # ------------------------------------------------------------------ writes
 
@@ -417,18 +444,27 @@ class PostgresRecorder:
                 self._wconn = None
 
     def _append_txn(self, conn: psycopg.Connection[Any], jobs: list[_Job], *, lookup_all: bool) -> list[Any]:
+        try:
+            return self._append_txn_placed(conn, jobs, lookup_all=lookup_all)
+        finally:
+            self._wlogs = {}
+
+    def _append_txn_placed(self, conn: psycopg.Connection[Any], jobs: list[_Job], *, lookup_all: bool) -> list[Any]:
         b = _Batch()
         spelled: dict[tuple[int, str, bytes], str] = {}
         lookups: list[tuple[int, str, str]] = []
-        for job in jobs:
-            assert job.append is not None
-            for part in job.append:
-                key = self._key(part.thread_id, part.scope)
-                spelled.setdefault(key, part.thread_id)
-                if lookup_all or not part.fresh_ids:
-                    lookups += [(key[0], key[1], e.event_id) for e in part.events]
-        keys = sorted(spelled)
         with conn.pipeline(), conn.transaction():
+            moves: list[Any] = []
+            if self.logs > 1:  # which log each thread lives in (one more round trip while some are new)
+                self._wlogs, moves = self._placement.plan(conn, [j.append for j in jobs if j.append is not None])
+            for job in jobs:
+                assert job.append is not None
+                for part in job.append:
+                    key = self._wkey(part.thread_id, part.scope)
+                    spelled.setdefault(key, part.thread_id)
+                    if lookup_all or not part.fresh_ids:
+                        lookups += [(key[0], key[1], e.event_id) for e in part.events]
+            keys = sorted(spelled)
             if lookups and self.logs > 1:
                 self._lock_ids(conn, lookups)
             heads = conn.execute(
@@ -454,7 +490,10 @@ class PostgresRecorder:
                 b.found[(log, scope, eid)] = (bytes(tk), seq, pos)
             live = {n: s == "live" and v == VERSIONS.get(n) for n, s, v in tracking.fetchall()}
             b.live_links, b.live_state = live.get("links", False), live.get("state", False)
+            new = {k for k, t in b.threads.items() if t.head is None}
             plans = [self._plan(conn, b, job.append, lookup_all) for job in jobs if job.append is not None]
+            if moves:  # threads this batch created in their parent's log: the rows already naming them follow
+                Placement.move(conn, [m for m in moves if (m[2], *m[0]) in new and b.threads[(m[2], *m[0])].written])
             bases = self._write_rows(conn, b, keys)
         base = {log: cur.fetchone()[0] for log, cur in bases.items()}
         self.commits += 1
@@ -488,7 +527,7 @@ class PostgresRecorder:
         out: list[Any] = []
         try:
             for part in append:
-                key = self._key(part.thread_id, part.scope)
+                key = self._wkey(part.thread_id, part.scope)
                 t = b.threads[key]
                 if t.head is not None and t.head.thread_id.lower() != part.thread_id.lower():
                     raise InvalidInputError(
@@ -586,7 +625,7 @@ class PostgresRecorder:
 
     def _index_links(self, b: _Batch, log: int, scope: str, tk: bytes, name: str, seq: int, ev: Any,
                      facts: Any) -> None:
-        index_links(b, self._key, log, scope, tk, name, seq, ev, facts)
+        index_links(b, self._wkey, log, scope, tk, name, seq, ev, facts)
 
     def _write_rows(self, conn: psycopg.Connection[Any], b: _Batch, keys: list[tuple[int, str, bytes]]) -> dict[
             int, Any]:
@@ -668,7 +707,7 @@ class PostgresRecorder:
 
     def _delete_txn(self, conn: psycopg.Connection[Any], thread_id: str, tomb: Encoded, scope: str | None, *,
                     retrying: bool = False) -> AppendResult:
-        log, sc, tk = self._key(thread_id, scope)
+        log, sc, tk = self._key(thread_id, scope, conn)
         with conn.transaction():
             row = conn.execute("SELECT head, last_position FROM heads WHERE log_id = %s AND scope = %s AND tk = %s "
                                "AND head IS NOT NULL FOR UPDATE", (log, sc, tk)).fetchone()
@@ -727,7 +766,7 @@ class PostgresRecorder:
     def head(self, thread_id: str, *, scope: str | None = None) -> ThreadHead | None:
         with self._read() as conn:
             row = conn.execute("SELECT head, last_position FROM heads WHERE log_id = %s AND scope = %s AND tk = %s "
-                               "AND head IS NOT NULL", self._key(thread_id, scope)).fetchone()
+                               "AND head IS NOT NULL", self._key(thread_id, scope, conn)).fetchone()
         return None if row is None else msgspec.structs.replace(_head_dec.decode(row[0]), last_position=row[1])
 
     @_retried
@@ -909,7 +948,7 @@ class PostgresRecorder:
             live = self._require_live(conn, "state")
             row = conn.execute("SELECT s.state FROM heads h LEFT JOIN states s ON s.log_id = h.log_id AND "
                                "s.scope = h.scope AND s.tk = h.tk WHERE h.log_id = %s AND h.scope = %s AND "
-                               "h.tk = %s AND h.head IS NOT NULL", self._key(thread_id, scope)).fetchone()
+                               "h.tk = %s AND h.head IS NOT NULL", self._key(thread_id, scope, conn)).fetchone()
         if row is None:
             raise NotFoundError(f"thread {thread_id} does not exist")
         if not live:
@@ -960,7 +999,7 @@ class PostgresRecorder:
                     if ck not in seen:
                         seen.add(ck)
                         out.append((child_id, depth))
-                        nxt.append(self._key(child_id, scope))
+                        nxt.append(self._key(child_id, scope, conn))
                 frontier = nxt
         return out
 
