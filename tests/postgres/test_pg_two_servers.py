@@ -128,10 +128,11 @@ class _Tail:
         return self.seqs
 
 
-@pytest.fixture
-def url(pg_dsn: str) -> Iterator[str]:
+@pytest.fixture(params=[1, 4], ids=["P1", "P4"])
+def url(pg_dsn: str, request: pytest.FixtureRequest) -> Iterator[str]:
+    """One log (tails woken by LISTEN/NOTIFY) and four (tails poll every log)."""
     name = f"srv{os.getpid()}_{next(_names)}"
-    yield f"{pg_dsn}?schema={name}"
+    yield f"{pg_dsn}?schema={name}&logs={request.param}"
     with psycopg.connect(pg_dsn, autocommit=True) as c:
         c.execute(f"DROP SCHEMA IF EXISTS {name} CASCADE".encode())
 
