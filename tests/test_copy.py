@@ -95,3 +95,31 @@ def test_cli_copy_reports_and_refuses_bad_targets(tmp_path: Path) -> None:
 def test_bad_chunk() -> None:
     with Store("memory:") as a, Store("memory:") as b, pytest.raises(InvalidInputError, match="chunk"):
         copy_store(a, b, chunk=0)
+
+
+def test_cli_progress_bar_on_a_terminal_only(tmp_path: Path) -> None:
+    import os
+    import pty
+
+    with Store(tmp_path / "a", check_rules=False) as a:
+        fill(a, extra=3)
+    leader, follower = pty.openpty()
+    try:
+        proc = subprocess.Popen([sys.executable, "-m", "tplog", "copy", str(tmp_path / "a"), str(tmp_path / "b")],
+                                stdout=subprocess.PIPE, stderr=follower)
+        os.close(follower)
+        err = b""
+        while True:  # read the terminal until the process closes it
+            try:
+                data = os.read(leader, 65536)
+            except OSError:
+                break
+            if not data:
+                break
+            err += data
+        out, _ = proc.communicate(timeout=120)
+    finally:
+        os.close(leader)
+    assert proc.returncode == 0
+    assert json.loads(out)["mismatches"] == []  # stdout stays the JSON report
+    assert b"copy" in err and b"verify" in err and "━".encode() in err  # rich's bar, on the terminal

@@ -380,7 +380,7 @@ def _progress_bar() -> Iterator[Callable[[str, int, int], None] | None]:
     if not sys.stderr.isatty():
         yield None
         return
-    try:  # pragma: no cover - needs a terminal
+    try:
         from rich.console import Console
         from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
     except ImportError:  # pragma: no cover - rich is in the cli extra
@@ -388,7 +388,7 @@ def _progress_bar() -> Iterator[Callable[[str, int, int], None] | None]:
         yield None
         return
     with Progress(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
-                  TimeRemainingColumn(), console=Console(stderr=True), transient=True) as bar:  # pragma: no cover
+                  TimeRemainingColumn(), console=Console(stderr=True), transient=True) as bar:
         tasks: dict[str, Any] = {}
 
         def progress(phase: str, done: int, total: int) -> None:
