@@ -23,6 +23,9 @@ otherwise :class:`CopyConflictError` names the threads and nothing is written.
 
 At the end (``verify=True``) every source thread's export is hashed on both sides
 (:func:`tplog.thread_hash`, every event included) and the mismatches are reported.
+Copy a source nobody writes to meanwhile: events appended during the copy are copied
+as far as the copy reads, and a thread written after that shows as a mismatch (running
+the copy again brings it over).
 """
 
 from __future__ import annotations

@@ -496,6 +496,10 @@ class PostgresRecorder:
                 Placement.move(conn, [m for m in moves if (m[2], *m[0]) in new and b.threads[(m[2], *m[0])].written])
             bases = self._write_rows(conn, b, keys)
         base = {log: cur.fetchone()[0] for log, cur in bases.items()}
+        if self.logs > 1:  # committed: the threads this batch created live where it put them, for good
+            for k in new:
+                if b.threads[k].written:
+                    self._placement.remember((k[1], k[2]), k[0])
         self.commits += 1
         out: list[Any] = []
         for plan in plans:
