@@ -122,8 +122,9 @@ def cmd_stat(args: argparse.Namespace) -> int:
 def cmd_backup(args: argparse.Namespace) -> int:
     with _store(args) as s:
         s.backup(args.dest, compact=not args.no_compact)
-    data = os.path.join(args.dest, "data.mdb")
-    _emit({"dest": args.dest, "compact": not args.no_compact, "bytes": os.path.getsize(data)})
+    # LMDB writes data.mdb; PostgreSQL one COPY file per table
+    size = sum(e.stat().st_size for e in os.scandir(args.dest) if e.is_file())
+    _emit({"dest": args.dest, "compact": not args.no_compact, "bytes": size})
     return 0
 
 

@@ -67,6 +67,9 @@ def test_lmdb_to_postgres_to_lmdb_round_trip_hash_equal(tmp_path: Path, pg_dsn: 
     # the CLI reads a PostgreSQL store like a directory one
     out = _cli("children", url, info["root"])
     assert out.returncode == 0 and json.loads(out.stdout) == seen["children"]
+    bk = _cli("backup", url, str(tmp_path / "bk"))
+    assert bk.returncode == 0, bk.stderr
+    assert json.loads(bk.stdout)["bytes"] == sum(p.stat().st_size for p in (tmp_path / "bk").iterdir()) > 0
 
 
 def test_killed_copy_resumes_without_duplicates(tmp_path: Path, pg_dsn: str, schema: str) -> None:
