@@ -77,6 +77,8 @@ def test_cli_copy_reports_and_refuses_bad_targets(tmp_path: Path) -> None:
     assert out.stderr == ""  # no progress bar without a terminal
     with Store(tmp_path / "b", readonly=True) as b:
         assert digests(b) == want
+    listed = _cli("threads", f"lmdb://{tmp_path / 'b'}", "--limit", "1")  # every verb takes the URL
+    assert listed.returncode == 0 and len(json.loads(listed.stdout)["threads"]) == 1
     missing = _cli("copy", str(tmp_path / "nowhere"), str(tmp_path / "c"))
     assert missing.returncode == 2 and "no tplog store here" in missing.stderr
     assert not (tmp_path / "c").exists()

@@ -85,9 +85,10 @@ def _store(args: argparse.Namespace, *, readonly: bool = True, create: bool = Fa
 
     if _is_url(args.store):  # a server's store (postgresql://): opened as it is; it has no read-only mode
         return Store(args.store)
-    if os.path.exists(args.store) and not os.path.isdir(args.store):
+    path = args.store.removeprefix("lmdb://")
+    if os.path.exists(path) and not os.path.isdir(path):
         raise InvalidInputError(f"{args.store}: is a file, not a store directory")
-    if not create and not os.path.exists(os.path.join(args.store, "data.mdb")):
+    if not create and not os.path.exists(os.path.join(path, "data.mdb")):
         raise InvalidInputError(f"{args.store}: no tplog store here")
     return Store(args.store, readonly=readonly)
 
