@@ -2,10 +2,10 @@
 
     python tools/fix_imports.py FILE_OR_DIR...
 
-Rewrites in place ``tplog._model`` → ``tplog.protocol.model`` (dotted names, imports,
-``mock.patch`` strings), ``from tplog import _model as m`` → ``from tplog.protocol import
-model as m``, ``from tplog import _validate`` → ``from tplog.protocol import validate as
-_validate`` and ``tplog/_model.py`` → ``tplog/protocol/model.py`` (paths in docs); prints the
+Rewrites in place ``tplog.protocol.model`` → ``tplog.protocol.model`` (dotted names, imports,
+``mock.patch`` strings), ``from tplog.protocol import model as m`` → ``from tplog.protocol import
+model as m``, ``from tplog.protocol import validate as _validate`` → ``from tplog.protocol import validate as
+_validate`` and ``tplog/protocol/model.py`` → ``tplog/protocol/model.py`` (paths in docs); prints the
 files it changed. Meant for branches written against the old layout (issue 19, phase 3).
 """
 

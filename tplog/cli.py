@@ -76,12 +76,19 @@ def _input_named(path: str) -> Iterator[None]:
         raise
 
 
+def _is_url(target: str) -> bool:
+    return target == "memory:" or ("://" in target and not target.startswith("lmdb://"))
+
+
 def _store(args: argparse.Namespace, *, readonly: bool = True, create: bool = False) -> Any:
     from tplog.store import Store
 
-    if os.path.exists(args.store) and not os.path.isdir(args.store):
+    if _is_url(args.store):  # a server's store (postgresql://): opened as it is; it has no read-only mode
+        return Store(args.store)
+    path = args.store.removeprefix("lmdb://")
+    if os.path.exists(path) and not os.path.isdir(path):
         raise InvalidInputError(f"{args.store}: is a file, not a store directory")
-    if not create and not os.path.exists(os.path.join(args.store, "data.mdb")):
+    if not create and not os.path.exists(os.path.join(path, "data.mdb")):
         raise InvalidInputError(f"{args.store}: no tplog store here")
     return Store(args.store, readonly=readonly)
 
@@ -116,8 +123,9 @@ def cmd_stat(args: argparse.Namespace) -> int:
 def cmd_backup(args: argparse.Namespace) -> int:
     with _store(args) as s:
         s.backup(args.dest, compact=not args.no_compact)
-    data = os.path.join(args.dest, "data.mdb")
-    _emit({"dest": args.dest, "compact": not args.no_compact, "bytes": os.path.getsize(data)})
+    # LMDB writes data.mdb; PostgreSQL one COPY file per table
+    size = sum(e.stat().st_size for e in os.scandir(args.dest) if e.is_file())
+    _emit({"dest": args.dest, "compact": not args.no_compact, "bytes": size})
     return 0
 
 
@@ -354,12 +362,62 @@ def cmd_verify(args: argparse.Namespace) -> int:
     return 0 if rep.ok else 1
 
 
+def cmd_copy(args: argparse.Namespace) -> int:
+    from tplog.copy import copy_store, open_store
+
+    if args.chunk is not None and args.chunk < 1:
+        raise InvalidInputError(f"--chunk must be ≥ 1, not {args.chunk}")
+    with open_store(args.src, source=True) as src, open_store(args.dest) as dest, _progress_bar() as progress:
+        rep = copy_store(src, dest, chunk=args.chunk or 256, verify=not args.no_verify,
+                         check_rules=args.check_rules, progress=progress)
+    _emit({"source": args.src, "dest": args.dest, "threads": rep.threads, "tombstones": rep.tombstones,
+           "events": rep.events, "skipped": rep.skipped, "seconds": round(rep.seconds, 3), "verified": rep.verified,
+           "mismatches": [{"thread_id": m.thread_id, "source": m.source, "dest": m.dest} for m in rep.mismatches]})
+    return 0 if rep.ok else 1
+
+
+@contextlib.contextmanager
+def _progress_bar() -> Iterator[Callable[[str, int, int], None] | None]:
+    """A rich progress bar on stderr when it is a terminal (and rich is installed), else None."""
+    if not sys.stderr.isatty():
+        yield None
+        return
+    try:
+        from rich.console import Console
+        from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
+    except ImportError:  # pragma: no cover - rich is in the cli extra
+        sys.stderr.write("tplog: no progress bar without rich: pip install 'tplog[cli]'\n")
+        yield None
+        return
+    with Progress(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
+                  TimeRemainingColumn(), console=Console(stderr=True), transient=True) as bar:
+        tasks: dict[str, Any] = {}
+
+        def progress(phase: str, done: int, total: int) -> None:
+            if phase not in tasks:
+                tasks[phase] = bar.add_task(phase, total=total)
+            bar.update(tasks[phase], completed=done, total=total)
+
+        yield progress
+
+
+def cmd_migrate(args: argparse.Namespace) -> int:
+    if not args.url.startswith(("postgresql://", "postgres://")):
+        raise InvalidInputError(f"tplog migrate takes a PostgreSQL URL (postgresql://…), not {args.url!r}")
+    try:
+        from tplog.backends.postgres.migrate import migrate
+    except ImportError as exc:
+        raise InvalidInputError(f"PostgreSQL stores need psycopg: pip install 'tplog[postgres]' ({exc})") from exc
+    _emit(migrate(args.url))
+    return 0
+
+
 def cmd_serve(args: argparse.Namespace) -> int:
     try:
         from tplog.integrations.server import serve
     except ImportError as exc:
         raise InvalidInputError(f"tplog serve needs the server extra: pip install 'tplog[server]' ({exc})") from exc
-    if os.path.exists(args.store) and not os.path.isdir(args.store):
+    if not _is_url(args.store) and os.path.exists(args.store) and not os.path.isdir(args.store):
         raise InvalidInputError(f"{args.store}: is a file, not a store directory")
     if args.shutdown_grace < 0:
         raise InvalidInputError(f"--shutdown-grace must be ≥ 0 seconds, not {args.shutdown_grace}")
@@ -446,6 +504,19 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("--shutdown-grace", type=float, default=30.0, metavar="SECONDS",
                     help="on SIGTERM/Ctrl-C, how long running chats get to finish before they are recorded as "
                          "interrupted (server_shutdown) (default 30)")
+    sp = add("copy", cmd_copy, "Copy every thread (events, links, metadata, tombstones) from one store to another, "
+             "between any backends; resumable (run it again after an interruption); then compare every thread's "
+             "export hash (exit 1 on a mismatch).", store=False)
+    sp.add_argument("src", metavar="SRC", help="the source store: a directory, lmdb:///dir or postgresql://…")
+    sp.add_argument("dest", metavar="DEST", help="the destination store (created if missing)")
+    sp.add_argument("--chunk", type=int, default=None, metavar="N",
+                    help="source events read per page and appended per transaction (default 256)")
+    sp.add_argument("--no-verify", action="store_true", help="skip comparing the export hashes at the end")
+    sp.add_argument("--check-rules", action="store_true",
+                    help="apply the validation rules to the copied events (off: the source holds them already)")
+    sp = add("migrate", cmd_migrate, "Create or upgrade the tplog schema of a PostgreSQL store to this version's.",
+             store=False)
+    sp.add_argument("url", metavar="URL", help="postgresql://… (?schema=NAME, default tplog)")
     sp = add("train", cmd_train, "Train a zstd dictionary on the store's events; new values use it. Trains nothing "
              "(\"trained\": false) below 64 events: zstd's trainer needs that many samples to find what recurs.")
     sp.add_argument("--samples", type=int, default=2000, help="how many recent events to sample (at least 64 train)")

@@ -32,7 +32,7 @@ from tplog.backends.postgres import (
     PostgresUnavailableError,
     SchemaError,
 )
-from tplog.backends.postgres.schema import DISTRIBUTED
+from tplog.backends.postgres.schema import DISTRIBUTED, SCHEMA_VERSION
 from tplog.errors import InvalidInputError, WrongExpectedVersionError
 
 from .proxy import CommitLosingProxy
@@ -359,14 +359,14 @@ def test_missing_older_and_newer_schema(pg_dsn: str, schema: str, open_rec: Call
     open_rec().close()
     with psycopg.connect(pg_dsn, autocommit=True, options=f"-c search_path={schema}") as c:
         c.execute("UPDATE meta SET value = '0' WHERE key = 'schema_version'")
-        with pytest.raises(SchemaError, match="version 0, older than 1; run `tplog migrate"):
+        with pytest.raises(SchemaError, match=f"version 0, older than {SCHEMA_VERSION}; run `tplog migrate"):
             PostgresRecorder(pg_dsn, schema=schema)
         with pytest.raises(SchemaError, match="no upgrade"):
             PostgresRecorder(pg_dsn, schema=schema, migrate=True)
         c.execute("UPDATE meta SET value = '99' WHERE key = 'schema_version'")
         with pytest.raises(SchemaError, match="newer than this tplog understands"):
             PostgresRecorder(pg_dsn, schema=schema)
-        c.execute("UPDATE meta SET value = '1' WHERE key = 'schema_version'")
+        c.execute("UPDATE meta SET value = %s WHERE key = 'schema_version'", (str(SCHEMA_VERSION),))
     with pytest.raises(SchemaError, match="keeps 1 logs, not 4"):
         PostgresRecorder(pg_dsn, schema=schema, logs=4)
 

@@ -314,7 +314,8 @@ class Recorder(Protocol):
         ...
 
     def log_of(self, thread_id: str, *, scope: str | None = None) -> int:
-        """The log a thread belongs to (fixed for the thread's life)."""
+        """The log a thread belongs to (fixed for the thread's life). A backend may place a
+        new thread by more than its id: PostgreSQL puts a spawned child in its parent's log."""
         ...
 
     def read_log(

@@ -259,7 +259,9 @@ class _Watcher:
         self.store = store
         self.loop = loop
         self.poll = poll
-        self.pos = store.last_position
+        # Several logs (PostgreSQL, P > 1): the sum of their positions grows with every commit.
+        self._logs = store.backend.logs
+        self.pos = store.last_position if self._logs == 1 else sum(store.backend.positions())
         self._event = asyncio.Event()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="tplog-tail-watcher", daemon=True)
@@ -270,7 +272,11 @@ class _Watcher:
     def _run(self) -> None:
         while not self._stop.is_set():
             try:
-                pos = self.store.wait_for_position(self.pos + 1, timeout=0.5, poll=self.poll)
+                if self._logs == 1:
+                    pos = self.store.wait_for_position(self.pos + 1, timeout=0.5, poll=self.poll)
+                else:
+                    cursor = self.store.backend.positions()
+                    pos = sum(cursor) if sum(cursor) > self.pos else sum(self.store.backend.wait(cursor, 0.5))
             except Exception:  # the store closed under us: stop
                 return
             if pos > self.pos:
@@ -1499,7 +1505,9 @@ def serve(
     import uvicorn
 
     grace = _grace(str(shutdown_grace))
-    path = os.path.abspath(os.fspath(store_path))
+    path = os.fspath(store_path)
+    if "://" not in path or path.startswith("lmdb://"):  # a server's URL (postgresql://…) stays as it is
+        path = os.path.abspath(path.removeprefix("lmdb://"))
     loaded = _load_agents(agents)
     _check_address(host, port)
     Store(path, durability=durability).close()  # create it once, before the workers race to
