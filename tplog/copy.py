@@ -144,8 +144,8 @@ def _check_conflicts(src: Store, dest: Store, heads: list[ThreadHead]) -> None:
             bad.append((tid, f"the destination holds {d.version} events, the source {h.version}"))
         else:
             for seq in sorted({1, d.version}):
-                mine = src.read(tid, start=seq, limit=1)
-                theirs = dest.read(tid, start=seq, limit=1)
+                mine = src.read(tid, after=seq - 1, limit=1)
+                theirs = dest.read(tid, after=seq - 1, limit=1)
                 if not mine or not theirs or mine[0].event_id != theirs[0].event_id:
                     bad.append((tid, f"seq {seq} holds another event in the destination"))
                     break

@@ -348,7 +348,7 @@ class PostgresRecorder:
             log = getattr(self._wlocal, "wlogs", {}).get((sc, tk))  # this writer thread's batch
             if log is not None:
                 return log, sc, tk
-        return self._key(thread_id, scope, self._wconn)
+        return self._key(thread_id, scope, getattr(self._wlocal, "conn", None))
 
     # ------------------------------------------------------------------ writes
 
