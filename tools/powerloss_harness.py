@@ -126,6 +126,8 @@ def worker(store_dir: str, wid: int, threads: int, seed: int, durability: str, s
         emit({"error": f"{type(exc).__name__}: {exc}"})
         os._exit(3)
     backups = Path(store_dir).parent / "backups"
+    # a backup-heavy workload (TPLOG_PL_BACKUP_RATE: the share of thread 0's appends that back up instead)
+    extra_backups = float(os.environ.get("TPLOG_PL_BACKUP_RATE", "0"))
     (Path(store_dir).parent / f"ready-{wid}").touch()  # the harness cuts once a worker is this far
 
     def run_thread(ti: int) -> None:
@@ -150,7 +152,8 @@ def worker(store_dir: str, wid: int, threads: int, seed: int, durability: str, s
                     store.sync()
                     emit({"sync_ack": 1})
                     continue
-                if r < 0.097 and ti == 0 and not deterministic:
+                if ti == 0 and not deterministic and (r < 0.097 or (r >= 0.105 and extra_backups
+                                                                      and random.random() < extra_backups)):
                     dest = backups / f"b-{wid}-{seed}-{step}"
                     backups.mkdir(exist_ok=True)
                     emit({"backup_try": str(dest)})

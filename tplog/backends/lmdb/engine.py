@@ -560,10 +560,20 @@ class LmdbEngine:
         os.makedirs(dest, exist_ok=True)
         if os.listdir(dest):
             raise StorageError(f"backup destination {dest} is not empty")
-        try:
-            self._env.copy(dest, compact=compact)
-        except lmdb.Error as exc:
-            raise _translate(exc, dest) from exc
+        for attempt in range(5):
+            try:
+                # as a reader: a map resize in this process (remapping the file) waits for the copy
+                with self._rw.shared():
+                    self._env.copy(dest, compact=compact)
+                break
+            except lmdb.MapResizedError as exc:  # another process grew the map: adopt it, copy again
+                if attempt == 4:
+                    raise _translate(exc, dest) from exc
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(os.path.join(dest, "data.mdb"))
+                self._adopt_size()
+            except lmdb.Error as exc:
+                raise _translate(exc, dest) from exc
         _fsync_tree(dest)
 
     def info(self) -> dict[str, Any]:
