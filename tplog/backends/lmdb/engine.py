@@ -26,7 +26,8 @@ LMDB hazards handled here (see README "Operating tplog"):
   (the futex's "waiters" bit is lost with the killed waiter): they hang, the
   lock free. So processes queue on an ``fcntl`` lock of their own
   (``writer.lck``, which the kernel hands over and releases on death) around
-  every write transaction, and LMDB's mutex never has a waiter.
+  every write transaction, and LMDB's mutex never has a waiter. (LMDB's reader-table mutex has the
+  same weakness: an engine's open clears dead readers' slots and takes its reader slot queued there.)
 - **a power cut while a new store is created** could keep its first commit's
   data page but not the two meta pages LMDB writes unflushed when it creates
   the file: a file LMDB refuses. A new store's file is built under a temporary
@@ -371,8 +372,20 @@ class LmdbEngine:
                     raise ReadOnlyError(f"{self.path}: cannot create writer.lck in the store's directory ({exc}); "
                                         "open it with readonly=True") from exc
                 raise StorageError(f"{self.path}: cannot open writer.lck: {exc}") from exc
-        with contextlib.suppress(lmdb.Error):  # best effort
-            self._env.reader_check()
+        if self._wfd is None:
+            with contextlib.suppress(lmdb.Error):  # best effort
+                self._env.reader_check()
+        else:
+            # LMDB's reader-table mutex has the write mutex's weakness, and processes started
+            # together all take it at once: clearing dead readers' slots and taking the slot this
+            # process's reads reuse (py-lmdb keeps one reset transaction) is done queued here.
+            self._lock_writers()
+            try:
+                with contextlib.suppress(lmdb.Error):  # best effort
+                    self._env.reader_check()
+                    self._env.begin(buffers=False).abort()
+            finally:
+                self._unlock_writers()
         self._dbs: dict[str, Any] = {}
         for _attempt in range(5):
             try:
