@@ -31,7 +31,7 @@ LMDB hazards handled here (see README "Operating tplog"):
 - **a power cut while a new store is created** could keep its first commit's
   data page but not the two meta pages LMDB writes unflushed when it creates
   the file: a file LMDB refuses. A new store's file is built under a temporary
-  name, flushed, then linked in (:func:`_create`).
+  name, flushed, then renamed into place (:func:`_create`).
 - **damage**: LMDB's errors for a damaged file (and the ``MDB_BAD_TXN`` that
   follows them in the same transaction) become :class:`CorruptionError`
   naming the store, on open and on every read.
