@@ -49,18 +49,19 @@ print("wrote", flush=True)
 """
 
 
-def _sleeping_in(pid: int, timeout: float = 60.0) -> str:
-    """The kernel function the process sleeps in, once it has slept there for a while."""
+def _sleeping_in(pid: int, timeout: float = 120.0) -> str:
+    """The kernel function the process sleeps in once it waits for a lock (a futex or a file
+    lock) and has waited there for a second (other waits, e.g. for the disk, are passed over)."""
     deadline = time.monotonic() + timeout
     seen, since = "", time.monotonic()
     while time.monotonic() < deadline:
         wchan = Path(f"/proc/{pid}/wchan").read_text().strip()
         if wchan != seen:
             seen, since = wchan, time.monotonic()
-        elif wchan not in ("", "0") and time.monotonic() - since > 1.0:
+        elif ("futex" in wchan or "lk" in wchan or "lock" in wchan) and time.monotonic() - since > 1.0:
             return wchan
         time.sleep(0.05)
-    raise AssertionError(f"process {pid} never settled in a kernel wait (last: {seen!r})")
+    raise AssertionError(f"process {pid} never settled in a lock wait (last: {seen!r})")
 
 
 def _writers_blocked_behind(hold: threading.Event, held: threading.Event, path: Path, script: str) -> list[str]:
