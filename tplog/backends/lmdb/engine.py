@@ -367,11 +367,11 @@ class LmdbEngine:
                 self._wfd = os.open(os.path.join(self.path, "writer.lck"), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC,
                                     0o644)
             except OSError as exc:
-                self._env.close()
-                if exc.errno in (errno.EROFS, errno.EACCES):
-                    raise ReadOnlyError(f"{self.path}: cannot create writer.lck in the store's directory ({exc}); "
-                                        "open it with readonly=True") from exc
-                raise StorageError(f"{self.path}: cannot open writer.lck: {exc}") from exc
+                # a directory LMDB's files can be written in but not created in: write as before,
+                # on LMDB's lock alone
+                if exc.errno not in (errno.EROFS, errno.EACCES, errno.EPERM):
+                    self._env.close()
+                    raise StorageError(f"{self.path}: cannot open writer.lck: {exc}") from exc
         if self._wfd is None:
             with contextlib.suppress(lmdb.Error):  # best effort
                 self._env.reader_check()
