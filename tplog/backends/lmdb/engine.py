@@ -804,19 +804,14 @@ def _fsync(name: str) -> None:
 
 def _fsync_tree(dest: str) -> None:
     """Flush a finished backup: LMDB's copy only write()s it, so a power cut right
-    after ``backup`` returned could leave an empty or partial copy."""
+    after ``backup`` returned could leave an empty or partial copy. ``os.listdir``,
+    not ``os.walk``: the walk passes over a directory it fails to read (an I/O
+    error), and ``backup`` then returned with nothing flushed. The new directory's
+    entry in its parent is flushed too."""
     try:
-        for dirpath, _dirs, files in os.walk(dest):
-            for name in files:
-                fd = os.open(os.path.join(dirpath, name), os.O_RDONLY)
-                try:
-                    os.fsync(fd)
-                finally:
-                    os.close(fd)
-            fd = os.open(dirpath, os.O_RDONLY)
-            try:
-                os.fsync(fd)
-            finally:
-                os.close(fd)
+        for name in sorted(os.listdir(dest)):
+            _fsync(os.path.join(dest, name))
+        _fsync(dest)
+        _fsync(os.path.dirname(os.path.abspath(dest)))
     except OSError as exc:
         raise StorageError(f"backup {dest}: flushing the copy failed: {exc}") from exc
