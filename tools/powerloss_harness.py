@@ -348,8 +348,17 @@ def _store_sound(path: str, tally: Tally, label: str) -> None:
 
 
 def check(path: str, msgs: list[dict[str, Any]], known: Known, durability: str,
-          threads_per_worker: int, tally: Tally, label: str) -> None:
-    """Check the store at ``path`` after a cut against what the workers printed."""
+          threads_per_worker: int, tally: Tally, label: str, probe: bool = False) -> None:
+    """Check the store at ``path`` after a cut against what the workers printed. ``probe``
+    (a broken durability setting: the file may be damaged): open and read it in a child
+    first, since LMDB may read past the end of a damaged file (SIGBUS)."""
+    if probe:
+        p = subprocess.run([sys.executable, str(Path(__file__).resolve()), path, "--check-backup"],
+                           input=b"[]", capture_output=True, timeout=300)
+        if p.returncode < 0:
+            tally.problems.append(f"{label}: store unusable after the cut: reading it killed the reader "
+                                  f"(signal {-p.returncode})")
+            return
     try:
         present, bodies, last_pos = _read_store(path)
         _store_sound(path, tally, label)
@@ -552,7 +561,8 @@ def run_random(workdir: str, cuts: int, *, seed: int = 0, mode: str = "mixed", d
             mount.unmount()
             raise
         if (backing / "store").exists():
-            check(str(backing / "store"), msgs, known, dur, tpw, tally, f"round {r} ({dur}, {m})")
+            check(str(backing / "store"), msgs, known, dur, tpw, tally, f"round {r} ({dur}, {m})",
+                  probe=broken is not None)
         if log:
             log(f"round {r}: {dur}/{m} {len(msgs)} lines, {tally.cuts} cuts, {tally.acked_events_checked} "
                 f"acked checked, lost {tally.lost}, torn {tally.torn}, problems {len(tally.problems)}")
@@ -592,7 +602,8 @@ def run_boundaries(workdir: str, *, seed: int = 0, steps: int = 5, modes: tuple[
             mount.unmount()
             raise
         if (backing / "store").exists():
-            check(str(backing / "store"), msgs, Known(), durability, 1, tally, f"cut before op {n}/{total}")
+            check(str(backing / "store"), msgs, Known(), durability, 1, tally, f"cut before op {n}/{total}",
+                  probe=broken is not None)
         tally.workers += 1
         if log:
             log(f"cut before op {n}/{total}: {len(msgs)} lines, lost {tally.lost}, problems {len(tally.problems)}")
