@@ -274,7 +274,7 @@ def test_read_only_directory_for_a_non_root_user(tmp_path: Path, code: str) -> N
         r = subprocess.run(argv, capture_output=True, text=True, timeout=60, env=env)
         out = dict(line.split(": ", 1) for line in r.stdout.splitlines())
         assert out.get("uid") == f"{uid} {uid}" and uid != 0, r.stdout + r.stderr
-        assert out.get("sees") == "data.mdb lock.mdb", r.stdout + r.stderr
+        assert out.get("sees") == "data.mdb lock.mdb writer.lck", r.stdout + r.stderr
         assert out.get("rw") == "ReadOnlyError", r.stdout + r.stderr
         assert out.get("create") == "ReadOnlyError", r.stdout + r.stderr
         # LMDB opens lock.mdb for writing even read-only (it falls back to no lock only on EROFS): without

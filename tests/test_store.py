@@ -996,10 +996,14 @@ def test_a_group_that_fails_outside_the_engine_fails_its_appends(tmp_path: Path)
     class Boom(HookedStore):
         stage = 0
 
+        holding = threading.Event()
+
         def _commit(self, batch: list[Any]) -> None:
-            if self.stage == 1:  # hold this group until 8 appends queue behind it
-                deadline = time.monotonic() + 10
-                while len(self._gc.queue) < 8 and time.monotonic() < deadline:
+            if self.stage == 1:  # hold this group (the first thread's alone) until 8 appends queue behind it
+                self.holding.set()
+                deadline = time.monotonic() + 60
+                while len(self._gc.queue) < 8:
+                    assert time.monotonic() < deadline, "the 8 appends never queued"
                     time.sleep(0.001)
                 self.stage = 2
             elif self.stage == 2:  # the group of those 8
@@ -1020,11 +1024,12 @@ def test_a_group_that_fails_outside_the_engine_fails_its_appends(tmp_path: Path)
                 outcome[i] = exc
 
         ts = [threading.Thread(target=one, args=(i,)) for i in range(9)]
-        for t in ts:
+        ts[0].start()
+        assert s.holding.wait(60)  # the first append leads a group of its own before the others start
+        for t in ts[1:]:
             t.start()
-            time.sleep(0.01 if t is ts[0] else 0)
         for t in ts:
-            t.join(30)
+            t.join(60)
         assert not any(t.is_alive() for t in ts)
         failed = [i for i, e in outcome.items() if e is not None]
         assert all(isinstance(outcome[i], RuntimeError) for i in failed) and len(failed) == 8
@@ -1033,10 +1038,13 @@ def test_a_group_that_fails_outside_the_engine_fails_its_appends(tmp_path: Path)
 
 
 class _Staged(HookedStore):
-    """Commit groups held until enough appends queue behind them: group 1 is ``u0``
-    alone, group 2 is ``u1``..``u4``, group 3 is ``u5``, ``u6``. ``fail`` makes group 3
-    raise before it reaches the engine; else its transaction, once built, stays open
-    until the four callers of group 2 have returned (at most 10 s)."""
+    """Commit groups staged by conditions, not by timing: group 1 is ``u0`` alone (it
+    waits until ``u1``..``u4`` have queued behind it), group 2 is ``u1``..``u4`` (its
+    transaction, once built — which lets appenders through the gate — commits only
+    after ``u5``, ``u6`` have queued), group 3 is ``u5``, ``u6``. ``fail`` makes group
+    3 raise before it reaches the engine; else its transaction, once built, stays open
+    until the four callers of group 2 have returned. Each wait fails loudly after a
+    minute instead of going on with another grouping."""
 
     fail = False
 
@@ -1046,25 +1054,23 @@ class _Staged(HookedStore):
         self.told = 0  # callers of group 2 returned
         self.told_at: tuple[int, int] | None = None  # (before, after) group 3's build
 
-    def _commit(self, batch: list[Any]) -> None:
-        self.groups += 1
-        want = {1: 4, 2: 2}.get(self.groups)
-        deadline = time.monotonic() + 10
-        while want is not None and len(self._gc.queue) < want and time.monotonic() < deadline:
+    @staticmethod
+    def _until(cond: Callable[[], bool], what: str) -> None:
+        deadline = time.monotonic() + 60
+        while not cond():
+            if time.monotonic() > deadline:
+                raise AssertionError(f"staging: gave up waiting for {what}")
             time.sleep(0.001)
-        if self.groups != 3:
-            return super()._commit(batch)
-        if self.fail:
-            raise RuntimeError("boom")
+
+    def _holding(self, batch: list[Any], after_build: Callable[[], None],
+                 before_build: Callable[[], None] = lambda: None) -> None:
         run_write = self.engine.run_write
 
         def held(fn: Any) -> Any:
             def build(txn: Any) -> Any:
-                before = self.told
+                before_build()
                 out = fn(txn)
-                while self.told < 4 and time.monotonic() < deadline + 10:
-                    time.sleep(0.001)
-                self.told_at = (before, self.told)
+                after_build()
                 return out
 
             return run_write(build)
@@ -1074,6 +1080,26 @@ class _Staged(HookedStore):
             super()._commit(batch)
         finally:
             self.engine.run_write = run_write  # type: ignore[method-assign]
+
+    def _commit(self, batch: list[Any]) -> None:
+        self.groups += 1
+        if self.groups == 1:
+            self._until(lambda: len(self._gc.queue) >= 4, "u1..u4 to queue behind group 1")
+            return super()._commit(batch)
+        if self.groups == 2:
+            return self._holding(batch, lambda: self._until(lambda: len(self._gc.queue) >= 2,
+                                                            "u5, u6 to queue behind group 2"))
+        if self.groups != 3:
+            return super()._commit(batch)
+        if self.fail:
+            raise RuntimeError("boom")
+        before: list[int] = []
+
+        def told_all() -> None:
+            self._until(lambda: self.told >= 4, "group 2's callers to return")
+            self.told_at = (before[0], self.told)
+
+        return self._holding(batch, told_all, lambda: before.append(self.told))
 
 
 def _staged_appends(s: _Staged) -> dict[int, Any]:
@@ -1094,9 +1120,8 @@ def _staged_appends(s: _Staged) -> dict[int, Any]:
     for i, t in enumerate(ts):
         t.start()
         if i in (0, 4):  # u0's group, then u1..u4's, is taken before the next appends start
-            deadline = time.monotonic() + 10
-            while s.groups < (1 if i == 0 else 2) and time.monotonic() < deadline:
-                time.sleep(0.001)
+            want = 1 if i == 0 else 2
+            s._until(lambda want=want: s.groups >= want, f"group {want} to start")
     for t in ts:
         t.join(30)
     assert not any(t.is_alive() for t in ts), "an append was never told its result"

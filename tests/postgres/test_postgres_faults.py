@@ -307,14 +307,12 @@ def test_multi_thread_appends_in_random_order_do_not_deadlock(pg_dsn: str,
     deadlocks = "SELECT deadlocks FROM pg_stat_database WHERE datname = current_database()"
     with psycopg.connect(pg_dsn, autocommit=True) as c:
         before = c.execute(deadlocks).fetchone()
-    t0 = time.monotonic()
     for w in ws:
         w.start()
     for w in ws:
         w.join(timeout=120)
     assert not any(w.is_alive() for w in ws), "writers hung"
     assert not errors, errors
-    assert time.monotonic() - t0 < 120
     time.sleep(0.6)  # the statistics collector's delay
     with psycopg.connect(pg_dsn, autocommit=True) as c:
         assert c.execute(deadlocks).fetchone() == before  # none detected (and retried away) either

@@ -842,6 +842,8 @@ async def _json_body(request: Request, limit: int) -> dict[str, Any]:
         data = json.loads(raw)
     except (ValueError, UnicodeDecodeError) as exc:
         raise HTTPError(400, "malformed_json", f"the body is not valid JSON: {exc}") from exc
+    except RecursionError:  # json's decoder recurses per nesting level
+        raise HTTPError(400, "malformed_json", "the body's JSON is nested too deeply") from None
     if not isinstance(data, dict):
         raise HTTPError(422, "invalid_body", f"the body must be a JSON object, not {type(data).__name__}")
     return data

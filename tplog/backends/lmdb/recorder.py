@@ -316,13 +316,17 @@ class LmdbRecorder:
         self._cond = self._gc.cond
         self._position_cond = threading.Condition(threading.Lock())
         self._leader: _AsyncLeader | None = None
-        self._load_dictionaries()
-        with self.engine.read() as txn:
-            last = txn.last("global")
-            self._gc.last_position = from_u64(last[0]) if last else 0
-        if not readonly:
-            empty = self._gc.last_position == 0
-            self.engine.run_write(lambda txn: proj.init_infos(txn, empty))
+        try:
+            self._load_dictionaries()
+            with self.engine.read() as txn:
+                last = txn.last("global")
+                self._gc.last_position = from_u64(last[0]) if last else 0
+            if not readonly:
+                empty = self._gc.last_position == 0
+                self.engine.run_write(lambda txn: proj.init_infos(txn, empty))
+        except BaseException:  # e.g. a damaged store: do not keep its engine (and files) open
+            self.engine.close()
+            raise
 
     # ------------------------------------------------------------------ lifecycle
 
