@@ -245,6 +245,16 @@ def _disk_nearly_full(path: str) -> bool:
         return False
 
 
+def _errno_of(exc: lmdb.Error) -> int | None:
+    """The errno of an LMDB error: py-lmdb keeps it in ``.code``; before 1.5 it raised a bare
+    ``lmdb.Error`` for EROFS/EACCES without it, so match the message's strerror then."""
+    code = getattr(exc, "errno", None) or getattr(exc, "code", None)
+    if isinstance(code, int):
+        return code
+    text = str(exc)
+    return next((e for e in (errno.EACCES, errno.EROFS) if os.strerror(e) in text), None)
+
+
 def _translate(exc: lmdb.Error, path: str) -> TplogError:
     code = getattr(exc, "errno", None) or getattr(exc, "code", None)  # py-lmdb keeps the errno in .code
     # py-lmdb < 1.5 raises a bare lmdb.Error for EROFS/EACCES, without the errno: match its text
@@ -316,7 +326,7 @@ class LmdbEngine:
         except lmdb.Error as exc:
             if readonly and isinstance(exc, lmdb.Error) and "No such file" in str(exc):
                 raise StorageError(f"{self.path}: no store here (opened read-only, so none was created)") from exc
-            if readonly and getattr(exc, "code", None) == errno.EACCES:  # "open it read-only" would not help
+            if readonly and _errno_of(exc) == errno.EACCES:  # "open it read-only" would not help
                 raise ReadOnlyError(
                     f"{self.path}: cannot open the store, even read-only ({exc}): readers register in its lock "
                     "file lock.mdb, which this user may not write; give it write access to lock.mdb, or read a "
