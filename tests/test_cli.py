@@ -562,10 +562,11 @@ def _commands() -> dict[str, argparse.ArgumentParser]:
     return dict(sub.choices)
 
 
-# serve: tested over HTTP in tests/server; rebuild/verify: behaviour tested in tests/test_rebuild.py
+# serve: tested over HTTP in tests/server; rebuild/verify: behaviour tested in tests/test_rebuild.py;
+# tail/tree (and the terminal output of every command): tests/test_cli_human.py
 EXPECTED_COMMANDS = {"validate", "hash", "stat", "backup", "import", "export", "read", "threads", "turns",
                      "pending", "interrupts", "children", "links", "delete", "train",
-                     "rebuild", "verify", "serve"}
+                     "rebuild", "verify", "serve", "tail", "tree"}
 
 
 def test_every_command_is_tested_here() -> None:
