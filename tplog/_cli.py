@@ -392,7 +392,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
     if args.shutdown_grace < 0:
         raise InvalidInputError(f"--shutdown-grace must be ≥ 0 seconds, not {args.shutdown_grace}")
     serve(args.store, host=args.host, port=args.port, workers=args.workers, agents=args.agents,
-          on_disconnect=args.on_disconnect, durability=args.durability, shutdown_grace=args.shutdown_grace)
+          on_disconnect=args.on_disconnect, durability=args.durability, shutdown_grace=args.shutdown_grace,
+          log_format=args.log_format, log_level=args.log_level)
     return 0
 
 
@@ -487,6 +488,10 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("--shutdown-grace", type=float, default=30.0, metavar="SECONDS",
                     help="on SIGTERM/Ctrl-C, how long running chats get to finish before they are recorded as "
                          "interrupted (server_shutdown) (default 30)")
+    sp.add_argument("--log-format", choices=["text", "json"], default="text",
+                    help="json: one JSON object per log line, with the thread id it is about (default text)")
+    sp.add_argument("--log-level", choices=["debug", "info", "warning", "error"], default="info",
+                    help="the least severe log lines printed (default info; debug adds one line per append)")
     sp = add("train", cmd_train, "Train a zstd dictionary on the store's events; new values use it. Trains nothing "
              "(\"trained\": false) below 64 events: zstd's trainer needs that many samples to find what recurs.")
     sp.add_argument("--samples", type=int, default=2000, help="how many recent events to sample (at least 64 train)")
