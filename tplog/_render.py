@@ -94,6 +94,11 @@ def _part_label(p: dict[str, Any]) -> str:
     return f"{kind}: {_short({k: v for k, v in p.items() if k != 'part_kind'}, 70)}"
 
 
+def _agent(agent_id: str) -> str:
+    """An agent id in a turn's line: a UUID by its first 8 hex digits (the registry has the rest)."""
+    return agent_id[:8] + "…" if len(agent_id) == 36 and agent_id[8] == "-" else agent_id
+
+
 def _agent_turn(node: Tree, t: dict[str, Any]) -> None:
     for msg in t.get("messages", []):
         mtype = msg.get("message_type", "?")
@@ -122,11 +127,11 @@ def _turns(d: dict[str, Any]) -> list[Block]:
             start, end = t.get("started_at", ""), t.get("completed_at") or ""
             if end:  # the end's date is the start's, mostly: show its time only then
                 end = " → " + (end.partition("T")[2] if end[:10] == start[:10] else end)
-            node = root.add(f"#{i} agent {t.get('agent_id', '')} [{status}] {start}{end}")
+            node = root.add(f"#{i} agent {_agent(t.get('agent_id', ''))} [{status}] {start}{end}")
             _agent_turn(node, t)
     ip = d.get("in_progress")
     if isinstance(ip, dict):
-        node = root.add(f"in progress: agent {ip.get('agent_id', '')} since {ip.get('started_at', '')}")
+        node = root.add(f"in progress: agent {_agent(ip.get('agent_id', ''))} since {ip.get('started_at', '')}")
         _agent_turn(node, ip)
     return [root]
 
