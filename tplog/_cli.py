@@ -217,7 +217,7 @@ def cmd_import(args: argparse.Namespace) -> int:
 
     threads = _import_events(args)
     with _store(args, readonly=False, create=True) as s, progress() as update:
-        for i, events in enumerate(threads):
+        for i, events in enumerate(threads, 1):
             update("import", i, len(threads))
             first = events[0] if events else None
             if not isinstance(first, ThreadStarted):  # pragma: no cover - both conversions start with it
