@@ -7,6 +7,7 @@ writes them as JSON lines. ``Store.fold_cache_stats`` counts loads that found a 
 
 from __future__ import annotations
 
+import asyncio
 import io
 import json
 import logging
@@ -19,6 +20,7 @@ from conftest import exchange, started, user
 
 from tplog import WrongExpectedVersionError
 from tplog._logs import JsonFormatter, ThreadIdFilter, thread_context
+from tplog._store import AsyncStore
 
 T1 = "0b6b3b56-8a4e-4c1e-9f51-6a3c3e2f7a10"
 T2 = "1c2d3e4f-5a6b-4c7d-8e9f-0a1b2c3d4e5f"
@@ -87,6 +89,7 @@ def test_fold_cache_stats_count_hits_and_misses(tmp_path: Path) -> None:
         s.load(T1)
         st = s.fold_cache_stats()
         assert (st["hits"], st["misses"], st["events"]) == (1, 1, 6)
+        assert asyncio.run(AsyncStore(s).fold_cache_stats()) == st
     with Store(tmp_path / "s", fold_cache=0) as s:
         s.load(T1)
         assert s.fold_cache_stats() == {"hits": 0, "misses": 0, "events": 0, "budget": 0}

@@ -891,6 +891,9 @@ class AsyncStore:
     async def stats(self) -> dict[str, Any]:
         return await asyncio.to_thread(self.store.stats)
 
+    async def fold_cache_stats(self) -> dict[str, int]:
+        return self.store.fold_cache_stats()  # in memory, under a short lock: no thread needed
+
     async def projections(self) -> dict[str, dict[str, Any]]:
         return await asyncio.to_thread(self.store.projections)
 
