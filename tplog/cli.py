@@ -1,6 +1,8 @@
 """The ``tplog`` command line. Each command is a thin call of one library method.
 
-Output is JSON on stdout (one document, or JSON lines for event streams);
+Output is JSON on stdout (one document, or JSON lines for event streams) when
+stdout is not a terminal or with ``--json``; on a terminal the same result is
+shown as tables and trees (tplog._render, printed by tplog._console);
 errors go to stderr as ``error: <message>`` with exit status 2 (1 for a
 validation report with errors); Ctrl-C prints ``tplog: interrupted`` and exits
 130. Run ``tplog COMMAND --help`` for each.
@@ -26,11 +28,21 @@ __all__ = ["main"]
 
 _out = msgspec.json.Encoder()
 
+#: The command whose result is shown to a person (stdout is a terminal, no --json), else None: JSON.
+_human: str | None = None
+
 
 def _emit(obj: Any) -> None:
     from tplog.protocol.json import to_builtins
 
-    data = msgspec.json.format(_out.encode(to_builtins(_objects(obj) if _is_plain(obj) else obj)), indent=2)
+    builtins = to_builtins(_objects(obj) if _is_plain(obj) else obj)
+    if _human is not None:
+        from tplog._console import print_blocks
+        from tplog._render import render
+
+        print_blocks(render(_human, builtins))
+        return
+    data = msgspec.json.format(_out.encode(builtins), indent=2)
     sys.stdout.write(data.decode() + "\n")
 
 
@@ -207,12 +219,14 @@ def _format_hint(data: bytes, fmt: str) -> Iterator[None]:
 
 
 def cmd_import(args: argparse.Namespace) -> int:
+    from tplog._console import progress
     from tplog.events import ThreadStarted
     from tplog.store import NO_STREAM
 
     threads = _import_events(args)
-    with _store(args, readonly=False, create=True) as s:
-        for events in threads:
+    with _store(args, readonly=False, create=True) as s, progress() as update:
+        for i, events in enumerate(threads, 1):
+            update("import", i, len(threads))
             first = events[0] if events else None
             if not isinstance(first, ThreadStarted):  # pragma: no cover - both conversions start with it
                 raise InvalidInputError("the input converts to no thread (no ThreadStarted event)")
@@ -250,7 +264,27 @@ def cmd_read(args: argparse.Namespace) -> int:
     for e in events:
         row = {"seq": e.seq, "position": e.position, "event_id": e.event_id, "recorded_at": e.recorded_at,
                "type": e.event.__struct_config__.tag, "event": to_builtins(e.event)}
+        _emit_line(row, thread=False)
+    return 0
+
+
+def _emit_line(row: dict[str, Any], *, thread: bool) -> None:
+    """One event of a stream: a JSON line, or on a terminal one line of text."""
+    if _human is not None:
+        from tplog._render import event_line
+
+        sys.stdout.write(event_line(row, thread=thread) + "\n")
+    else:
         sys.stdout.write(_out.encode(row).decode() + "\n")
+    sys.stdout.flush()  # a follower (tplog tail | ...) sees each event as it comes
+
+
+def cmd_tail(args: argparse.Namespace) -> int:
+    from tplog._cli_views import follow
+
+    with _store(args) as s:
+        for row in follow(s, args.thread, after=args.after, limit=args.limit, timeout=args.timeout):
+            _emit_line(row, thread=args.thread is None)
     return 0
 
 
@@ -294,6 +328,14 @@ def cmd_children(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_tree(args: argparse.Namespace) -> int:
+    from tplog._cli_views import descendants_tree
+
+    with _store(args) as s:
+        _emit(descendants_tree(s, args.thread, max_depth=args.max_depth))
+    return 0
+
+
 def cmd_links(args: argparse.Namespace) -> int:
     from tplog.protocol.json import to_builtins
 
@@ -324,28 +366,12 @@ def cmd_train(args: argparse.Namespace) -> int:
 
 
 def cmd_rebuild(args: argparse.Namespace) -> int:
-    try:
-        from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
-    except ImportError:  # pragma: no cover - rich is in the cli extra
-        Progress = None  # type: ignore[assignment,misc]
-        if sys.stderr.isatty():
-            sys.stderr.write("tplog: no progress bar without rich: pip install 'tplog[cli]'\n")
+    from tplog._console import progress
+
     chunk = {} if args.chunk is None else {"chunk": args.chunk}
-    with _store(args, readonly=False) as s:
-        if Progress is None or not sys.stderr.isatty():
-            reports = s.rebuild(args.projection, verify=args.verify, force=args.force, **chunk)
-        else:  # pragma: no cover - needs a terminal
-            with Progress(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
-                          TimeRemainingColumn(), transient=True) as bar:
-                tasks: dict[str, Any] = {}
-
-                def progress(name: str, done: int, total: int) -> None:
-                    if name not in tasks:
-                        tasks[name] = bar.add_task(f"rebuild {name}", total=total)
-                    bar.update(tasks[name], completed=done, total=total)
-
-                reports = s.rebuild(args.projection, verify=args.verify, progress=progress, force=args.force,
-                                    **chunk)
+    with _store(args, readonly=False) as s, progress() as update:
+        reports = s.rebuild(args.projection, verify=args.verify, force=args.force,
+                            progress=lambda name, done, total: update(f"rebuild {name}", done, total), **chunk)
     _emit([{"projection": r.projection, "verify": r.verify, "events": r.events, "seconds": round(r.seconds, 3),
             "events_per_second": round(r.events_per_second), "position": r.position,
             "differences": r.differences} for r in reports])
@@ -353,9 +379,11 @@ def cmd_rebuild(args: argparse.Namespace) -> int:
 
 
 def cmd_verify(args: argparse.Namespace) -> int:
+    from tplog._console import progress
     from tplog.verify import verify_store
 
-    with _store(args, readonly=False) as s:
+    with _store(args, readonly=False) as s, progress() as update:
+        update("verify", 0, None)  # the backend reports no steps: an activity bar while it works
         rep = verify_store(s, projections=not args.no_projections)
     _emit({"ok": rep.ok, "threads": rep.threads, "events": rep.events, "blobs": rep.blobs, "problems": rep.problems,
            "skipped": rep.skipped})
@@ -422,7 +450,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
     if args.shutdown_grace < 0:
         raise InvalidInputError(f"--shutdown-grace must be ≥ 0 seconds, not {args.shutdown_grace}")
     serve(args.store, host=args.host, port=args.port, workers=args.workers, agents=args.agents,
-          on_disconnect=args.on_disconnect, durability=args.durability, shutdown_grace=args.shutdown_grace)
+          on_disconnect=args.on_disconnect, durability=args.durability, shutdown_grace=args.shutdown_grace,
+          log_format=args.log_format, log_level=args.log_level)
     return 0
 
 
@@ -443,6 +472,9 @@ def build_parser() -> argparse.ArgumentParser:
             sp.add_argument("store", metavar="STORE", help="the store's directory")
         if thread:
             sp.add_argument("thread", metavar="THREAD_ID", help="the thread's id")
+        if name not in ("export", "serve"):  # export prints the document itself; serve prints nothing
+            sp.add_argument("--json", action="store_true",
+                            help="print JSON even on a terminal (it is the output whenever stdout is not one)")
         sp.set_defaults(fn=fn)
         return sp
 
@@ -481,6 +513,17 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("--max-depth", type=int, default=None, help="with --recursive: how deep to go")
     sp.add_argument("--limit", type=int, default=None, help="at most this many children")
     sp.add_argument("--after", default=None, help="page on: the last child id of the previous page")
+    sp = add("tree", cmd_tree, "A thread's descendants (spawned children, recursively) as a tree.", thread=True)
+    sp.add_argument("--max-depth", type=int, default=None, help="how deep to go (default: all the way)")
+    sp = add("tail", cmd_tail, "Follow new events as they are appended (the whole store, or one thread) until "
+             "Ctrl-C: JSON lines, or one line per event on a terminal.")
+    sp.add_argument("thread", metavar="THREAD_ID", nargs="?", default=None, help="only this thread's events")
+    sp.add_argument("--after", type=int, default=None,
+                    help="start after this log position (with THREAD_ID: this seq); default: the current end, "
+                         "so only new events; 0 replays everything first")
+    sp.add_argument("--limit", type=int, default=None, help="stop after this many events")
+    sp.add_argument("--timeout", type=float, default=None, metavar="SECONDS",
+                    help="stop when no new event came for this long (default: follow until Ctrl-C)")
     sp = add("links", cmd_links, "A thread's outgoing links, or with --incoming the threads linking to it.",
              thread=True)
     sp.add_argument("--incoming", action="store_true", help="threads that link to this one")
@@ -504,6 +547,10 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("--shutdown-grace", type=float, default=30.0, metavar="SECONDS",
                     help="on SIGTERM/Ctrl-C, how long running chats get to finish before they are recorded as "
                          "interrupted (server_shutdown) (default 30)")
+    sp.add_argument("--log-format", choices=["text", "json"], default="text",
+                    help="json: one JSON object per log line, with the thread id it is about (default text)")
+    sp.add_argument("--log-level", choices=["debug", "info", "warning", "error"], default="info",
+                    help="the least severe log lines printed (default info; debug adds one line per append)")
     sp = add("copy", cmd_copy, "Copy every thread (events, links, metadata, tombstones) from one store to another, "
              "between any backends; resumable (run it again after an interruption); then compare every thread's "
              "export hash (exit 1 on a mismatch).", store=False)
@@ -537,8 +584,12 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    global _human
     try:
         args = build_parser().parse_args(argv)
+        from tplog._console import is_terminal
+
+        _human = args.command if not getattr(args, "json", True) and is_terminal(sys.stdout) else None
         return int(args.fn(args))
     except TplogError as exc:
         sys.stderr.write(f"error: {exc}\n")

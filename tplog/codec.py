@@ -529,7 +529,7 @@ class Codec:
         hlen = int.from_bytes(value[10:12], "big")
         try:
             return self.header_decoder.decode(value[PREFIX_SIZE : PREFIX_SIZE + hlen])
-        except (msgspec.DecodeError, UnicodeDecodeError) as exc:
+        except (msgspec.DecodeError, UnicodeDecodeError, TypeError) as exc:  # TypeError: see decode_event
             raise CorruptionError(f"event header does not decode: {exc}", thread_id=where[0], seq=where[1]) from exc
 
     def body_bytes(
@@ -619,7 +619,8 @@ class Codec:
     def decode_event(self, body: bytes | memoryview, *, where: tuple[str | None, int | None] = (None, None)) -> Event:
         try:
             return self._event_dec.decode(body)
-        except (msgspec.DecodeError, UnicodeDecodeError) as exc:
+        # msgspec 0.19 raises a bare TypeError for an unhashable map key (a map as the key of a map)
+        except (msgspec.DecodeError, UnicodeDecodeError, TypeError) as exc:
             raise CorruptionError(f"stored event does not decode: {exc}", thread_id=where[0], seq=where[1]) from exc
 
     # ------------------------------------------------------------------ dictionaries

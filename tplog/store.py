@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import copy
+import logging
 import os
 import threading
 import time
@@ -68,6 +69,20 @@ CHUNK: Final = 20_000  # events a rebuild folds per snapshot and per commit (see
 MEMORY: Final = "memory:"
 
 
+log = logging.getLogger("tplog.store")
+
+
+def _log_appended(res: AppendResult) -> None:
+    if log.isEnabledFor(logging.DEBUG):  # one per append: built only when someone reads it
+        log.debug("appended" if not res.duplicate else "append repeated (idempotent retry, nothing written)",
+                  extra={"thread_id": res.thread_id, "first_seq": res.first_seq, "last_seq": res.last_seq,
+                         "first_position": res.first_position, "last_position": res.last_position})
+
+
+def _log_refused(thread_id: str, exc: TplogError) -> None:
+    log.info("append refused: %s", exc, extra={"thread_id": thread_id, "error": type(exc).__name__})
+
+
 class _FoldCache:
     """Folders of recently loaded threads (LRU), bounded by the events they cover.
 
@@ -80,12 +95,17 @@ class _FoldCache:
         self.events = 0
         self.entries: OrderedDict[bytes, Folder] = OrderedDict()
         self.lock = threading.Lock()
+        self.hits = 0  # takes that found the thread's fold (/metrics: tplog_fold_cache_hits_total)
+        self.misses = 0
 
     def take(self, tk: bytes) -> Folder | None:
         with self.lock:
             f = self.entries.pop(tk, None)
             if f is not None:
                 self.events -= f.seq
+                self.hits += 1
+            else:
+                self.misses += 1
             return f
 
     def give(self, tk: bytes, f: Folder) -> None:
@@ -379,7 +399,13 @@ class Store:
         self._check_expected(expected_version)
         part = ThreadAppend(thread_id=thread_id, events=encoded, expected=expected_version, scope=self._scope,
                             fresh_ids=event_ids is None, check_rules=self.check_rules)
-        return backend.submit((part,)).result()[0]
+        try:
+            res: AppendResult = backend.submit((part,)).result()[0]
+        except TplogError as exc:
+            _log_refused(thread_id, exc)
+            raise
+        _log_appended(res)
+        return res
 
     @staticmethod
     def _check_expected(expected: object) -> None:
@@ -398,7 +424,9 @@ class Store:
         Space is reused by later writes; ``tplog backup`` (compacting) shrinks the file."""
         tomb = ThreadDeleted(reason=reason if reason is not None else msgspec.UNSET)
         enc = self._encode(thread_id, [tomb], None)[0]
-        return self.backend.delete_thread(thread_id, enc, scope=self._scope).result()
+        res: AppendResult = self.backend.delete_thread(thread_id, enc, scope=self._scope).result()
+        log.info("thread deleted", extra={"thread_id": thread_id, "reason": reason, "seq": res.last_seq})
+        return res
 
     # ------------------------------------------------------------------ read
 
@@ -677,6 +705,14 @@ class Store:
         """Counts and sizes: threads, events, bytes, map size, per-table entries."""
         return self.backend.stats()
 
+    def fold_cache_stats(self) -> dict[str, int]:
+        """This process's fold cache (shared with the scoped views): ``hits`` and ``misses``
+        (loads that found a thread's fold in it, or not), the ``events`` its folds cover
+        and its ``budget`` (``fold_cache``). With ``fold_cache=0`` nothing is counted."""
+        c = self._folds
+        with c.lock:
+            return {"hits": c.hits, "misses": c.misses, "events": c.events, "budget": c.budget}
+
     def verify(self, *, projections: bool = True) -> VerifyReport:
         """Check the whole store against itself (``tplog verify``)."""
         return self.backend.verify(projections=projections)
@@ -778,7 +814,13 @@ class AsyncStore:
         part = ThreadAppend(thread_id=thread_id, events=encoded, expected=expected_version, scope=s._scope,
                             fresh_ids=event_ids is None, check_rules=s.check_rules)
         handle = s.backend.submit((part,), lead=False)
-        return (await asyncio.wrap_future(handle))[0]  # type: ignore[arg-type]
+        try:
+            res: AppendResult = (await asyncio.wrap_future(handle))[0]  # type: ignore[arg-type]
+        except TplogError as exc:
+            _log_refused(thread_id, exc)
+            raise
+        _log_appended(res)
+        return res
 
     async def read(
         self,
@@ -867,6 +909,9 @@ class AsyncStore:
 
     async def stats(self) -> dict[str, Any]:
         return await asyncio.to_thread(self.store.stats)
+
+    async def fold_cache_stats(self) -> dict[str, int]:
+        return self.store.fold_cache_stats()  # in memory, under a short lock: no thread needed
 
     async def projections(self) -> dict[str, dict[str, Any]]:
         return await asyncio.to_thread(self.store.projections)

@@ -100,6 +100,7 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 from starlette.types import Receive, Scope, Send
 
+from tplog._logs import log_config, set_thread_id
 from tplog.errors import (
     ConflictError,
     InvalidEventError,
@@ -746,15 +747,18 @@ class _Server:
 async def _thread_for(srv: _Server, chat_id: str) -> str:
     """The thread an id names: a UUID names itself; any other id (an AI SDK chat id) names its
     :func:`~tplog.integrations.vercel.thread_id_for_chat` UUID -- unless a thread is stored under
-    exactly that id (made before chat ids were mapped), which keeps its id."""
+    exactly that id (made before chat ids were mapped), which keeps its id. The rest of the
+    request logs with that thread id (tplog._logs)."""
     tid = thread_id_for_chat(chat_id)
-    if tid == chat_id:
-        return tid
-    try:
-        await asyncio.to_thread(srv.store.head, chat_id)
-    except (NotFoundError, InvalidInputError):
-        return tid
-    return chat_id
+    if tid != chat_id:
+        try:
+            await asyncio.to_thread(srv.store.head, chat_id)
+        except (NotFoundError, InvalidInputError):
+            pass
+        else:
+            tid = chat_id
+    set_thread_id(tid)
+    return tid
 
 
 async def _path_thread(srv: _Server, request: Request) -> str:
@@ -1234,6 +1238,9 @@ def create_app(
 
     def guarded(fn: Callable[[Request], Any]) -> Callable[[Request], Any]:
         async def wrapper(request: Request) -> Response:
+            path_id = request.path_params.get("thread_id")
+            if isinstance(path_id, str):  # this request's log lines (uvicorn's access line too) name it
+                set_thread_id(path_id)
             resp = await handle(request)
             if resp.status_code >= 400 and srv.prom is not None:
                 srv.prom.error(resp.status_code, getattr(resp, "tplog_code", "error"))
@@ -1495,6 +1502,7 @@ def serve(
     durability: str = "durable",
     log_level: str = "info",
     shutdown_grace: float = 30.0,
+    log_format: str = "text",
 ) -> None:
     """Serve ``store_path`` with uvicorn (``tplog serve``); blocks until stopped (SIGINT/SIGTERM).
 
@@ -1503,8 +1511,13 @@ def serve(
     anything starts. One worker runs in this process; with more, every worker builds the app
     with :func:`app_from_env` and opens the store after it started. At shutdown running runs get
     ``shutdown_grace`` seconds, then are recorded as interrupted (``server_shutdown``).
+    ``log_format="json"``: every log line (tplog's and uvicorn's, access lines included) is one
+    JSON object naming the thread it is about (:mod:`tplog._logs`); ``"text"``: uvicorn's default.
     """
     import uvicorn
+
+    if log_format not in ("text", "json"):
+        raise ServeError(f"the log format must be 'text' or 'json', not {log_format!r}")
 
     grace = _grace(str(shutdown_grace))
     path = os.fspath(store_path)
@@ -1519,6 +1532,8 @@ def serve(
     os.environ[ENV_SHUTDOWN_GRACE] = repr(grace)
     if agents:
         os.environ[ENV_AGENTS] = agents
+    # text: uvicorn's own default configuration (passing log_config=None would turn it off)
+    logging_options: dict[str, Any] = {} if log_format == "text" else {"log_config": log_config(log_format, log_level)}
     uvicorn.run(
         app_from_env(loaded) if workers == 1 else "tplog.integrations.server:app_from_env",
         factory=workers != 1,
@@ -1526,6 +1541,7 @@ def serve(
         port=port,
         workers=workers,
         log_level=log_level,
+        **logging_options,
         # Runs end within the grace (the app starts it at the signal); this is only the
         # backstop for a response that ignores its cancellation.
         timeout_graceful_shutdown=int(grace) + 15,

@@ -271,6 +271,16 @@ def _undecodable(exc: msgspec.DecodeError, path: str) -> CorruptionError:
     return CorruptionError(f"{path}: a stored row does not decode ({exc}); run `tplog verify`, or restore a backup")
 
 
+def _errno_of(exc: lmdb.Error) -> int | None:
+    """The errno of an LMDB error: py-lmdb keeps it in ``.code``; before 1.5 it raised a bare
+    ``lmdb.Error`` for EROFS/EACCES without it, so match the message's strerror then."""
+    code = getattr(exc, "errno", None) or getattr(exc, "code", None)
+    if isinstance(code, int):
+        return code
+    text = str(exc)
+    return next((e for e in (errno.EACCES, errno.EROFS) if os.strerror(e) in text), None)
+
+
 def _translate(exc: lmdb.Error, path: str) -> TplogError:
     if isinstance(exc, _DAMAGE):
         return CorruptionError(f"{path}: the store's LMDB file is damaged or not an LMDB file ({exc}); "
@@ -346,7 +356,7 @@ class LmdbEngine:
         except lmdb.Error as exc:
             if readonly and isinstance(exc, lmdb.Error) and "No such file" in str(exc):
                 raise StorageError(f"{self.path}: no store here (opened read-only, so none was created)") from exc
-            if readonly and getattr(exc, "code", None) == errno.EACCES:  # "open it read-only" would not help
+            if readonly and _errno_of(exc) == errno.EACCES:  # "open it read-only" would not help
                 raise ReadOnlyError(
                     f"{self.path}: cannot open the store, even read-only ({exc}): readers register in its lock "
                     "file lock.mdb, which this user may not write; give it write access to lock.mdb, or read a "

@@ -405,7 +405,7 @@ def _scan_keys(txn: ReadTxn, codec: Codec, after: bytes, limit: int, do_links: b
         seq = int.from_bytes(key[TKEY_SIZE:], "big")
         try:
             hdr: Header = header_decode(value[PREFIX_SIZE:hend])
-        except (msgspec.DecodeError, UnicodeDecodeError):
+        except (msgspec.DecodeError, UnicodeDecodeError, TypeError):  # TypeError: see Codec.decode_event
             hdr = header(value, where=(name, seq))
         kind = hdr.kind
         if kind == _K_STARTED:  # read only for the links it may declare
