@@ -1,0 +1,87 @@
+"""The real Vercel AI SDK client (npm ``ai``, latest 6.x and 7.x) against ``tplog serve``.
+
+``client.mjs`` drives the SDK's framework-agnostic chat class (what ``useChat`` wraps) over
+``DefaultChatTransport`` and real HTTP; these tests assert on its report and on the store.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import httpx
+import pytest
+from server.server_harness import ServerProcess
+
+from aisdk.conftest import MAJORS, SdkClient
+
+
+def texts(msg: dict[str, Any]) -> str:
+    return "".join(p["text"] for p in msg["parts"] if p["type"] == "text")
+
+
+def tool_parts(msg: dict[str, Any]) -> list[dict[str, Any]]:
+    return [p for p in msg["parts"] if p["type"].startswith("tool-")]
+
+
+def check_clean(out: dict[str, Any]) -> None:
+    """No error in the chat, every response 2xx, and the SDK's own validation accepts the history."""
+    assert out["status"] == "ready", out
+    assert out["error"] is None, out["error"]
+    assert all(200 <= r["status"] < 300 for r in out["requests"]), out["requests"]
+    assert out["validation"] == {"ok": True}, out["validation"]
+
+
+def turns(server: ServerProcess, chat_id: str) -> list[dict[str, Any]]:
+    r = httpx.get(f"{server.url}/threads/{chat_id}/turns", timeout=30)
+    assert r.status_code == 200, r.text
+    rows: list[dict[str, Any]] = r.json()["turns"]
+    return rows
+
+
+@pytest.mark.parametrize("major", MAJORS)
+def test_text(sdk: SdkClient, sdk_server: ServerProcess, major: int) -> None:
+    out = sdk.run(major, "text", api=f"{sdk_server.url}/api/chat")
+    check_clean(out)
+    msgs = out["messages"]
+    assert [m["role"] for m in msgs] == ["user", "assistant", "user", "assistant"]
+    assert texts(msgs[1]) == "You said: hello there" and texts(msgs[3]) == "You said: and again"
+    assert [t["turn_type"] for t in turns(sdk_server, out["chatId"])] == ["user", "agent", "user", "agent"]
+
+
+@pytest.mark.parametrize("major", MAJORS)
+def test_tools(sdk: SdkClient, sdk_server: ServerProcess, major: int) -> None:
+    out = sdk.run(major, "tools", api=f"{sdk_server.url}/api/chat")
+    check_clean(out)
+    (call,) = tool_parts(out["messages"][-1])
+    assert call["type"] == "tool-get_weather" and call["state"] == "output-available"
+    assert call["input"] == {"city": "Paris"} and call["output"] == "sunny and 20 °C in Paris"
+    assert "get_weather: sunny and 20 °C in Paris." in texts(out["messages"][-1])
+
+
+@pytest.mark.parametrize("major", MAJORS)
+def test_approvals(sdk: SdkClient, sdk_server: ServerProcess, major: int) -> None:
+    """SDK v6+ tool approval: approval-requested, addToolApprovalResponse, the run goes on."""
+    out = sdk.run(major, "approvals", api=f"{sdk_server.url}/api/chat")
+    check_clean(out)
+    assert out["notes"]["approvalRequested"] is True
+    assert [m["role"] for m in out["messages"]] == ["user", "assistant"]  # one assistant message, two runs
+    (call,) = tool_parts(out["messages"][-1])
+    assert call["type"] == "tool-delete_file" and call["state"] == "output-available"
+    assert call["output"] == "deleted /tmp/x"
+    th = turns(sdk_server, out["chatId"])
+    assert [t["turn_type"] for t in th] == ["user", "agent", "agent"]
+
+
+@pytest.mark.parametrize("major", MAJORS)
+def test_client_side_tool_results(sdk: SdkClient, sdk_server: ServerProcess, major: int) -> None:
+    """A tool the browser runs: onToolCall, addToolOutput, the server resumes the deferred call."""
+    out = sdk.run(major, "client_tools", api=f"{sdk_server.url}/api/chat")
+    check_clean(out)
+    assert out["notes"]["toolCalls"] == ["get_location"]
+    (call,) = tool_parts(out["messages"][-1])
+    assert call["state"] == "output-available" and call["output"] == "Berlin"
+    assert "get_location: Berlin." in texts(out["messages"][-1])
+    th = turns(sdk_server, out["chatId"])
+    returns = [p for t in th if t["turn_type"] == "agent" for msg in t["messages"]
+               for p in msg.get("parts", []) if p["part_kind"] == "tool-return"]
+    assert [(p["tool_name"], p["content"]) for p in returns] == [("get_location", "Berlin")]
