@@ -36,7 +36,8 @@ let cutAfter = null; // a string: the response body is cut (a network error) onc
 function trackingFetch(input, init) {
   return globalThis.fetch(input, init).then((res) => {
     const row = { method: init?.method ?? "GET", url: String(input), status: res.status,
-                  worker: res.headers.get("x-tplog-worker") };
+                  worker: res.headers.get("x-tplog-worker"),
+                  bodyBytes: typeof init?.body === "string" ? Buffer.byteLength(init.body) : 0 };
     requests.push(row);
     if (cutAfter == null || row.method !== "POST" || res.body == null) return res;
     const marker = cutAfter;
@@ -99,6 +100,14 @@ switch (scenario) {
   case "tools": {
     chat = makeChat(chatId);
     await chat.sendMessage({ text: "weather in Paris" });
+    break;
+  }
+  case "short_chat": {
+    // a short chat: text, a tool, text; then one more message (whose request carries the history)
+    chat = makeChat(chatId);
+    for (const text of ["hello", "weather in Paris", "weather in Berlin", "thanks"]) {
+      await chat.sendMessage({ text });
+    }
     break;
   }
   case "approvals": {

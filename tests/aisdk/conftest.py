@@ -75,3 +75,12 @@ def sdk_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProce
     srv = ServerProcess(tmp_path_factory.mktemp("aisdk") / "store", workers=1).start()
     yield srv
     srv.stop()
+
+
+@pytest.fixture(scope="session")
+def parts_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
+    """``TPLOG_SERVER_TP_CHUNKS=parts``: the ``data-tp-*`` chunks kept as message parts (tplog before issue 28)."""
+    srv = ServerProcess(tmp_path_factory.mktemp("aisdk-parts") / "store", workers=1,
+                        env={"TPLOG_SERVER_TP_CHUNKS": "parts"}).start()
+    yield srv
+    srv.stop()

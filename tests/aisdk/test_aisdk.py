@@ -85,3 +85,46 @@ def test_client_side_tool_results(sdk: SdkClient, sdk_server: ServerProcess, maj
     returns = [p for t in th if t["turn_type"] == "agent" for msg in t["messages"]
                for p in msg.get("parts", []) if p["part_kind"] == "tool-return"]
     assert [(p["tool_name"], p["content"]) for p in returns] == [("get_location", "Berlin")]
+
+
+TP_NOTICES = {"data-tp-user_turn", "data-tp-turn_start", "data-tp-message", "data-tp-turn_end"}
+
+
+@pytest.mark.parametrize("major", MAJORS)
+def test_tp_chunks_transient_by_default(sdk: SdkClient, sdk_server: ServerProcess, parts_server: ServerProcess,
+                                         major: int, capsys: pytest.CaptureFixture[str]) -> None:
+    """Transient ``data-tp-*`` chunks reach ``onData`` but stay out of the messages the client sends
+    back; ``parts`` mode keeps them as parts (and the requests grow with them)."""
+    lean = sdk.run(major, "short_chat", api=f"{sdk_server.url}/api/chat")
+    fat = sdk.run(major, "short_chat", api=f"{parts_server.url}/api/chat")
+    check_clean(lean)
+    check_clean(fat)
+    lean_types = {p["type"] for m in lean["messages"] for p in m["parts"]}
+    fat_types = {p["type"] for m in fat["messages"] for p in m["parts"]}
+    assert not lean_types & TP_NOTICES
+    assert fat_types >= TP_NOTICES
+    assert {d["type"] for d in lean["data"]} == TP_NOTICES  # the client still sees them, in onData
+    # the same conversation otherwise
+    assert [texts(m) for m in lean["messages"]] == [texts(m) for m in fat["messages"]]
+    lean_req, fat_req = lean["requests"][-1]["bodyBytes"], fat["requests"][-1]["bodyBytes"]
+    assert lean["bytes"] < fat["bytes"] and lean_req < fat_req
+    with capsys.disabled():  # the measurement, for the record (-s shows it)
+        print(f"\n[ai {lean['version']}] history after a short chat: {lean['bytes']} bytes transient, "
+              f"{fat['bytes']} bytes as parts; last request body {lean_req} vs {fat_req} bytes")
+
+
+@pytest.mark.parametrize("major", MAJORS)
+def test_message_ids_kept_with_the_thread(sdk: SdkClient, sdk_server: ServerProcess, major: int) -> None:
+    """``start`` carries the server's assistant message id; the thread keeps the user's and the
+    assistant's UI message ids, so ``/turns`` and the chat agree (an approval's continuation too)."""
+    out = sdk.run(major, "text", api=f"{sdk_server.url}/api/chat")
+    check_clean(out)
+    th = turns(sdk_server, out["chatId"])
+    assert [m["id"] for m in out["messages"]] == [t["vercel:message_id"] for t in th]
+    assert all(m["id"].startswith("msg-") for m in out["messages"] if m["role"] == "assistant")
+
+    out = sdk.run(major, "approvals", api=f"{sdk_server.url}/api/chat")
+    check_clean(out)
+    user, assistant = out["messages"]
+    th = turns(sdk_server, out["chatId"])
+    assert [t.get("vercel:message_id") for t in th] == [user["id"], assistant["id"], assistant["id"]]

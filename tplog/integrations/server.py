@@ -116,15 +116,17 @@ from tplog._errors import (
 from tplog._events import (
     AgentRegistered,
     AgentTurnInterrupted,
+    AgentTurnStarted,
     Event,
     RecordedEvent,
     ThreadDeleted,
     ThreadStarted,
+    UserTurnSubmitted,
 )
 from tplog._json import to_builtins, to_json
 from tplog._store import NO_STREAM, AsyncStore, ExpectedVersion, Store
 from tplog.integrations.browser import browser_routes
-from tplog.integrations.vercel import CHAT_ID_KEY, client_tool_results, thread_id_for_chat
+from tplog.integrations.vercel import CHAT_ID_KEY, MESSAGE_ID_KEY, client_tool_results, thread_id_for_chat
 
 __all__ = [
     "ENV_AGENTS",
@@ -133,6 +135,7 @@ __all__ = [
     "ENV_ON_DISCONNECT",
     "ENV_SHUTDOWN_GRACE",
     "ENV_STORE",
+    "ENV_TP_CHUNKS",
     "AppendTimings",
     "ServeError",
     "app_from_env",
@@ -155,6 +158,8 @@ ENV_DURABILITY: Final = "TPLOG_SERVER_DURABILITY"
 ENV_METRICS: Final = "TPLOG_SERVER_METRICS"
 #: Seconds runs get to finish at shutdown before they are interrupted (default 30).
 ENV_SHUTDOWN_GRACE: Final = "TPLOG_SERVER_SHUTDOWN_GRACE"
+#: ``transient`` (default) or ``parts``: how the ``data-tp-*`` chunks are sent (see :func:`create_app`).
+ENV_TP_CHUNKS: Final = "TPLOG_SERVER_TP_CHUNKS"
 
 SSE_HEADERS: Final = {
     "cache-control": "no-cache",
@@ -163,6 +168,9 @@ SSE_HEADERS: Final = {
 UI_STREAM_HEADERS: Final = {**SSE_HEADERS, "x-vercel-ai-ui-message-stream": "v1"}
 
 OnDisconnect = Literal["finish", "interrupt"]
+#: ``transient``: ``data-tp-*`` chunks are sent ``"transient": true`` (the client does not keep them in
+#: its messages); ``parts``: kept as data parts of the assistant message (tplog before issue 28).
+TpChunks = Literal["transient", "parts"]
 _TAIL_PAGE: Final = 500  # events read per step of a tail
 
 
@@ -308,6 +316,7 @@ class _Writer:
         self.first: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
         self.first_failed = False
         self.reason_override: str | None = None
+        self.ui_ids: tuple[str | None, str | None] = (None, None)  # the user and assistant UI message ids
         self.append_seconds = 0.0
         self.appends = 0
 
@@ -359,6 +368,18 @@ def _with_reason(ev: Event, reason: str) -> Event:
     return ev
 
 
+def _with_ui_id(ev: Event, user_id: str | None, assistant_id: str | None) -> Event:
+    """The AI SDK UI message ids kept with the turns (``vercel:message_id``), so that ``/turns``, a
+    resumed stream and a reloaded chat agree on them."""
+    if isinstance(ev, UserTurnSubmitted) and user_id is not None:
+        return msgspec.structs.replace(
+            ev, turn=msgspec.structs.replace(ev.turn, extra={**ev.turn.extra, MESSAGE_ID_KEY: user_id})
+        )
+    if isinstance(ev, AgentTurnStarted) and assistant_id is not None:
+        return msgspec.structs.replace(ev, extra={**ev.extra, MESSAGE_ID_KEY: assistant_id})
+    return ev
+
+
 @functools.cache
 def _recorder_class(base: type[Any]) -> type[Any]:
     class _Recorder(base):  # type: ignore[misc]
@@ -367,6 +388,7 @@ def _recorder_class(base: type[Any]) -> type[Any]:
 
         async def emit(self, events: list[Event]) -> None:
             reason = self._append.reason_override
+            events = [_with_ui_id(e, *self._append.ui_ids) for e in events]
             await super().emit(events if reason is None else [_with_reason(e, reason) for e in events])
 
     return _Recorder
@@ -402,9 +424,12 @@ class _Server:
         max_body: int,
         metrics: AppendTimings | None,
         metrics_path: str | None,
+        tp_chunks: TpChunks = "transient",
     ) -> None:
         if on_disconnect not in ("finish", "interrupt"):
             raise ValueError(f"on_disconnect must be 'finish' or 'interrupt', not {on_disconnect!r}")
+        if tp_chunks not in ("transient", "parts"):
+            raise ValueError(f"tp_chunks must be 'transient' or 'parts', not {tp_chunks!r}")
         if not agents:
             raise ValueError("create_app needs at least one agent")
         self.store_arg = store
@@ -420,6 +445,7 @@ class _Server:
         self.max_body = max_body
         self.metrics = metrics
         self.metrics_path = metrics_path
+        self.tp_chunks = tp_chunks
         self._astore: AsyncStore | None = None
         self._watcher: _Watcher | None = None
         self.runs: set[_Run] = set()
@@ -557,12 +583,14 @@ class _Server:
         deferred: tuple[dict[str, Any], dict[str, Any]] | None,
         client_results: bool = False,
         metadata: dict[str, Any] | None = None,
+        ui_ids: tuple[str | None, str | None] = (None, None),
     ) -> _Run:
         """Check the thread, start the run, wait for its first append. Raises HTTPError.
 
         ``client_results``: the results in ``deferred`` are the tool parts of a UI message, which
         also holds the results of calls answered long ago: only those of pending calls count.
-        ``metadata``: the new thread's metadata (the AI SDK chat id).
+        ``metadata``: the new thread's metadata (the AI SDK chat id). ``ui_ids``: the UI message ids
+        of the user's message and of the assistant's (sent in ``start``), kept with the turns.
         """
         if self.closing:
             raise HTTPError(503, "shutting_down", "the server is shutting down")
@@ -641,6 +669,7 @@ class _Server:
                 )
             )
         writer = _Writer(self, thread_id, version if head is not None else NO_STREAM, prefix)
+        writer.ui_ids = ui_ids
         run = _Run(writer)
         recorder = _recorder_class(ThreadRecorder)(writer, thread_id)
         kwargs: dict[str, Any] = {"cancellation_token": run.token}
@@ -677,7 +706,14 @@ class _Server:
         error: BaseException | None = None
         try:
             async for line in recorded_vercel_stream(
-                recorder, agent, body, agent_id=agent_id, sdk_version=self.sdk_version, **kwargs
+                recorder,
+                agent,
+                body,
+                agent_id=agent_id,
+                sdk_version=self.sdk_version,
+                transient=self.tp_chunks == "transient",
+                message_id=run.writer.ui_ids[1],
+                **kwargs,
             ):
                 if run.attached:
                     run.queue.put_nowait(line)
@@ -802,6 +838,11 @@ class _SSEResponse(StreamingResponse):
             tg.start_soon(stream)
             await self.listen_for_disconnect(receive)
             tg.cancel_scope.cancel()
+
+
+def _new_message_id() -> str:
+    """A server-made UI message id (for the assistant's message, sent in ``start``)."""
+    return f"msg-{uuid.uuid4().hex}"
 
 
 def _now() -> str:
@@ -932,6 +973,7 @@ def create_app(
     max_body: int = 16 << 20,
     metrics: AppendTimings | None = None,
     metrics_path: str | None = None,
+    tp_chunks: TpChunks = "transient",
 ) -> Starlette:
     """The ASGI app serving ``store`` (a directory, opened per worker in the lifespan, or an
     open ``Store``/``AsyncStore`` the caller keeps owning) with ``agents`` (name -> Pydantic AI agent).
@@ -947,6 +989,10 @@ def create_app(
     its main thread with its own signal handlers (uvicorn does), else from the lifespan's end.
     Under your own uvicorn, set its ``timeout_graceful_shutdown`` above the grace (``serve`` uses
     grace + 15 s): uvicorn cuts the responses still open when it runs out.
+    ``tp_chunks``: ``"transient"`` (default) sends the ``data-tp-*`` chunks transient (the AI SDK
+    client passes them to ``onData`` and keeps them out of its messages, which it sends back with
+    every request); ``"parts"`` keeps them as data parts of the assistant message, for clients that
+    assemble the thread from stored UI messages.
     """
     srv = _Server(
         store,
@@ -961,6 +1007,7 @@ def create_app(
         max_body=max_body,
         metrics=metrics,
         metrics_path=metrics_path,
+        tp_chunks=tp_chunks,
     )
 
     async def chat(request: Request) -> Response:
@@ -998,9 +1045,12 @@ def create_app(
         deferred: tuple[dict[str, Any], dict[str, Any]] | None = None
         client_results = False
         user_text: str | None = None
+        ui_ids: tuple[str | None, str | None] = (None, None)
         if last is not None and last.role == "user":
             user_text = " ".join(getattr(p, "text", "") for p in last.parts if getattr(p, "type", "") == "text")
+            ui_ids = (last.id or None, _new_message_id())
         elif last is not None and last.role == "assistant":
+            ui_ids = (None, last.id or None)  # the run continues the message the client shows
             from pydantic_ai import ToolFailed
 
             adapter = VercelAIAdapter(agent=agent, run_input=run_input, sdk_version=6)
@@ -1042,6 +1092,7 @@ def create_app(
             deferred=deferred,
             client_results=client_results,
             metadata={CHAT_ID_KEY: chat_id} if chat_id != thread_id else None,
+            ui_ids=ui_ids,
         )
         return srv.stream(run)
 
@@ -1078,8 +1129,10 @@ def create_app(
         if res.deleted:
             raise HTTPError(410, "thread_deleted", f"thread {thread_id} was deleted")
         name = body.get("agent")
+        agent_turns = [t for t in res.thread.turns if isinstance(t, m.AgentTurn)] if res.thread is not None else []
+        # the continued run streams into the assistant message the previous run began
+        message_id = agent_turns[-1].extra.get(MESSAGE_ID_KEY) if agent_turns else None
         if name is None and res.thread is not None:
-            agent_turns = [t for t in res.thread.turns if isinstance(t, m.AgentTurn)]
             name = agent_turns[-1].agent_id if agent_turns else None
             if name not in srv.agents:
                 name = None
@@ -1093,6 +1146,7 @@ def create_app(
             if_match=_if_match(request),
             user_text=None,
             deferred=(appr, results),
+            ui_ids=(None, message_id if isinstance(message_id, str) else _new_message_id()),
         )
         return srv.stream(run)
 
@@ -1436,6 +1490,7 @@ def app_from_env(agents: Mapping[str, Any] | None = None) -> Starlette:
     ``agents`` given here wins). ``TPLOG_SERVER_ON_DISCONNECT``: ``finish``/``interrupt``.
     ``TPLOG_SERVER_DURABILITY``: ``durable``/``relaxed``. ``TPLOG_SERVER_SHUTDOWN_GRACE``: seconds
     (default 30). ``TPLOG_SERVER_METRICS``: path prefix for per-worker append timings.
+    ``TPLOG_SERVER_TP_CHUNKS``: ``transient`` (default) / ``parts``.
     """
     path = os.environ.get(ENV_STORE)
     if not path:
@@ -1444,6 +1499,9 @@ def app_from_env(agents: Mapping[str, Any] | None = None) -> Starlette:
     on_disc = os.environ.get(ENV_ON_DISCONNECT, "finish")
     if on_disc not in ("finish", "interrupt"):
         raise RuntimeError(f"{ENV_ON_DISCONNECT} must be finish or interrupt, not {on_disc!r}")
+    tp_chunks = os.environ.get(ENV_TP_CHUNKS) or "transient"
+    if tp_chunks not in ("transient", "parts"):
+        raise RuntimeError(f"{ENV_TP_CHUNKS} must be transient or parts, not {tp_chunks!r}")
     return create_app(
         path,
         agents if agents is not None else _load_agents(os.environ.get(ENV_AGENTS)),
@@ -1452,6 +1510,7 @@ def app_from_env(agents: Mapping[str, Any] | None = None) -> Starlette:
         store_options={"durability": os.environ.get(ENV_DURABILITY, "durable")},
         metrics=AppendTimings() if metrics_path else None,
         metrics_path=metrics_path,
+        tp_chunks=tp_chunks,  # type: ignore[arg-type]
     )
 
 
