@@ -63,10 +63,19 @@ function trackingFetch(input, init) {
   });
 }
 
+let sends = 0;
+
 function makeChat(id, extra = {}) {
   const transport = new DefaultChatTransport({
     api: config.api,
     fetch: trackingFetch,
+    // config.secondApi: the requests after the first go to another server (on the same store)
+    prepareSendMessagesRequest: config.secondApi
+      ? ({ id: chatId, messages, body, trigger, messageId }) => ({
+          api: sends++ === 0 ? config.api : config.secondApi,
+          body: { ...body, id: chatId, messages, trigger, messageId },
+        })
+      : undefined,
     prepareReconnectToStreamRequest: config.resumeApi
       ? ({ id: chatId }) => ({ api: `${config.resumeApi}/${encodeURIComponent(chatId)}/stream` })
       : undefined,

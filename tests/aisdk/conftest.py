@@ -84,3 +84,14 @@ def parts_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerPro
                         env={"TPLOG_SERVER_TP_CHUNKS": "parts"}).start()
     yield srv
     srv.stop()
+
+
+@pytest.fixture(scope="session")
+def pair(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[ServerProcess, ServerProcess]]:
+    """Two server processes on one LMDB store (what ``--workers 2`` is, with the worker chosen by the test)."""
+    store = tmp_path_factory.mktemp("aisdk-pair") / "store"
+    a = ServerProcess(store, workers=1).start()
+    b = ServerProcess(store, workers=1).start()
+    yield a, b
+    a.stop()
+    b.stop()

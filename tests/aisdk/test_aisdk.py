@@ -128,3 +128,113 @@ def test_message_ids_kept_with_the_thread(sdk: SdkClient, sdk_server: ServerProc
     user, assistant = out["messages"]
     th = turns(sdk_server, out["chatId"])
     assert [t.get("vercel:message_id") for t in th] == [user["id"], assistant["id"], assistant["id"]]
+
+
+def agent_turns(server: ServerProcess, chat_id: str) -> list[dict[str, Any]]:
+    return [t for t in turns(server, chat_id) if t["turn_type"] == "agent"]
+
+
+@pytest.mark.parametrize("major", MAJORS)
+def test_resume_after_a_dropped_connection_on_another_worker(
+    sdk: SdkClient, pair: tuple[ServerProcess, ServerProcess], major: int
+) -> None:
+    """The connection drops mid-turn; the SDK reconnects (``GET /api/chat/{id}/stream``) to another
+    server process on the same store, which replays the turn from its start and follows it live."""
+    a, b = pair
+    out = sdk.run(major, "resume", api=f"{a.url}/api/chat", resumeApi=f"{b.url}/api/chat",
+                  text="slow 30 60", cutAfter="word2")
+    post, get = out["requests"]
+    assert post["method"] == "POST" and post["cut"] is True
+    assert out["notes"]["afterCut"]["status"] == "error" and "word2" in out["notes"]["afterCut"]["text"]
+    assert get["method"] == "GET" and get["status"] == 200
+    assert get["worker"] != post["worker"]  # served by a different process than the one running the turn
+    check_clean(out)
+    user, assistant = out["messages"]
+    assert texts(assistant) == "".join(f"word{i} " for i in range(30))  # whole, once
+    th = turns(a, out["chatId"])
+    assert th[-1]["completion_status"] == "complete"
+    assert [user["id"], assistant["id"]] == [t["vercel:message_id"] for t in th]  # the resumed stream agrees
+
+
+def test_resumed_stream_entries_are_beside_the_log_and_expire(
+    sdk: SdkClient, pair: tuple[ServerProcess, ServerProcess]
+) -> None:
+    """While the turn runs its chunks are in the store's live table, not in the log; after the
+    turn ends they are dropped; and an idle chat's reconnect is a 204."""
+    from server.server_harness import wait_until
+
+    from tplog import Store
+    from tplog.backends.live import live_streams
+
+    a, b = pair
+    out = sdk.run(6, "resume", api=f"{a.url}/api/chat", resumeApi=f"{b.url}/api/chat", text="slow 10 50",
+                  cutAfter="word1")
+    check_clean(out)
+    tid = httpx.get(f"{a.url}/threads/{out['chatId']}/turns", timeout=30).json()["thread_id"]
+    with Store(a.store) as s:
+        live = live_streams(s.backend)
+        assert live is not None
+        types = {type(e.event).__name__ for e in s.read(tid)}
+        assert types <= {"ThreadStarted", "AgentRegistered", "UserTurnSubmitted", "AgentTurnStarted",
+                         "MessageRecorded", "AgentTurnCompleted"}
+        wait_until(lambda: live.read(tid)[0] is None, timeout=60, interval=0.5)
+    r = httpx.get(f"{b.url}/api/chat/{out['chatId']}/stream", timeout=30)
+    assert r.status_code == 204 and r.content == b""
+
+
+@pytest.mark.parametrize("major", MAJORS)
+def test_idle_resume_is_204(sdk: SdkClient, sdk_server: ServerProcess, major: int) -> None:
+    """``useChat({resume: true})`` on mount, nothing running (here: no thread yet): 204, status ready."""
+    out = sdk.run(major, "idle_resume", api=f"{sdk_server.url}/api/chat")
+    assert out["status"] == "ready" and out["error"] is None
+    assert [(r["method"], r["status"]) for r in out["requests"]] == [("GET", 204)]
+
+
+@pytest.mark.parametrize("major", MAJORS)
+def test_stop_then_send_interrupts_the_abandoned_run(
+    sdk: SdkClient, pair: tuple[ServerProcess, ServerProcess], major: int
+) -> None:
+    """The user presses stop (the SDK aborts the request; the server goes on with the run), then
+    sends a message, to another worker: the abandoned run is interrupted (``user_cancelled``), the
+    new message answered, and the chat shows no error."""
+    a, b = pair
+    out = sdk.run(major, "stop_then_send", api=f"{a.url}/api/chat", secondApi=f"{b.url}/api/chat")
+    assert out["notes"]["afterStop"] == {"status": "ready", "error": None}
+    check_clean(out)
+    first, second = out["requests"]
+    assert first["worker"] != second["worker"]
+    assert texts(out["messages"][-1]) == "You said: hello after stop"
+    first_turn, second_turn = agent_turns(a, out["chatId"])
+    assert first_turn["completion_status"] == "interrupted"
+    assert first_turn["interruption"]["reason"] == "user_cancelled"
+    assert second_turn["completion_status"] == "complete"
+
+
+@pytest.fixture(scope="module")
+def wait_server(tmp_path_factory: pytest.TempPathFactory) -> Any:
+    srv = ServerProcess(tmp_path_factory.mktemp("aisdk-wait") / "store", env={"TPLOG_SERVER_AFTER_STOP": "wait"})
+    yield srv.start()
+    srv.stop()
+
+
+@pytest.fixture(scope="module")
+def reject_server(tmp_path_factory: pytest.TempPathFactory) -> Any:
+    srv = ServerProcess(tmp_path_factory.mktemp("aisdk-reject") / "store", env={"TPLOG_SERVER_AFTER_STOP": "reject"})
+    yield srv.start()
+    srv.stop()
+
+
+def test_stop_then_send_waits_for_the_abandoned_run(sdk: SdkClient, wait_server: ServerProcess) -> None:
+    """``after_stop="wait"``: the new message waits until the abandoned run is recorded to its end."""
+    out = sdk.run(6, "stop_then_send", api=f"{wait_server.url}/api/chat", text="slow 30 50")
+    check_clean(out)
+    first_turn, second_turn = agent_turns(wait_server, out["chatId"])
+    assert first_turn["completion_status"] == "complete"  # not interrupted: it ran to its end
+    assert second_turn["completion_status"] == "complete"
+
+
+def test_stop_then_send_rejected(sdk: SdkClient, reject_server: ServerProcess) -> None:
+    """``after_stop="reject"`` (tplog before issue 28): 409 ``turn_open``, which the chat shows as an error."""
+    out = sdk.run(6, "stop_then_send", api=f"{reject_server.url}/api/chat")
+    assert out["status"] == "error" and "turn_open" in out["error"]
+    assert [r["status"] for r in out["requests"]] == [200, 409]

@@ -92,26 +92,19 @@ import uuid
 from collections.abc import AsyncIterator, Callable, Mapping
 from typing import Any, Final, Literal
 
-import anyio
 import msgspec
 from starlette.applications import Starlette
 from starlette.requests import Request
-from starlette.responses import JSONResponse, Response, StreamingResponse
+from starlette.responses import Response, StreamingResponse
 from starlette.routing import Route
-from starlette.types import Receive, Scope, Send
 
 from tplog import _model as m
 from tplog._errors import (
-    ConflictError,
     InvalidEventError,
     InvalidInputError,
     NotFoundError,
-    ReadOnlyError,
-    StorageFullError,
-    StoreClosedError,
     ThreadDeletedError,
     TplogError,
-    WrongExpectedVersionError,
 )
 from tplog._events import (
     AgentRegistered,
@@ -125,10 +118,17 @@ from tplog._events import (
 )
 from tplog._json import to_builtins, to_json
 from tplog._store import NO_STREAM, AsyncStore, ExpectedVersion, Store
+from tplog.backends.live import LiveStreams, MemoryLive, live_streams
 from tplog.integrations.browser import browser_routes
+from tplog.integrations.http import SSE_HEADERS, UI_STREAM_HEADERS, HTTPError, http_error
+from tplog.integrations.http import SSEResponse as _SSEResponse
+from tplog.integrations.http import error_response as _error_response
+from tplog.integrations.http import header_safe as _header_safe
+from tplog.integrations.resume import AfterStop, LiveWriter, resume_response, settle_open_turn
 from tplog.integrations.vercel import CHAT_ID_KEY, MESSAGE_ID_KEY, client_tool_results, thread_id_for_chat
 
 __all__ = [
+    "ENV_AFTER_STOP",
     "ENV_AGENTS",
     "ENV_DURABILITY",
     "ENV_METRICS",
@@ -160,12 +160,8 @@ ENV_METRICS: Final = "TPLOG_SERVER_METRICS"
 ENV_SHUTDOWN_GRACE: Final = "TPLOG_SERVER_SHUTDOWN_GRACE"
 #: ``transient`` (default) or ``parts``: how the ``data-tp-*`` chunks are sent (see :func:`create_app`).
 ENV_TP_CHUNKS: Final = "TPLOG_SERVER_TP_CHUNKS"
-
-SSE_HEADERS: Final = {
-    "cache-control": "no-cache",
-    "x-accel-buffering": "no",
-}
-UI_STREAM_HEADERS: Final = {**SSE_HEADERS, "x-vercel-ai-ui-message-stream": "v1"}
+#: ``interrupt`` (default), ``wait`` or ``reject``: a new message after a stop (see :func:`create_app`).
+ENV_AFTER_STOP: Final = "TPLOG_SERVER_AFTER_STOP"
 
 OnDisconnect = Literal["finish", "interrupt"]
 #: ``transient``: ``data-tp-*`` chunks are sent ``"transient": true`` (the client does not keep them in
@@ -179,53 +175,6 @@ _TAIL_PAGE: Final = 500  # events read per step of a tail
 
 class ServeError(TplogError):
     """The server cannot start: an agents spec that does not load, an address it cannot listen on."""
-
-
-class HTTPError(Exception):
-    """An error response: ``status``, a short ``code`` and a message naming the problem."""
-
-    def __init__(self, status: int, code: str, message: str, **extra: Any) -> None:
-        super().__init__(message)
-        self.status = status
-        self.code = code
-        self.message = message
-        self.extra = extra
-
-
-def _error_response(err: HTTPError) -> JSONResponse:
-    body = {"error": {"status": err.status, "code": err.code, "message": err.message, **err.extra}}
-    resp = JSONResponse(body, status_code=err.status)
-    resp.tplog_code = err.code  # type: ignore[attr-defined]  # read by the error counter of /metrics
-    return resp
-
-
-def http_error(exc: BaseException) -> HTTPError:
-    """The HTTP shape of a tplog (or other) error."""
-    if isinstance(exc, HTTPError):
-        return exc
-    msg = str(exc)
-    if isinstance(exc, WrongExpectedVersionError):
-        return HTTPError(409, "version_conflict", msg, expected=exc.expected, actual=exc.actual)
-    if isinstance(exc, ConflictError):
-        return HTTPError(409, "conflict", msg)
-    if isinstance(exc, InvalidEventError):  # the thread's state does not allow it (e.g. a turn is open)
-        return HTTPError(409, "invalid_state", msg)
-    if isinstance(exc, InvalidInputError):
-        extra = {"path": exc.path} if exc.path is not None else {}
-        return HTTPError(422, "invalid_input", msg, **extra)
-    if isinstance(exc, NotFoundError):
-        return HTTPError(404, "not_found", msg)
-    if isinstance(exc, ThreadDeletedError):
-        return HTTPError(410, "thread_deleted", msg)
-    if isinstance(exc, ReadOnlyError):
-        return HTTPError(503, "read_only", msg)
-    if isinstance(exc, StorageFullError):
-        return HTTPError(507, "storage_full", msg)
-    if isinstance(exc, StoreClosedError):
-        return HTTPError(503, "unavailable", msg)
-    if isinstance(exc, TplogError):
-        return HTTPError(500, type(exc).__name__, msg)
-    return HTTPError(500, "internal_error", f"{type(exc).__name__}: {msg}")
 
 
 # --------------------------------------------------------------------------- metrics
@@ -317,6 +266,8 @@ class _Writer:
         self.first_failed = False
         self.reason_override: str | None = None
         self.ui_ids: tuple[str | None, str | None] = (None, None)  # the user and assistant UI message ids
+        self.turn_seq: int | None = None  # the seq of the run's AgentTurnStarted
+        self.live: LiveWriter | None = None
         self.append_seconds = 0.0
         self.appends = 0
 
@@ -355,6 +306,11 @@ class _Writer:
             self.server.prom.append(len(evs), dt, ok=True)
         self.prefix = []
         self.expected = res.last_seq
+        for i, e in enumerate(evs):
+            if isinstance(e, AgentTurnStarted):
+                self.turn_seq = res.first_seq + i
+                if self.live is not None and self.live.task is None:
+                    self.live.start(self.turn_seq)  # the turn is open: its stream becomes resumable
         if not self.first.done():
             self.first.set_result(res)
         if cancelled is not None:
@@ -406,6 +362,11 @@ class _Run:
         self.attached = True
         self.task: asyncio.Task[None] | None = None
         self.started = time.perf_counter()
+        self.live: LiveWriter | None = None
+
+    def stop(self) -> None:
+        """Stop the run as a user would (recorded ``user_cancelled``): a new message came after a stop."""
+        self.token.cancel()
 
 
 class _Server:
@@ -425,11 +386,18 @@ class _Server:
         metrics: AppendTimings | None,
         metrics_path: str | None,
         tp_chunks: TpChunks = "transient",
+        after_stop: AfterStop = "interrupt",
+        after_stop_wait: float = 30.0,
+        live_flush: float = 0.05,
     ) -> None:
         if on_disconnect not in ("finish", "interrupt"):
             raise ValueError(f"on_disconnect must be 'finish' or 'interrupt', not {on_disconnect!r}")
         if tp_chunks not in ("transient", "parts"):
             raise ValueError(f"tp_chunks must be 'transient' or 'parts', not {tp_chunks!r}")
+        if after_stop not in ("interrupt", "wait", "reject"):
+            raise ValueError(f"after_stop must be 'interrupt', 'wait' or 'reject', not {after_stop!r}")
+        if not after_stop_wait >= 0 or not live_flush >= 0:
+            raise ValueError("after_stop_wait and live_flush must be ≥ 0 seconds")
         if not agents:
             raise ValueError("create_app needs at least one agent")
         self.store_arg = store
@@ -446,6 +414,11 @@ class _Server:
         self.metrics = metrics
         self.metrics_path = metrics_path
         self.tp_chunks = tp_chunks
+        self.after_stop: AfterStop = after_stop
+        self.after_stop_wait = after_stop_wait
+        self.live_flush = live_flush
+        self._live: LiveStreams | None = None
+        self.live_tasks: set[asyncio.Task[None]] = set()
         self._astore: AsyncStore | None = None
         self._watcher: _Watcher | None = None
         self.runs: set[_Run] = set()
@@ -462,6 +435,14 @@ class _Server:
     @property
     def store(self) -> Store:
         return self.astore.store
+
+    @property
+    def live(self) -> LiveStreams:
+        """The store's live table (in-flight stream chunks); a process-local one when the backend
+        has none (then only this worker can resume its streams)."""
+        if self._live is None:
+            self._live = live_streams(self.store.backend) or MemoryLive()
+        return self._live
 
     @property
     def watcher(self) -> _Watcher:
@@ -491,6 +472,10 @@ class _Server:
             self.begin_shutdown()
             assert self._draining is not None
             await self._draining
+            for t in list(self.live_tasks):  # finished streams waiting to drop their live entries
+                t.cancel()
+            if self.live_tasks:
+                await asyncio.wait(list(self.live_tasks), timeout=5)
             self._watcher.stop()
             if owned:
                 await self._astore.close()
@@ -603,6 +588,8 @@ class _Server:
             head = None
         if head is not None and head.status == "deleted":
             raise HTTPError(410, "thread_deleted", f"thread {thread_id} was deleted; its id cannot be reused")
+        if head is not None and head.open_turn_agent is not None:  # e.g. the user pressed stop, then sent this
+            head = await settle_open_turn(self, thread_id, head)
         version = head.version if head is not None else 0
         if if_match is not None and if_match != version:
             raise HTTPError(
@@ -611,13 +598,6 @@ class _Server:
                 f"thread {thread_id}: If-Match expected version {if_match}, but the thread is at version {version}",
                 expected=if_match,
                 actual=version,
-            )
-        if head is not None and head.open_turn_agent is not None:
-            raise HTTPError(
-                409,
-                "turn_open",
-                f"thread {thread_id}: the agent turn of {head.open_turn_agent!r} opened at seq {head.open_turn_seq} "
-                "is still running; wait for it (GET /threads/{id}/events) before sending another message",
             )
         prefix: list[Event] = []
         history: list[Any] | None = None
@@ -671,6 +651,9 @@ class _Server:
         writer = _Writer(self, thread_id, version if head is not None else NO_STREAM, prefix)
         writer.ui_ids = ui_ids
         run = _Run(writer)
+        run.live = writer.live = LiveWriter(
+            self.live, thread_id, interval=self.live_flush, on_stop=run.stop, tasks=self.live_tasks
+        )
         recorder = _recorder_class(ThreadRecorder)(writer, thread_id)
         kwargs: dict[str, Any] = {"cancellation_token": run.token}
         if history:
@@ -717,6 +700,8 @@ class _Server:
             ):
                 if run.attached:
                     run.queue.put_nowait(line)
+                if run.live is not None:
+                    run.live.push(line)
         except asyncio.CancelledError as exc:  # interrupted by us (disconnect / shutdown): recorded
             error = exc
         except Exception as exc:  # model/tool error: recorded as interrupted, sent as an `error` chunk
@@ -725,6 +710,8 @@ class _Server:
                 log.warning("run on thread %s ended with %s: %s", recorder.thread_id, type(exc).__name__, exc)
         finally:
             run.queue.put_nowait(None)
+            if run.live is not None:
+                run.live.close()
             w = run.writer
             if not w.first.done():
                 w.first.set_exception(
@@ -739,6 +726,8 @@ class _Server:
         if run.task is None or run.task.done():
             return
         run.attached = False
+        if run.live is not None:
+            run.live.detach()
         while not run.queue.empty():
             run.queue.get_nowait()
         if self.on_disconnect == "interrupt":
@@ -788,10 +777,6 @@ async def _path_thread(srv: _Server, request: Request) -> str:
     return await _thread_for(srv, request.path_params["thread_id"])
 
 
-def _header_safe(s: str) -> str:
-    return s if s.isascii() and s.isprintable() else json.dumps(s)
-
-
 def _check_decisions(thread_id: str, calls: list[Any], approvals: dict[str, Any], results: dict[str, Any]) -> None:
     if not calls:
         raise HTTPError(409, "nothing_pending", f"thread {thread_id} has no deferred tool calls awaiting a decision")
@@ -816,28 +801,6 @@ def _check_decisions(thread_id: str, calls: list[Any], approvals: dict[str, Any]
         raise HTTPError(
             422, "missing_decisions", f"thread {thread_id}: no decision for deferred tool calls {missing}", kinds=kinds
         )
-
-
-class _SSEResponse(StreamingResponse):
-    """A streaming response that notices a client going away even while idle (any ASGI spec
-    version), so a tail or a run stream is detached at once, not at its next write."""
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        async with anyio.create_task_group() as tg:
-
-            async def stream() -> None:
-                try:
-                    await self.stream_response(send)
-                except OSError:
-                    pass
-                finally:
-                    with contextlib.suppress(BaseException):
-                        await self.body_iterator.aclose()  # type: ignore[attr-defined]
-                    tg.cancel_scope.cancel()
-
-            tg.start_soon(stream)
-            await self.listen_for_disconnect(receive)
-            tg.cancel_scope.cancel()
 
 
 def _new_message_id() -> str:
@@ -974,6 +937,9 @@ def create_app(
     metrics: AppendTimings | None = None,
     metrics_path: str | None = None,
     tp_chunks: TpChunks = "transient",
+    after_stop: AfterStop = "interrupt",
+    after_stop_wait: float = 30.0,
+    live_flush: float = 0.05,
 ) -> Starlette:
     """The ASGI app serving ``store`` (a directory, opened per worker in the lifespan, or an
     open ``Store``/``AsyncStore`` the caller keeps owning) with ``agents`` (name -> Pydantic AI agent).
@@ -993,6 +959,16 @@ def create_app(
     client passes them to ``onData`` and keeps them out of its messages, which it sends back with
     every request); ``"parts"`` keeps them as data parts of the assistant message, for clients that
     assemble the thread from stored UI messages.
+
+    Resumable streams (``GET /api/chat/{id}/stream``, ``useChat({resume: true})``): a run's UI
+    chunks are written to the store's live table beside the log (batched, at most one write per
+    ``live_flush`` seconds), so any worker can replay the open turn. ``after_stop``: what a new
+    message does while the thread's turn is still running with its client gone (the user pressed
+    stop, which aborts the request, and ``on_disconnect="finish"`` kept the run going):
+    ``"interrupt"`` (default) stops that run (recorded ``user_cancelled``) and then answers;
+    ``"wait"`` waits for it to end; either gives up after ``after_stop_wait`` seconds with 409
+    ``turn_open``, as ``"reject"`` does at once. A run whose client is still reading it is never
+    disturbed: the new message is a 409 ``turn_open``.
     """
     srv = _Server(
         store,
@@ -1008,6 +984,9 @@ def create_app(
         metrics=metrics,
         metrics_path=metrics_path,
         tp_chunks=tp_chunks,
+        after_stop=after_stop,
+        after_stop_wait=after_stop_wait,
+        live_flush=live_flush,
     )
 
     async def chat(request: Request) -> Response:
@@ -1095,6 +1074,9 @@ def create_app(
             ui_ids=ui_ids,
         )
         return srv.stream(run)
+
+    async def chat_stream(request: Request) -> Response:
+        return await resume_response(srv, await _path_thread(srv, request))
 
     async def approvals(request: Request) -> Response:
         thread_id = await _path_thread(srv, request)
@@ -1302,6 +1284,7 @@ def create_app(
 
     routes = [
         Route("/api/chat", guarded(chat), methods=["POST"]),
+        Route("/api/chat/{thread_id}/stream", guarded(chat_stream), methods=["GET"]),
         Route("/health", guarded(health), methods=["GET"]),
         Route("/threads", guarded(threads), methods=["GET"]),
         Route("/threads/{thread_id}", guarded(thread), methods=["GET"]),
@@ -1490,7 +1473,8 @@ def app_from_env(agents: Mapping[str, Any] | None = None) -> Starlette:
     ``agents`` given here wins). ``TPLOG_SERVER_ON_DISCONNECT``: ``finish``/``interrupt``.
     ``TPLOG_SERVER_DURABILITY``: ``durable``/``relaxed``. ``TPLOG_SERVER_SHUTDOWN_GRACE``: seconds
     (default 30). ``TPLOG_SERVER_METRICS``: path prefix for per-worker append timings.
-    ``TPLOG_SERVER_TP_CHUNKS``: ``transient`` (default) / ``parts``.
+    ``TPLOG_SERVER_TP_CHUNKS``: ``transient`` (default) / ``parts``. ``TPLOG_SERVER_AFTER_STOP``:
+    ``interrupt`` (default) / ``wait`` / ``reject``.
     """
     path = os.environ.get(ENV_STORE)
     if not path:
@@ -1502,6 +1486,9 @@ def app_from_env(agents: Mapping[str, Any] | None = None) -> Starlette:
     tp_chunks = os.environ.get(ENV_TP_CHUNKS) or "transient"
     if tp_chunks not in ("transient", "parts"):
         raise RuntimeError(f"{ENV_TP_CHUNKS} must be transient or parts, not {tp_chunks!r}")
+    after_stop = os.environ.get(ENV_AFTER_STOP) or "interrupt"
+    if after_stop not in ("interrupt", "wait", "reject"):
+        raise RuntimeError(f"{ENV_AFTER_STOP} must be interrupt, wait or reject, not {after_stop!r}")
     return create_app(
         path,
         agents if agents is not None else _load_agents(os.environ.get(ENV_AGENTS)),
@@ -1511,6 +1498,7 @@ def app_from_env(agents: Mapping[str, Any] | None = None) -> Starlette:
         metrics=AppendTimings() if metrics_path else None,
         metrics_path=metrics_path,
         tp_chunks=tp_chunks,  # type: ignore[arg-type]
+        after_stop=after_stop,  # type: ignore[arg-type]
     )
 
 
