@@ -10,6 +10,8 @@ written in batches, dropped when the turn is over.
 Per thread: a :class:`LiveHeader` (which turn, how many batches, whether the stream ended,
 whether someone asked the run to stop) and numbered batches of stream text (1, 2, ...). Only
 the latest turn of a thread is kept: writing for a newer turn replaces an older one's entries.
+Ended streams are dropped by :meth:`LiveStreams.sweep` (the server sweeps every few seconds: one
+transaction for all the streams that ended, rather than one per turn).
 The range vocabulary is the backends' (``after`` exclusive, ``limit``).
 """
 
@@ -63,6 +65,12 @@ class LiveStreams(Protocol):
         """Drop the thread's entries if they are that turn's."""
         ...
 
+    def sweep(self, *, done_before: int, stale_before: int) -> int:
+        """Drop the entries of every stream that ended before ``done_before``, or was last written
+        before ``stale_before`` without ending (its writer died); times in ns since the epoch.
+        One transaction, and none when there is nothing to drop. Returns how many streams went."""
+        ...
+
 
 class MemoryLive:
     """:class:`LiveStreams` in a dict: for the in-memory backend (one process)."""
@@ -109,6 +117,17 @@ class MemoryLive:
             row = self._rows.get(thread_id)
             if row is not None and row[0].turn_seq == turn_seq:
                 del self._rows[thread_id]
+
+    def sweep(self, *, done_before: int, stale_before: int) -> int:
+        with self._lock:
+            gone = [t for t, (h, _) in self._rows.items() if expired(h, done_before, stale_before)]
+            for t in gone:
+                del self._rows[t]
+            return len(gone)
+
+
+def expired(h: LiveHeader, done_before: int, stale_before: int) -> bool:
+    return h.updated_ns < (done_before if h.done else stale_before)
 
 
 _LIVE: weakref.WeakKeyDictionary[Any, LiveStreams] = weakref.WeakKeyDictionary()

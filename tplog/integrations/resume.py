@@ -2,7 +2,7 @@
 
 - :class:`LiveWriter`: while a run streams, its UI chunks are written, in batches, to the
   store's live table (:mod:`tplog.backends.live`: beside the log, not in it), so that any worker
-  process can replay them; the entries are dropped shortly after the turn ends. It also carries
+  process can replay them; :func:`sweeper` drops them some seconds after the turn ended. It also carries
   the run's "attached" state and picks up stop requests made by other workers.
 - :func:`resume_response`: ``GET /api/chat/{id}/stream`` -- 204 when the thread has no open turn
   (or none whose stream this store holds); else the open turn's chunks from its ``start``, then
@@ -30,7 +30,7 @@ from tplog.integrations.http import UI_STREAM_HEADERS, HTTPError, SSEResponse, h
 if TYPE_CHECKING:
     from starlette.responses import Response
 
-__all__ = ["AfterStop", "LiveWriter", "resume_response", "settle_open_turn"]
+__all__ = ["AfterStop", "LiveWriter", "resume_response", "settle_open_turn", "sweeper"]
 
 log = logging.getLogger("tplog.server")
 
@@ -40,8 +40,10 @@ AfterStop = Literal["interrupt", "wait", "reject"]
 OWNER: Final = f"{socket.gethostname()}:{os.getpid()}"
 #: How often a run that streams nothing looks for a stop request from another worker.
 _IDLE_POLL: Final = 0.25
-#: How long a finished stream's entries stay, for readers still catching up.
+#: How long a finished stream's entries stay (at least), for readers still catching up.
 _LINGER: Final = 10.0
+#: A stream not written for this long and not ended lost its writer (a worker killed mid-turn).
+_STALE: Final = 24 * 3600.0
 #: How long a new message waits for the client of a running turn to go away (the stop-then-send
 #: race: the SDK's stop aborts the fetch, the server notices a moment later) before it is a conflict.
 _DETACH_GRACE: Final = 1.5
@@ -127,10 +129,18 @@ class LiveWriter:
         except Exception as exc:  # the run goes on; its stream is just not resumable any more
             log.warning("thread %s: the live stream table failed (%s: %s); the stream cannot be resumed",
                         self.thread_id, type(exc).__name__, exc)
-            return
-        await asyncio.sleep(_LINGER)
-        with contextlib.suppress(Exception):
-            await asyncio.to_thread(self.live.expire, self.thread_id, self.turn_seq)
+
+
+async def sweeper(live: LiveStreams, *, every: float = _LINGER, stale: float = _STALE) -> None:
+    """Drop ended streams ``every`` seconds after they ended (readers still catching up have that
+    long), and streams whose writer died (not written for ``stale`` seconds). Runs until cancelled."""
+    while True:
+        await asyncio.sleep(every)
+        now = time.time_ns()
+        try:
+            await asyncio.to_thread(live.sweep, done_before=now - int(every * 1e9), stale_before=now - int(stale * 1e9))
+        except Exception as exc:  # pragma: no cover - the store closed under us, a full disk: try again later
+            log.warning("sweeping the live stream table failed: %s: %s", type(exc).__name__, exc)
 
 
 async def resume_response(srv: Any, thread_id: str) -> Response:

@@ -124,7 +124,7 @@ from tplog.integrations.http import SSE_HEADERS, UI_STREAM_HEADERS, HTTPError, h
 from tplog.integrations.http import SSEResponse as _SSEResponse
 from tplog.integrations.http import error_response as _error_response
 from tplog.integrations.http import header_safe as _header_safe
-from tplog.integrations.resume import AfterStop, LiveWriter, resume_response, settle_open_turn
+from tplog.integrations.resume import AfterStop, LiveWriter, resume_response, settle_open_turn, sweeper
 from tplog.integrations.vercel import CHAT_ID_KEY, MESSAGE_ID_KEY, client_tool_results, thread_id_for_chat
 
 __all__ = [
@@ -133,6 +133,7 @@ __all__ = [
     "ENV_DURABILITY",
     "ENV_METRICS",
     "ENV_ON_DISCONNECT",
+    "ENV_RESUMABLE",
     "ENV_SHUTDOWN_GRACE",
     "ENV_STORE",
     "ENV_TP_CHUNKS",
@@ -162,6 +163,8 @@ ENV_SHUTDOWN_GRACE: Final = "TPLOG_SERVER_SHUTDOWN_GRACE"
 ENV_TP_CHUNKS: Final = "TPLOG_SERVER_TP_CHUNKS"
 #: ``interrupt`` (default), ``wait`` or ``reject``: a new message after a stop (see :func:`create_app`).
 ENV_AFTER_STOP: Final = "TPLOG_SERVER_AFTER_STOP"
+#: ``1`` (default) or ``0``: streams resumable from any worker (see :func:`create_app`).
+ENV_RESUMABLE: Final = "TPLOG_SERVER_RESUMABLE"
 
 OnDisconnect = Literal["finish", "interrupt"]
 #: ``transient``: ``data-tp-*`` chunks are sent ``"transient": true`` (the client does not keep them in
@@ -389,6 +392,7 @@ class _Server:
         after_stop: AfterStop = "interrupt",
         after_stop_wait: float = 30.0,
         live_flush: float = 0.05,
+        resumable: bool = True,
     ) -> None:
         if on_disconnect not in ("finish", "interrupt"):
             raise ValueError(f"on_disconnect must be 'finish' or 'interrupt', not {on_disconnect!r}")
@@ -417,6 +421,7 @@ class _Server:
         self.after_stop: AfterStop = after_stop
         self.after_stop_wait = after_stop_wait
         self.live_flush = live_flush
+        self.resumable = resumable
         self._live: LiveStreams | None = None
         self.live_tasks: set[asyncio.Task[None]] = set()
         self._astore: AsyncStore | None = None
@@ -464,6 +469,8 @@ class _Server:
             owned = True
         self._watcher = _Watcher(self._astore.store, asyncio.get_running_loop(), self.tail_poll)
         self._watcher.start()
+        if self.resumable:
+            self.live_tasks.add(asyncio.get_running_loop().create_task(sweeper(self.live)))
         unhook = self._hook_signals(asyncio.get_running_loop())
         try:
             yield
@@ -472,7 +479,7 @@ class _Server:
             self.begin_shutdown()
             assert self._draining is not None
             await self._draining
-            for t in list(self.live_tasks):  # finished streams waiting to drop their live entries
+            for t in list(self.live_tasks):  # the sweeper, and live writers that did not finish
                 t.cancel()
             if self.live_tasks:
                 await asyncio.wait(list(self.live_tasks), timeout=5)
@@ -651,9 +658,10 @@ class _Server:
         writer = _Writer(self, thread_id, version if head is not None else NO_STREAM, prefix)
         writer.ui_ids = ui_ids
         run = _Run(writer)
-        run.live = writer.live = LiveWriter(
-            self.live, thread_id, interval=self.live_flush, on_stop=run.stop, tasks=self.live_tasks
-        )
+        if self.resumable:
+            run.live = writer.live = LiveWriter(
+                self.live, thread_id, interval=self.live_flush, on_stop=run.stop, tasks=self.live_tasks
+            )
         recorder = _recorder_class(ThreadRecorder)(writer, thread_id)
         kwargs: dict[str, Any] = {"cancellation_token": run.token}
         if history:
@@ -940,6 +948,7 @@ def create_app(
     after_stop: AfterStop = "interrupt",
     after_stop_wait: float = 30.0,
     live_flush: float = 0.05,
+    resumable: bool = True,
 ) -> Starlette:
     """The ASGI app serving ``store`` (a directory, opened per worker in the lifespan, or an
     open ``Store``/``AsyncStore`` the caller keeps owning) with ``agents`` (name -> Pydantic AI agent).
@@ -962,9 +971,11 @@ def create_app(
 
     Resumable streams (``GET /api/chat/{id}/stream``, ``useChat({resume: true})``): a run's UI
     chunks are written to the store's live table beside the log (batched, at most one write per
-    ``live_flush`` seconds), so any worker can replay the open turn. ``after_stop``: what a new
-    message does while the thread's turn is still running with its client gone (the user pressed
-    stop, which aborts the request, and ``on_disconnect="finish"`` kept the run going):
+    ``live_flush`` seconds), so any worker can replay the open turn; ``resumable=False`` writes
+    none (the endpoint then always answers 204, and a stop request reaches only this worker's runs).
+    ``after_stop``: what a new message does while the thread's turn is still running with its
+    client gone (the user pressed stop, which aborts the request, and ``on_disconnect="finish"``
+    kept the run going):
     ``"interrupt"`` (default) stops that run (recorded ``user_cancelled``) and then answers;
     ``"wait"`` waits for it to end; either gives up after ``after_stop_wait`` seconds with 409
     ``turn_open``, as ``"reject"`` does at once. A run whose client is still reading it is never
@@ -987,6 +998,7 @@ def create_app(
         after_stop=after_stop,
         after_stop_wait=after_stop_wait,
         live_flush=live_flush,
+        resumable=resumable,
     )
 
     async def chat(request: Request) -> Response:
@@ -1076,7 +1088,10 @@ def create_app(
         return srv.stream(run)
 
     async def chat_stream(request: Request) -> Response:
-        return await resume_response(srv, await _path_thread(srv, request))
+        tid = await _path_thread(srv, request)
+        if not srv.resumable:
+            return Response(status_code=204, headers={"x-tplog-worker": str(os.getpid())})
+        return await resume_response(srv, tid)
 
     async def approvals(request: Request) -> Response:
         thread_id = await _path_thread(srv, request)
@@ -1474,7 +1489,7 @@ def app_from_env(agents: Mapping[str, Any] | None = None) -> Starlette:
     ``TPLOG_SERVER_DURABILITY``: ``durable``/``relaxed``. ``TPLOG_SERVER_SHUTDOWN_GRACE``: seconds
     (default 30). ``TPLOG_SERVER_METRICS``: path prefix for per-worker append timings.
     ``TPLOG_SERVER_TP_CHUNKS``: ``transient`` (default) / ``parts``. ``TPLOG_SERVER_AFTER_STOP``:
-    ``interrupt`` (default) / ``wait`` / ``reject``.
+    ``interrupt`` (default) / ``wait`` / ``reject``. ``TPLOG_SERVER_RESUMABLE``: ``1`` (default) / ``0``.
     """
     path = os.environ.get(ENV_STORE)
     if not path:
@@ -1489,6 +1504,9 @@ def app_from_env(agents: Mapping[str, Any] | None = None) -> Starlette:
     after_stop = os.environ.get(ENV_AFTER_STOP) or "interrupt"
     if after_stop not in ("interrupt", "wait", "reject"):
         raise RuntimeError(f"{ENV_AFTER_STOP} must be interrupt, wait or reject, not {after_stop!r}")
+    resumable = os.environ.get(ENV_RESUMABLE) or "1"
+    if resumable not in ("0", "1"):
+        raise RuntimeError(f"{ENV_RESUMABLE} must be 1 or 0, not {resumable!r}")
     return create_app(
         path,
         agents if agents is not None else _load_agents(os.environ.get(ENV_AGENTS)),
@@ -1499,6 +1517,7 @@ def app_from_env(agents: Mapping[str, Any] | None = None) -> Starlette:
         metrics_path=metrics_path,
         tp_chunks=tp_chunks,  # type: ignore[arg-type]
         after_stop=after_stop,  # type: ignore[arg-type]
+        resumable=resumable == "1",
     )
 
 

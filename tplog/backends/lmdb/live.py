@@ -13,7 +13,7 @@ import time
 
 import msgspec
 
-from tplog.backends.live import LiveHeader
+from tplog.backends.live import LiveHeader, expired
 from tplog.backends.lmdb.engine import LmdbEngine, ReadTxn, WriteTxn
 from tplog.backends.lmdb.keys import TKEY_SIZE, from_u64, tkey, u64
 
@@ -103,3 +103,21 @@ class LmdbLive:
                 self._drop(txn, tk)
 
         self.engine.run_write(fn)
+
+    def sweep(self, *, done_before: int, stale_before: int) -> int:
+        with self.engine.read() as txn:  # most sweeps find nothing: no write transaction for them
+            gone = [k[:TKEY_SIZE] for k, v in txn.range(LIVE_TABLE)
+                    if k[TKEY_SIZE:] == u64(0) and expired(_dec.decode(v), done_before, stale_before)]
+        if not gone:
+            return 0
+
+        def fn(txn: WriteTxn) -> int:
+            n = 0
+            for tk in gone:
+                hdr = self._header(txn, tk)
+                if hdr is not None and expired(hdr, done_before, stale_before):  # not rewritten since
+                    self._drop(txn, tk)
+                    n += 1
+            return n
+
+        return self.engine.run_write(fn)
