@@ -4,8 +4,8 @@ A chat server streams a turn as UI chunks while the recorder appends its complet
 the log. A client that lost the connection (or a page that reloads mid-turn) asks any server
 process for the rest (``GET /api/chat/{id}/stream``): the chunks must be where every process
 can read them, so they are kept *in the store* -- but not *in the log*, which holds complete
-messages only: a side table per backend (LMDB: the named table ``live``; memory: a dict),
-written in batches, dropped when the turn is over.
+messages only: a side table per backend (LMDB: a small environment of its own in the store
+directory, without fsync; memory: a dict), written in batches, dropped when the turn is over.
 
 Per thread: a :class:`LiveHeader` (which turn, how many batches, whether the stream ended,
 whether someone asked the run to stop) and numbered batches of stream text (1, 2, ...). Only
@@ -145,9 +145,13 @@ def live_streams(backend: Any) -> LiveStreams | None:
         if name == "MemoryRecorder":
             live = MemoryLive()
         elif name == "LmdbRecorder":
-            from tplog.backends.lmdb.live import LmdbLive
+            from tplog._errors import StorageError
+            from tplog.backends.lmdb.live import open_live
 
-            live = LmdbLive(backend.engine)
+            try:
+                live = open_live(backend.engine.path)
+            except StorageError:  # e.g. a read-only store directory: no live table
+                return None
         else:  # PostgreSQL: not yet (a server on it resumes only streams of its own process)
             return None
         _LIVE[backend] = live

@@ -441,25 +441,6 @@ class LmdbEngine:
                         txn.abort()
                     raise
 
-    def side_table(self, name: str) -> None:
-        """Open (creating it) the named table ``name`` beside :data:`TABLES`, for side data that is
-        not part of the store's format (the server's in-flight stream chunks): transactions then
-        reach it by name. Stores without it open as before; ``max_dbs`` leaves room for a few."""
-        self._check()
-        if name in self._dbs:
-            return
-        if name in TABLES:
-            raise InvalidInputError(f"{name!r} is one of the store's own tables")
-        with self._write_lock:
-            while name not in self._dbs:
-                try:
-                    with self._rw.shared():
-                        self._dbs[name] = self._env.open_db(name.encode(), create=not self.readonly)
-                except lmdb.MapResizedError:
-                    self._adopt_size()
-                except lmdb.Error as exc:
-                    raise _translate(exc, self.path) from exc
-
     def _grow(self) -> None:
         current = self._env.info()["map_size"]
         if current >= self.max_map_size:
