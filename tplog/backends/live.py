@@ -5,7 +5,8 @@ the log. A client that lost the connection (or a page that reloads mid-turn) ask
 process for the rest (``GET /api/chat/{id}/stream``): the chunks must be where every process
 can read them, so they are kept *in the store* -- but not *in the log*, which holds complete
 messages only: a side table per backend (LMDB: a small environment of its own in the store
-directory, without fsync; memory: a dict), written in batches, dropped when the turn is over.
+directory, without fsync; PostgreSQL: an UNLOGGED table; memory: a dict), written in batches,
+dropped when the turn is over.
 
 Per thread: a :class:`LiveHeader` (which turn, how many batches, whether the stream ended,
 whether someone asked the run to stop) and numbered batches of stream text (1, 2, ...). Only
@@ -152,7 +153,11 @@ def live_streams(backend: Any) -> LiveStreams | None:
                 live = open_live(backend.engine.path)
             except StorageError:  # e.g. a read-only store directory: no live table
                 return None
-        else:  # PostgreSQL: not yet (a server on it resumes only streams of its own process)
+        elif name == "PostgresRecorder":
+            from tplog.backends.postgres.live import PostgresLive
+
+            live = PostgresLive(backend)
+        else:
             return None
         _LIVE[backend] = live
         return live

@@ -1,5 +1,5 @@
 """The live table (tplog.backends.live): in-flight stream chunks beside the log, for every backend
-that has one (memory, LMDB). The LMDB one is shared by processes: a second handle sees the first's writes."""
+(memory, LMDB, PostgreSQL). The LMDB one is shared by processes: a second process sees the first's writes."""
 
 from __future__ import annotations
 
@@ -14,8 +14,21 @@ from tplog.backends.live import LiveStreams, live_streams
 T = "0b6f2a8e-6f59-4b4e-9d7c-0f1e2d3c4b5a"
 
 
-@pytest.fixture(params=["memory", "lmdb"])
+@pytest.fixture(params=["memory", "lmdb", "postgres"])
 def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Store]:
+    if request.param == "postgres":
+        import uuid
+
+        import psycopg
+        from contract_helpers import pg_dsn
+
+        schema = f"live_{uuid.uuid4().hex[:12]}"
+        s = Store(f"{pg_dsn()}?schema={schema}")
+        yield s
+        s.close()
+        with psycopg.connect(pg_dsn(), autocommit=True) as c:
+            c.execute(f"DROP SCHEMA IF EXISTS {schema} CASCADE".encode())
+        return
     s = Store("memory:" if request.param == "memory" else tmp_path / "store")
     yield s
     s.close()
@@ -67,15 +80,24 @@ def test_stop_requests_and_expiry_name_the_turn(store: Store) -> None:
     assert live.read(T) == (None, [])
 
 
-def test_lmdb_live_table_is_shared_and_outside_the_log(tmp_path: Path) -> None:
+def test_lmdb_live_table_is_shared_by_processes_and_outside_the_log(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
     with Store(tmp_path / "s") as a:
         live_of(a).write(T, 1, [b"chunk"])
-        before = a.last_position
-        with Store(tmp_path / "s") as b:  # another handle, as another worker has
-            hdr, batches = live_of(b).read(T)
-            assert hdr is not None and batches == [b"chunk"]
-        assert a.last_position == before == 0  # nothing in the log
+        code = ("import sys; from tplog import Store; from tplog.backends.live import live_streams\n"
+                "with Store(sys.argv[1]) as s:\n"
+                "    live = live_streams(s.backend); h, b = live.read(sys.argv[2]); print(h.turn_seq, b)\n"
+                "    live.request_stop(sys.argv[2], 1)\n")
+        r = subprocess.run([sys.executable, "-c", code, str(tmp_path / "s"), T], capture_output=True, text=True,
+                           timeout=60)
+        assert r.returncode == 0, r.stderr
+        assert r.stdout.strip() == "1 [b'chunk']"  # another process (another worker) reads it
+        assert live_of(a).write(T, 1, []).stop is True  # and its stop request reaches this one
+        assert a.last_position == 0  # nothing in the log
         assert a.verify().ok
+    assert (tmp_path / "s" / "live").is_dir()
     with Store(tmp_path / "s", readonly=True) as ro:  # the store still opens read-only, as before
         assert ro.last_position == 0
 
