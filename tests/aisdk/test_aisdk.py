@@ -238,3 +238,46 @@ def test_stop_then_send_rejected(sdk: SdkClient, reject_server: ServerProcess) -
     out = sdk.run(6, "stop_then_send", api=f"{reject_server.url}/api/chat")
     assert out["status"] == "error" and "turn_open" in out["error"]
     assert [r["status"] for r in out["requests"]] == [200, 409]
+
+
+@pytest.fixture(scope="module")
+def pg_pair(tmp_path_factory: pytest.TempPathFactory) -> Any:
+    """Two server processes on one PostgreSQL store (what two hosts behind a load balancer are)."""
+    import uuid
+
+    import psycopg
+    from backends.contract_helpers import pg_dsn
+
+    schema = f"aisdk_{uuid.uuid4().hex[:12]}"
+    url = f"{pg_dsn()}?schema={schema}"
+    from tplog import Store
+
+    Store(url).close()  # the schema, created once before the servers race to
+    tmp = tmp_path_factory.mktemp("aisdk-pg")
+    a = ServerProcess(tmp / "a", env={"TPLOG_SERVER_STORE": url}).start()
+    b = ServerProcess(tmp / "b", env={"TPLOG_SERVER_STORE": url}).start()
+    yield a, b
+    a.stop()
+    b.stop()
+    with psycopg.connect(pg_dsn(), autocommit=True) as c:
+        c.execute(f"DROP SCHEMA IF EXISTS {schema} CASCADE".encode())
+
+
+def test_resume_and_stop_across_servers_on_one_postgresql_store(
+    sdk: SdkClient, pg_pair: tuple[ServerProcess, ServerProcess]
+) -> None:
+    """Resume on another server, and stop then send to another server, both through the store's
+    live table in PostgreSQL."""
+    a, b = pg_pair
+    out = sdk.run(7, "resume", api=f"{a.url}/api/chat", resumeApi=f"{b.url}/api/chat", text="slow 20 60",
+                  cutAfter="word2")
+    check_clean(out)
+    post, get = out["requests"]
+    assert get["status"] == 200 and get["worker"] != post["worker"]
+    assert texts(out["messages"][-1]) == "".join(f"word{i} " for i in range(20))
+
+    out = sdk.run(7, "stop_then_send", api=f"{a.url}/api/chat", secondApi=f"{b.url}/api/chat")
+    check_clean(out)
+    first_turn, second_turn = agent_turns(b, out["chatId"])
+    assert first_turn["interruption"]["reason"] == "user_cancelled"
+    assert second_turn["completion_status"] == "complete"
