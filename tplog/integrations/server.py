@@ -38,6 +38,14 @@ Endpoints
     get ``shutdown_grace`` seconds, counted from the SIGTERM/SIGINT, then are
     interrupted (reason ``server_shutdown``) and their streams end.
 
+``GET /api/chat/{id}/stream``
+    What ``useChat({resume: true})`` calls on mount and after a dropped connection: 204 when
+    the thread has no open turn; else the open turn's UI chunks from its ``start``, then live
+    to its end, from the store's live table (beside the log), so any worker or server on the
+    store answers (:mod:`tplog.integrations.resume`). A new message while a turn runs with its
+    client gone (the user pressed stop) interrupts that run (``user_cancelled``) or waits for it
+    (``after_stop``); while its client still reads it, it is a 409 ``turn_open``.
+
 ``POST /threads/{id}/approvals``
     ``{"approvals": {CALL_ID: true | false | {"approved": false, "reason": "..."}},
     "results": {CALL_ID: value}}``: decisions for every deferred tool call the
