@@ -14,10 +14,10 @@ const ai = await import(major === "7" ? "ai7" : "ai6");
 const { AbstractChat, DefaultChatTransport, validateUIMessages, generateId } = ai;
 
 class State {
-  constructor() {
+  constructor(messages = []) {
     this.status = "ready";
     this.error = undefined;
-    this.messages = [];
+    this.messages = messages;
   }
   pushMessage = (m) => { this.messages = this.messages.concat(m); };
   popMessage = () => { this.messages = this.messages.slice(0, -1); };
@@ -26,7 +26,7 @@ class State {
 }
 
 class Chat extends AbstractChat {
-  constructor(init) { super({ ...init, state: new State() }); }
+  constructor({ messages, ...init }) { super({ ...init, state: new State(messages) }); }
 }
 
 const requests = []; // {method, url, status, worker}
@@ -150,6 +150,15 @@ switch (scenario) {
     notes.afterCut = { status: chat.status, error: chat.error?.message ?? null,
                        text: chat.messages.at(-1)?.parts.filter((p) => p.type === "text").map((p) => p.text).join("") };
     await chat.resumeStream();
+    break;
+  }
+  case "reload": {
+    // a reloaded page: the chat so far from the server, then useChat({id, messages}) goes on with it
+    const res = await trackingFetch(`${config.api}/${encodeURIComponent(chatId)}/messages`, { method: "GET" });
+    const saved = await res.json();
+    notes.saved = structuredClone(saved);
+    chat = makeChat(chatId, { messages: saved });
+    await chat.sendMessage({ text: "after reload" });
     break;
   }
   case "idle_resume": {

@@ -91,8 +91,31 @@ TP_NOTICES = {"data-tp-user_turn", "data-tp-turn_start", "data-tp-message", "dat
 
 
 @pytest.mark.parametrize("major", MAJORS)
+def test_a_reloaded_chat_gets_the_messages_with_their_ids(sdk: SdkClient, sdk_server: ServerProcess,
+                                                         major: int) -> None:
+    """``GET /api/chat/{id}/messages``: the thread as UI messages with the ids the chat showed (an
+    approval's two runs are one assistant message); the SDK validates them and goes on from them."""
+    first = sdk.run(major, "approvals", api=f"{sdk_server.url}/api/chat")
+    check_clean(first)
+    again = sdk.run(major, "reload", api=f"{sdk_server.url}/api/chat", chatId=first["chatId"])
+    check_clean(again)
+    saved = again["notes"]["saved"]
+    assert [(m["id"], m["role"]) for m in saved] == [(m["id"], m["role"]) for m in first["messages"]]
+    assert [texts(m) for m in saved] == [texts(m) for m in first["messages"]]
+    (call,) = tool_parts(saved[-1])
+    assert (call["type"], call["state"], call["output"]) == ("tool-delete_file", "output-available", "deleted /tmp/x")
+    assert [m["role"] for m in again["messages"]] == ["user", "assistant", "user", "assistant"]
+    assert texts(again["messages"][-1]) == "You said: after reload"
+    kept = [t["vercel:message_id"] for t in turns(sdk_server, first["chatId"])]
+    one_per_message = [k for i, k in enumerate(kept) if i == 0 or k != kept[i - 1]]
+    assert [m["id"] for m in again["messages"]] == one_per_message  # the reloaded chat, /turns: the same ids
+    r = httpx.get(f"{sdk_server.url}/api/chat/never-used/messages", timeout=30)
+    assert r.status_code == 200 and r.json() == []
+
+
+@pytest.mark.parametrize("major", MAJORS)
 def test_tp_chunks_transient_by_default(sdk: SdkClient, sdk_server: ServerProcess, parts_server: ServerProcess,
-                                         major: int, capsys: pytest.CaptureFixture[str]) -> None:
+                                         major: int) -> None:
     """Transient ``data-tp-*`` chunks reach ``onData`` but stay out of the messages the client sends
     back; ``parts`` mode keeps them as parts (and the requests grow with them)."""
     lean = sdk.run(major, "short_chat", api=f"{sdk_server.url}/api/chat")
@@ -108,9 +131,8 @@ def test_tp_chunks_transient_by_default(sdk: SdkClient, sdk_server: ServerProces
     assert [texts(m) for m in lean["messages"]] == [texts(m) for m in fat["messages"]]
     lean_req, fat_req = lean["requests"][-1]["bodyBytes"], fat["requests"][-1]["bodyBytes"]
     assert lean["bytes"] < fat["bytes"] and lean_req < fat_req
-    with capsys.disabled():  # the measurement, for the record (-s shows it)
-        print(f"\n[ai {lean['version']}] history after a short chat: {lean['bytes']} bytes transient, "
-              f"{fat['bytes']} bytes as parts; last request body {lean_req} vs {fat_req} bytes")
+    print(f"[ai {lean['version']}] history after a short chat: {lean['bytes']} bytes transient, "  # -s shows it
+          f"{fat['bytes']} bytes as parts; last request body {lean_req} vs {fat_req} bytes")
 
 
 @pytest.mark.parametrize("major", MAJORS)

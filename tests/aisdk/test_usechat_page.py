@@ -1,6 +1,7 @@
 """The README's ``useChat`` page (tests/aisdk/page: React, ``@ai-sdk/react``, built by Vite and served
 by ``vite preview``, which proxies ``/api`` to ``tplog serve``) in headless chromium: a chat, a tool
-approval, a reload in the middle of an answer (``resume: true``), stop then send -- no error shown.
+approval, a reload in the middle of an answer (the chat so far from the thread, the answer resumed),
+stop then send -- no error shown.
 
 Needs node/npm (tests/aisdk/conftest.py) and chromium + chromedriver + selenium (as the thread
 browser's test: under ``CI=true`` a missing one fails, elsewhere the test skips).
@@ -78,8 +79,8 @@ def test_the_readme_usechat_page_against_tplog_serve(page_url: tuple[str, Server
 
     url, srv = page_url
 
-    def text() -> str:
-        return str(driver.find_element(By.TAG_NAME, "main").text)
+    def text() -> str:  # "" until the page rendered (after a reload: once the saved chat arrived)
+        return "".join(str(e.text) for e in driver.find_elements(By.TAG_NAME, "main"))
 
     def say(words: str) -> None:
         box = wait_until(lambda: driver.find_elements(By.CSS_SELECTOR, "input"))[0]
@@ -103,11 +104,13 @@ def test_the_readme_usechat_page_against_tplog_serve(page_url: tuple[str, Server
     wait_until(lambda: driver.find_elements(By.XPATH, "//button[text()='Approve']"))[0].click()
     shows("delete_file: deleted /tmp/x.")
 
-    say("slow 40 100")  # reload in the middle of the answer: useChat resumes it (GET /api/chat/{id}/stream)
-    shows("word3")
+    say("slow 40 100")  # reload in the middle of the answer: the chat so far comes back from the thread
+    shows("word3")      # (GET /api/chat/{id}/messages), and useChat resumes the answer (.../stream)
     driver.refresh()
     shows("word39", timeout=60)
     assert "word0 word1" in text()  # replayed from the start
+    assert "You said: hello" in text() and "delete_file: deleted /tmp/x." in text()
+    assert text().count("word0 ") == 1
 
     say("slow 200 50")  # stop, then send: no error, the abandoned answer is recorded as cancelled
     shows("word2")
@@ -118,6 +121,8 @@ def test_the_readme_usechat_page_against_tplog_serve(page_url: tuple[str, Server
 
     turns = httpx.get(f"{srv.url}/threads/{chat}/turns", timeout=30).json()["turns"]
     agent = [t for t in turns if t["turn_type"] == "agent"]
+    story = [(t["turn_type"], t.get("completion_status"), [p.get("content") for p in t.get("parts", [])])
+             for t in turns]
     assert [t["completion_status"] for t in agent] == ["complete", "complete", "complete", "complete",
-                                                       "interrupted", "complete"]
+                                                       "interrupted", "complete"], repr(story)
     assert agent[4]["interruption"]["reason"] == "user_cancelled"

@@ -46,6 +46,11 @@ Endpoints
     client gone (the user pressed stop) interrupts that run (``user_cancelled``) or waits for it
     (``after_stop``); while its client still reads it, it is a 409 ``turn_open``.
 
+``GET /api/chat/{id}/messages``
+    The thread as the AI SDK's UI messages (a JSON array; ``[]`` for a chat not started yet),
+    with the ids the chat showed: what a reloaded ``useChat`` page starts from
+    (:mod:`tplog.integrations.ui_messages`).
+
 ``POST /threads/{id}/approvals``
     ``{"approvals": {CALL_ID: true | false | {"approved": false, "reason": "..."}},
     "results": {CALL_ID: value}}``: decisions for every deferred tool call the
@@ -1095,6 +1100,18 @@ def create_app(
         )
         return srv.stream(run)
 
+    async def chat_messages(request: Request) -> Response:
+        from tplog.integrations.ui_messages import ui_messages
+
+        tid = await _path_thread(srv, request)
+        try:
+            res = await asyncio.to_thread(srv.store.load, tid)
+        except NotFoundError:  # a chat that has not sent anything yet
+            return _json([])
+        if res.deleted or res.thread is None:
+            raise HTTPError(410, "thread_deleted", f"thread {tid} was deleted")
+        return _json(await asyncio.to_thread(ui_messages, res.thread))
+
     async def chat_stream(request: Request) -> Response:
         tid = await _path_thread(srv, request)
         if not srv.resumable:
@@ -1308,6 +1325,7 @@ def create_app(
     routes = [
         Route("/api/chat", guarded(chat), methods=["POST"]),
         Route("/api/chat/{thread_id}/stream", guarded(chat_stream), methods=["GET"]),
+        Route("/api/chat/{thread_id}/messages", guarded(chat_messages), methods=["GET"]),
         Route("/health", guarded(health), methods=["GET"]),
         Route("/threads", guarded(threads), methods=["GET"]),
         Route("/threads/{thread_id}", guarded(thread), methods=["GET"]),

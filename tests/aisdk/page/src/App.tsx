@@ -1,16 +1,26 @@
 // A minimal chat page on `tplog serve`: React and the AI SDK's useChat (Vite proxies /api to tplog serve).
 import { useChat } from "@ai-sdk/react";
-import { DefaultChatTransport, lastAssistantMessageIsCompleteWithApprovalResponses } from "ai";
-import { useState } from "react";
+import { DefaultChatTransport, lastAssistantMessageIsCompleteWithApprovalResponses, type UIMessage } from "ai";
+import { useEffect, useState } from "react";
 
 // The chat id is in the URL: a reload is the same chat, and `resume: true` picks up an answer still running.
 const chatId = new URLSearchParams(location.search).get("chat") ?? crypto.randomUUID();
 history.replaceState(null, "", `?chat=${chatId}`);
 
 export default function App() {
+  // the chat so far, as the thread recorded it (with the ids the chat showed): [] for a new chat
+  const [saved, setSaved] = useState<UIMessage[]>();
+  useEffect(() => {
+    fetch(`/api/chat/${chatId}/messages`).then((r) => r.json()).then(setSaved);
+  }, []);
+  return saved && <Chat saved={saved} />;
+}
+
+function Chat({ saved }: { saved: UIMessage[] }) {
   const [input, setInput] = useState("");
   const { messages, sendMessage, addToolApprovalResponse, stop, status, error } = useChat({
     id: chatId,
+    messages: saved,
     resume: true,
     transport: new DefaultChatTransport({ api: "/api/chat" }),
     sendAutomaticallyWhen: lastAssistantMessageIsCompleteWithApprovalResponses,
@@ -37,12 +47,18 @@ export default function App() {
       <form
         onSubmit={(e) => {
           e.preventDefault();
+          if (!input.trim()) return;
           sendMessage({ text: input });
           setInput("");
         }}
       >
         <input value={input} onChange={(e) => setInput(e.target.value)} placeholder="Say something" />
-        {busy ? <button type="button" onClick={() => stop()}>Stop</button> : <button type="submit">Send</button>}
+        {/* keys: two elements, or React would turn the clicked Stop into a submit button mid-click */}
+        {busy ? (
+          <button key="stop" type="button" onClick={() => stop()}>Stop</button>
+        ) : (
+          <button key="send" type="submit">Send</button>
+        )}
       </form>
     </main>
   );
