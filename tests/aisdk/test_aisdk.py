@@ -186,7 +186,7 @@ def test_resumed_stream_entries_are_beside_the_log_and_expire(
     from server.server_harness import wait_until
 
     from tplog import Store
-    from tplog.backends.live import live_streams
+    from tplog.backends.live_streams import live_streams
 
     a, b = pair
     out = sdk.run(6, "resume", api=f"{a.url}/api/chat", resumeApi=f"{b.url}/api/chat", text="slow 10 50",

@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 
 from tplog import Store
-from tplog.backends.live import LiveStreams, live_streams
+from tplog.backends.live import LiveStreams
+from tplog.backends.live_streams import live_streams
 
 T = "0b6f2a8e-6f59-4b4e-9d7c-0f1e2d3c4b5a"
 
@@ -86,7 +87,7 @@ def test_lmdb_live_table_is_shared_by_processes_and_outside_the_log(tmp_path: Pa
 
     with Store(tmp_path / "s") as a:
         live_of(a).write(T, 1, [b"chunk"])
-        code = ("import sys; from tplog import Store; from tplog.backends.live import live_streams\n"
+        code = ("import sys; from tplog import Store; from tplog.backends.live_streams import live_streams\n"
                 "with Store(sys.argv[1]) as s:\n"
                 "    live = live_streams(s.backend); h, b = live.read(sys.argv[2]); print(h.turn_seq, b)\n"
                 "    live.request_stop(sys.argv[2], 1)\n")

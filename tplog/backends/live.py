@@ -13,19 +13,19 @@ whether someone asked the run to stop) and numbered batches of stream text (1, 2
 the latest turn of a thread is kept: writing for a newer turn replaces an older one's entries.
 Ended streams are dropped by :meth:`LiveStreams.sweep` (the server sweeps every few seconds: one
 transaction for all the streams that ended, rather than one per turn).
-The range vocabulary is the backends' (``after`` exclusive, ``limit``).
+The range vocabulary is the backends' (``after`` exclusive, ``limit``). A store's live table:
+:func:`tplog.backends.live_streams.live_streams`.
 """
 
 from __future__ import annotations
 
 import threading
 import time
-import weakref
-from typing import Any, Protocol
+from typing import Protocol
 
 import msgspec
 
-__all__ = ["LiveHeader", "LiveStreams", "MemoryLive", "live_streams"]
+__all__ = ["LiveHeader", "LiveStreams", "MemoryLive", "expired"]
 
 
 class LiveHeader(msgspec.Struct, kw_only=True):
@@ -129,35 +129,3 @@ class MemoryLive:
 
 def expired(h: LiveHeader, done_before: int, stale_before: int) -> bool:
     return h.updated_ns < (done_before if h.done else stale_before)
-
-
-_LIVE: weakref.WeakKeyDictionary[Any, LiveStreams] = weakref.WeakKeyDictionary()
-_LIVE_LOCK = threading.Lock()
-
-
-def live_streams(backend: Any) -> LiveStreams | None:
-    """The live table of a store's backend (``Store.backend``), one per backend (views of a store
-    share it); None for a backend without one."""
-    with _LIVE_LOCK:
-        live = _LIVE.get(backend)
-        if live is not None:
-            return live
-        name = type(backend).__name__
-        if name == "MemoryRecorder":
-            live = MemoryLive()
-        elif name == "LmdbRecorder":
-            from tplog._errors import StorageError
-            from tplog.backends.lmdb.live import open_live
-
-            try:
-                live = open_live(backend.engine.path)
-            except StorageError:  # e.g. a read-only store directory: no live table
-                return None
-        elif name == "PostgresRecorder":
-            from tplog.backends.postgres.live import PostgresLive
-
-            live = PostgresLive(backend)
-        else:
-            return None
-        _LIVE[backend] = live
-        return live

@@ -131,7 +131,8 @@ from tplog._events import (
 )
 from tplog._json import to_builtins, to_json
 from tplog._store import NO_STREAM, AsyncStore, ExpectedVersion, Store
-from tplog.backends.live import LiveStreams, MemoryLive, live_streams
+from tplog.backends.live import LiveStreams, MemoryLive
+from tplog.backends.live_streams import live_streams
 from tplog.integrations.browser import browser_routes
 from tplog.integrations.http import SSE_HEADERS, UI_STREAM_HEADERS, HTTPError, http_error
 from tplog.integrations.http import SSEResponse as _SSEResponse
