@@ -276,7 +276,9 @@ def test_bad_requests(server: ServerProcess) -> None:
 
 
 def test_turn_open_conflict(server: ServerProcess) -> None:
-    """A second message while the agent turn is still running: 409, nothing written."""
+    """A second message while the agent turn is still running *and its client still reads it*: 409
+    (after the short grace a stop-then-send gets for the server to notice the client went away),
+    nothing written, the run undisturbed. (A run whose client went away: tests/aisdk, stop then send.)"""
     import threading
 
     t = tid()
@@ -285,7 +287,7 @@ def test_turn_open_conflict(server: ServerProcess) -> None:
 
         def slow() -> None:
             with server.client() as c2:
-                done.append(c2.post("/api/chat", json=chat_body(t, "slow 20 50")))
+                done.append(c2.post("/api/chat", json=chat_body(t, "slow 120 50")))
 
         th = threading.Thread(target=slow)
         th.start()

@@ -182,6 +182,10 @@ class UnknownToolCallError(VercelStreamError):
 CHAT_NAMESPACE: Final = THREAD_ID_NAMESPACE
 #: Thread metadata key holding the AI SDK chat id a thread was made for.
 CHAT_ID_KEY: Final = "vercel:chat_id"
+#: Key of a user turn and an agent turn (beside the protocol's fields) holding the AI SDK UI message
+#: id it was shown as: the user message's id the client made, the assistant message's id the server
+#: sent in ``start`` (a run that continues a message after approvals or tool results keeps its id).
+MESSAGE_ID_KEY: Final = "vercel:message_id"
 
 
 def thread_id_for_chat(chat_id: str) -> str:
@@ -1088,9 +1092,16 @@ async def recorded_vercel_stream(
     agent_id: str,
     user_prompt: Any = None,
     sdk_version: int = 6,
+    transient: bool = True,
+    message_id: str | None = None,
     **run_kwargs: Any,
 ) -> AsyncIterator[str]:
     """Run ``agent`` for a UI request, record it with ``recorder`` and yield the SSE stream with ``data-tp-*``.
+
+    ``transient`` (default): the ``data-tp-*`` chunks are sent ``"transient": true``, so the AI SDK
+    client hands them to ``onData`` and does not keep them as parts of the assistant message (which
+    it would otherwise send back with every request); ``False`` keeps them as message parts.
+    ``message_id``: the assistant message's id, sent in the ``start`` chunk (``messageId``).
 
     The user prompt is taken from the request body's last message when it is
     the user's (``user_prompt`` overrides); for a continuation (its last
@@ -1131,7 +1142,7 @@ async def recorded_vercel_stream(
         if approvals or calls:
             run_kwargs["deferred_tool_results"] = DeferredToolResults(approvals=approvals, calls=calls)
     body_parts = _body_parts(body)
-    stream = VercelAIEventStream(run_input, sdk_version=sdk_version)  # type: ignore[arg-type]
+    stream = VercelAIEventStream(run_input, sdk_version=sdk_version, server_message_id=message_id)  # type: ignore[arg-type]
     recorded: list[Event] = []
     ended = False
     state = _StreamState(lenient=True)
@@ -1162,6 +1173,8 @@ async def recorded_vercel_stream(
                     ):
                         flushed = True
                         for notice in _notices(recorded, state, body_parts):
+                            if transient:
+                                notice["transient"] = True
                             line = json.dumps(notice, separators=(",", ":"))
                             state.feed(json.loads(line))
                             yield f"data: {line}\n\n"
