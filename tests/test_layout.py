@@ -21,13 +21,13 @@ _spec.loader.exec_module(fix)
 
 
 @pytest.mark.parametrize("old,new", [
-    ("from tplog.store import Store, AsyncStore", "from tplog.store import Store, AsyncStore"),
-    ("from tplog.projections.fold import fold", "from tplog.projections.fold import fold"),
-    ("from tplog.protocol import model as m", "from tplog.protocol import model as m"),
-    ("from tplog.protocol import validate as _validate\n", "from tplog.protocol import validate as _validate\n"),
-    ("import tplog.protocol.canonical, tplog.cli", "import tplog.protocol.canonical, tplog.cli"),
-    ('monkeypatch.setattr("tplog.codec.Codec.check", f)', 'monkeypatch.setattr("tplog.codec.Codec.check", f)'),
-    ("see tplog/protocol/rules.py and `tplog.errors`", "see tplog/protocol/rules.py and `tplog.errors`"),
+    ("from tplog._store import Store, AsyncStore", "from tplog.store import Store, AsyncStore"),
+    ("from tplog._fold import fold", "from tplog.projections.fold import fold"),
+    ("from tplog import _model as m", "from tplog.protocol import model as m"),
+    ("from tplog import _validate\n", "from tplog.protocol import validate as _validate\n"),
+    ("import tplog._canonical, tplog._cli", "import tplog.protocol.canonical, tplog.cli"),
+    ('monkeypatch.setattr("tplog._codec.Codec.check", f)', 'monkeypatch.setattr("tplog.codec.Codec.check", f)'),
+    ("see tplog/_rules.py and `tplog._errors`", "see tplog/protocol/rules.py and `tplog.errors`"),
     ("from tplog._json_extra import x", "from tplog._json_extra import x"),  # not a moved module
     ("from tplog import _storage", "from tplog import _storage"),  # moved earlier, by hand
 ])

@@ -1,6 +1,6 @@
 """The store's structured log lines and its fold-cache counters, on a real LMDB store.
 
-Every line the store logs names its thread (``thread_id``); :class:`tplog._logs.JsonFormatter`
+Every line the store logs names its thread (``thread_id``); :class:`tplog.logs.JsonFormatter`
 writes them as JSON lines. ``Store.fold_cache_stats`` counts loads that found a thread's fold
 (``/metrics`` serves it as ``tplog_fold_cache_hits_total``: tests/server/test_metrics.py).
 """
@@ -19,7 +19,7 @@ from conftest import ToyStore as Store
 from conftest import exchange, started, user
 
 from tplog import WrongExpectedVersionError
-from tplog._logs import JsonFormatter, ThreadIdFilter, thread_context
+from tplog.logs import JsonFormatter, ThreadIdFilter, thread_context
 from tplog.store import AsyncStore
 
 T1 = "0b6b3b56-8a4e-4c1e-9f51-6a3c3e2f7a10"

@@ -111,7 +111,6 @@ from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 from starlette.routing import Route
 
-from tplog._logs import log_config, set_thread_id
 from tplog.backends.live import LiveStreams, MemoryLive
 from tplog.backends.live_streams import live_streams
 from tplog.errors import (
@@ -138,6 +137,7 @@ from tplog.integrations.http import error_response as _error_response
 from tplog.integrations.http import header_safe as _header_safe
 from tplog.integrations.resume import AfterStop, LiveWriter, resume_response, settle_open_turn, sweeper
 from tplog.integrations.vercel import CHAT_ID_KEY, MESSAGE_ID_KEY, client_tool_results, thread_id_for_chat
+from tplog.logs import log_config, set_thread_id
 from tplog.protocol import model as m
 from tplog.protocol.json import to_builtins, to_json
 from tplog.store import NO_STREAM, AsyncStore, ExpectedVersion, Store
@@ -795,7 +795,7 @@ async def _thread_for(srv: _Server, chat_id: str) -> str:
     """The thread an id names: a UUID names itself; any other id (an AI SDK chat id) names its
     :func:`~tplog.integrations.vercel.thread_id_for_chat` UUID -- unless a thread is stored under
     exactly that id (made before chat ids were mapped), which keeps its id. The rest of the
-    request logs with that thread id (tplog._logs)."""
+    request logs with that thread id (tplog.logs)."""
     tid = thread_id_for_chat(chat_id)
     if tid != chat_id:
         try:
@@ -1605,7 +1605,7 @@ def serve(
     with :func:`app_from_env` and opens the store after it started. At shutdown running runs get
     ``shutdown_grace`` seconds, then are recorded as interrupted (``server_shutdown``).
     ``log_format="json"``: every log line (tplog's and uvicorn's, access lines included) is one
-    JSON object naming the thread it is about (:mod:`tplog._logs`); ``"text"``: uvicorn's default.
+    JSON object naming the thread it is about (:mod:`tplog.logs`); ``"text"``: uvicorn's default.
     """
     import uvicorn
 

@@ -18,7 +18,7 @@ from typing import Any
 
 import msgspec
 
-__all__ = ["JsonFormatter", "ThreadIdFilter", "current_thread_id", "log_config", "thread_context"]
+__all__ = ["JsonFormatter", "ThreadIdFilter", "current_thread_id", "log_config", "set_thread_id", "thread_context"]
 
 _thread_id: contextvars.ContextVar[str | None] = contextvars.ContextVar("tplog_thread_id", default=None)
 
@@ -90,8 +90,8 @@ def log_config(fmt: str, level: str = "info") -> dict[str, Any] | None:
     return {
         "version": 1,
         "disable_existing_loggers": False,
-        "filters": {"thread": {"()": "tplog._logs.ThreadIdFilter"}},
-        "formatters": {"json": {"()": "tplog._logs.JsonFormatter"}},
+        "filters": {"thread": {"()": "tplog.logs.ThreadIdFilter"}},
+        "formatters": {"json": {"()": "tplog.logs.JsonFormatter"}},
         "handlers": {"stderr": {"class": "logging.StreamHandler", "stream": "ext://sys.stderr",
                                 "formatter": "json", "filters": ["thread"]}},
         "loggers": {
