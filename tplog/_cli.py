@@ -247,8 +247,19 @@ def cmd_read(args: argparse.Namespace) -> int:
 
 
 def cmd_threads(args: argparse.Namespace) -> int:
+    from tplog._lifecycle import parse_meta, parse_time
+
     with _store(args) as s:
-        _emit(s.threads(limit=args.limit, cursor=args.cursor, include_deleted=args.include_deleted))
+        if args.scope is not None:
+            s = s.scoped(args.scope)
+        _emit(s.threads(
+            limit=args.limit, after=args.after, include_deleted=args.include_deleted, status=args.status,
+            agent=args.agent, title=args.title, metadata=parse_meta("--meta", args.meta),
+            created_after=parse_time("--created-after", args.created_after),
+            created_before=parse_time("--created-before", args.created_before),
+            updated_after=parse_time("--updated-after", args.updated_after),
+            updated_before=parse_time("--updated-before", args.updated_before),
+            roots=args.roots, has_children=args.has_children))
     return 0
 
 
@@ -411,8 +422,24 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("--backward", action="store_true", help="newest first")
     sp = add("threads", cmd_threads, "List threads, most recently updated first, one page at a time.")
     sp.add_argument("--limit", type=int, default=50, help="threads per page (default 50)")
-    sp.add_argument("--cursor", default=None, help="the cursor a previous page returned")
+    sp.add_argument("--after", default=None, help="the cursor a previous page returned")
     sp.add_argument("--include-deleted", action="store_true", help="list tombstones too")
+    sp.add_argument("--scope", default=None, help="list this scope's threads (default: unscoped)")
+    sp.add_argument("--status", action="append", default=None,
+                    choices=["active", "interrupted", "waiting_tools", "waiting_approval", "idle"],
+                    help="only threads in this state (repeat for any of several)")
+    sp.add_argument("--agent", default=None, help="only threads this agent id registered or ran a turn in")
+    sp.add_argument("--title", default=None, help="only threads whose title contains this (any case)")
+    sp.add_argument("--meta", action="append", default=None, metavar="KEY=VALUE",
+                    help="only threads whose metadata has KEY equal to VALUE (JSON, else a string); repeatable")
+    for name in ("created-after", "created-before", "updated-after", "updated-before"):
+        sp.add_argument(f"--{name}", default=None, metavar="TIME",
+                        help="ISO 8601 date-time (UTC if no zone) or ns; after inclusive, before exclusive")
+    sp.add_argument("--roots", action="store_true", help="only threads with no spawned_from link")
+    sp.add_argument("--has-children", dest="has_children", action="store_true", default=None,
+                    help="only threads with spawned children")
+    sp.add_argument("--no-children", dest="has_children", action="store_false",
+                    help="only threads without spawned children")
     add("turns", cmd_turns, "A thread's canonical turns and the agent turn in progress.", thread=True)
     add("pending", cmd_pending, "A thread's tool calls without a return (deferred, executing, abandoned).",
         thread=True)

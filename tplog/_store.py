@@ -38,6 +38,7 @@ from tplog._fold import (
     pending_of,
     state_of,
 )
+from tplog._lifecycle import check_filter
 from tplog.backends import contract
 from tplog.backends.contract import (
     ANY,
@@ -473,11 +474,51 @@ class Store:
             return wait(position, timeout, poll=poll)  # type: ignore[no-any-return]
         return self.backend.wait((position - 1,), timeout)[0]
 
-    def threads(self, *, limit: int = 50, cursor: str | None = None, include_deleted: bool = False) -> ThreadPage:
-        """Threads by last update, newest first, ``limit`` per page."""
-        if limit <= 0:
+    def threads(
+        self,
+        *,
+        after: str | None = None,
+        limit: int = 50,
+        include_deleted: bool = False,
+        status: str | Sequence[str] | None = None,
+        agent: str | None = None,
+        title: str | None = None,
+        metadata: dict[str, Any] | None = None,
+        created_after: Any = None,
+        created_before: Any = None,
+        updated_after: Any = None,
+        updated_before: Any = None,
+        roots: bool = False,
+        has_children: bool | None = None,
+    ) -> ThreadPage:
+        """Threads by last update, newest first, ``limit`` per page; pass the page's
+        ``cursor`` as ``after`` for the next. Filters (all given must hold):
+
+        - ``status``: ``"active"`` (an agent turn is open), ``"interrupted"``,
+          ``"waiting_tools"``, ``"waiting_approval"`` (the last agent turn ended on
+          deferred tool calls) or ``"idle"``; one or a list (see ``tplog._lifecycle``);
+        - ``agent``: an agent id that registered or ran a turn in the thread;
+        - ``title``: a substring of the title (case-insensitive);
+        - ``metadata``: ``{key: value}`` pairs the thread's metadata holds (equal values);
+        - ``created_after``/``created_before``, ``updated_after``/``updated_before``:
+          aware datetimes or the store's nanoseconds (after inclusive, before exclusive);
+        - ``roots``: only threads with no ``spawned_from`` link; ``has_children``:
+          only threads with (True) or without (False) spawned children.
+
+        Scope: a :meth:`scoped` view lists its scope's threads only. Status, agent
+        and update range are answered from indexes. A bad value raises
+        :class:`InvalidInputError` naming the filter."""
+        _check_page_limit(limit)
+        if limit is None or limit <= 0:
             raise InvalidInputError("limit must be > 0")
-        return self.backend.threads(scope=self._scope, after=cursor, limit=limit, include_deleted=include_deleted)
+        if after is not None and (not isinstance(after, str) or not after):
+            raise InvalidInputError(f"after must be the cursor of a previous page, not {after!r}")
+        where = check_filter(status=status, agent=agent, title=title, metadata=metadata,  # type: ignore[arg-type]
+                             created_after=created_after, created_before=created_before,
+                             updated_after=updated_after, updated_before=updated_before, roots=roots,
+                             has_children=has_children)
+        return self.backend.threads(scope=self._scope, after=after, limit=limit, include_deleted=include_deleted,
+                                    where=None if where.empty else where)
 
     # ------------------------------------------------------------------ links (exact indexes)
 
@@ -790,8 +831,11 @@ class AsyncStore:
     async def head(self, thread_id: str) -> ThreadHead:
         return await asyncio.to_thread(self.store.head, thread_id)
 
-    async def threads(self, *, limit: int = 50, cursor: str | None = None, include_deleted: bool = False) -> ThreadPage:
-        return await asyncio.to_thread(self.store.threads, limit=limit, cursor=cursor, include_deleted=include_deleted)
+    async def threads(self, *, after: str | None = None, limit: int = 50, include_deleted: bool = False,
+                      **filters: Any) -> ThreadPage:
+        """As :meth:`Store.threads` (same filters)."""
+        return await asyncio.to_thread(self.store.threads, after=after, limit=limit, include_deleted=include_deleted,
+                                       **filters)
 
     async def delete_thread(self, thread_id: str, *, reason: str | None = None) -> AppendResult:
         return await asyncio.to_thread(self.store.delete_thread, thread_id, reason=reason)

@@ -45,6 +45,7 @@ from tplog._codec import Codec, Encoded
 from tplog._errors import InvalidInputError
 from tplog._events import LinkAdded, RecordedEvent, ThreadStarted
 from tplog._fold import Item, ThreadState
+from tplog._lifecycle import ThreadFilter
 
 __all__ = [
     "ANY",
@@ -66,6 +67,7 @@ __all__ = [
     "ThreadHead",
     "ThreadPage",
     "Tracking",
+    "ThreadFilter",
     "VerifyReport",
     "check_append",
     "outgoing",
@@ -127,6 +129,12 @@ class ThreadHead(msgspec.Struct, array_like=True, kw_only=True):
     open_turn_start: int | None = None
     open_turn_last: int | None = None
     rules: int = 0
+    # What thread listings filter on (tplog._lifecycle.note keeps them, on every backend).
+    activity: str = "idle"
+    title: str | None = None
+    metadata: dict[str, Any] | None = None
+    agent_ids: list[str] = []
+    parent: str | None = None
 
 
 class AppendResult(msgspec.Struct, frozen=True, kw_only=True):
@@ -144,7 +152,7 @@ class AppendResult(msgspec.Struct, frozen=True, kw_only=True):
 
 
 class ThreadPage(msgspec.Struct, frozen=True):
-    """One page of threads, most recently updated first; pass ``cursor`` back for the next."""
+    """One page of threads, most recently updated first; pass ``cursor`` back as ``after`` for the next."""
 
     threads: list[ThreadHead]
     cursor: str | None
@@ -335,10 +343,14 @@ class Recorder(Protocol):
         ...
 
     def threads(
-        self, *, scope: str | None = None, after: str | None = None, limit: int = 50, include_deleted: bool = False
+        self, *, scope: str | None = None, after: str | None = None, limit: int = 50, include_deleted: bool = False,
+        where: ThreadFilter | None = None,
     ) -> ThreadPage:
         """Threads of ``scope`` by last update, newest first (ties: larger key
-        first); ``after`` is the ``cursor`` of the previous page."""
+        first); ``after`` is the ``cursor`` of the previous page. ``where``: only
+        the threads it keeps (:func:`tplog._lifecycle.matches`, and ``has_children``
+        by the children index), found through indexes on activity, agent and
+        last update rather than by reading every head."""
         ...
 
     def incoming(

@@ -48,6 +48,7 @@ from tplog._events import (
     UserTurnSubmitted,
 )
 from tplog._fold import Item, ThreadState, feed
+from tplog._lifecycle import ThreadFilter, matches, note
 from tplog._rules import Tracker, advance_rules, check_event, exported_calls, rules_from_log
 from tplog.backends.contract import (
     EXISTS,
@@ -368,7 +369,7 @@ class MemoryRecorder:
             return tuple(self._last)
 
     def threads(self, *, scope: str | None = None, after: str | None = None, limit: int = 50,
-                include_deleted: bool = False) -> ThreadPage:
+                include_deleted: bool = False, where: ThreadFilter | None = None) -> ThreadPage:
         if isinstance(limit, bool) or not isinstance(limit, int) or limit <= 0:
             raise InvalidInputError("limit must be > 0")
         bound: tuple[int, bytes] | None = None
@@ -392,6 +393,9 @@ class MemoryRecorder:
                     continue
                 if h.status == "deleted" and not include_deleted:
                     continue
+                if where is not None and not (matches(where, h) and (
+                        where.has_children is None or where.has_children == self._has_children(tk))):
+                    continue
                 if len(out) >= limit:
                     more = True
                     break
@@ -399,6 +403,9 @@ class MemoryRecorder:
                 last = (upd, tk)
             cursor = (last[0].to_bytes(8, "big") + last[1]).hex() if more and last is not None else None
             return ThreadPage(out, cursor)
+
+    def _has_children(self, tk: bytes) -> bool:
+        return any(p == tk for p, _ in self._children)
 
     def incoming(self, thread_id: str, *, scope: str | None = None, relation: str | None = None,
                  after: tuple[str, str] | None = None, limit: int | None = None) -> list[tuple[str, str]]:
@@ -681,6 +688,7 @@ def _advance(thread_id: str, head: ThreadHead, events: list[Encoded], stored: li
             raise InvalidEventError(f"{where}: unknown event {type(ev).__name__}")
         if tracker is not None:
             tracker.step(ev, check_event(ev), seq, i)
+        note(h, ev)
         h.version = seq
     advance_rules(h, tracker)
     return h

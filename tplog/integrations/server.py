@@ -44,7 +44,9 @@ Endpoints
     thread's last turn ended on (see ``/pending``); continues the run, streamed
     like ``/api/chat``.
 
-``GET /threads`` (``?limit=&cursor=&include_deleted=1``), ``GET /threads/{id}``
+``GET /threads`` (``?limit=&after=&include_deleted=1``, filters ``status`` (repeatable), ``agent``,
+``title``, ``meta=KEY=VALUE`` (repeatable), ``created_after`` … ``updated_before``, ``roots=1``,
+``has_children=1|0``: as ``Store.threads``), ``GET /threads/{id}``
 (ThreadProtocol v0.0.4 JSON), ``/threads/{id}/turns``, ``/pending``,
 ``/interrupts``, ``/children`` (``?limit=&after=&recursive=1&max_depth=``),
 ``/links`` (``?incoming=1&relation=``)
@@ -848,6 +850,19 @@ def _if_match(request: Request) -> int | None:
     return int(v)
 
 
+def _thread_filters(request: Request) -> dict[str, Any]:
+    """``Store.threads`` filters from the query string (bad values: the store's InvalidInputError)."""
+    from tplog._lifecycle import parse_meta, parse_time
+
+    q = request.query_params
+    hc = q.get("has_children")
+    return {"status": q.getlist("status") or None, "agent": q.get("agent") or None, "title": q.get("title") or None,
+            "metadata": parse_meta("meta", q.getlist("meta")), "roots": _flag(request, "roots"),
+            "has_children": None if hc is None or hc == "" else _flag(request, "has_children"),
+            **{n: parse_time(n, q.get(n)) for n in ("created_after", "created_before", "updated_after",
+                                                    "updated_before")}}
+
+
 def _int_param(request: Request, name: str, default: int | None, *, lo: int = 0, hi: int | None = None) -> int | None:
     v = request.query_params.get(name)
     if v is None or v == "":
@@ -1112,8 +1127,9 @@ def create_app(
         assert limit is not None
         page = await srv.astore.threads(
             limit=limit,
-            cursor=request.query_params.get("cursor") or None,
+            after=request.query_params.get("after") or None,
             include_deleted=_flag(request, "include_deleted"),
+            **_thread_filters(request),
         )
         return _json({"threads": _plain(page.threads), "next_cursor": page.cursor})
 

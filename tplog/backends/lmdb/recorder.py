@@ -80,6 +80,7 @@ from tplog._events import (
     UserTurnSubmitted,
 )
 from tplog._fold import Item, ThreadState, feed
+from tplog._lifecycle import ThreadFilter, matches, note
 from tplog._rules import EventCheck, Tracker, advance_rules, check_event, exported_calls, rules_from_log
 from tplog.backends.contract import (
     EXISTS,
@@ -97,6 +98,7 @@ from tplog.backends.contract import (
     VerifyReport,
     check_append,
 )
+from tplog.backends.lmdb import finder
 from tplog.backends.lmdb import projections as proj
 from tplog.backends.lmdb.engine import Held, ReadTxn, WriteTxn, open_engine
 from tplog.backends.lmdb.keys import TKEY_SIZE, eid_key, event_key, from_u64, scope_tag, tkey, u64
@@ -212,6 +214,16 @@ def _check_page_limit(limit: object) -> None:
         raise InvalidInputError(f"limit must be None or an int ≥ 0, not {limit!r}")
 
 
+def _index_heads(txn: WriteTxn) -> None:
+    """Give every head its ``finder`` entries, once (a store written before the table existed)."""
+    if txn.get("meta", finder.DONE) is not None:
+        return
+    for tk, raw in list(txn.range("heads")):
+        head = _head_dec.decode(raw)
+        finder.reindex(txn, scope_tag(head.scope), None, head, tk)
+    txn.put("meta", finder.DONE, b"1")
+
+
 def _now_ns() -> int:
     return time.time_ns()
 
@@ -323,6 +335,7 @@ class LmdbRecorder:
         if not readonly:
             empty = self._gc.last_position == 0
             self.engine.run_write(lambda txn: proj.init_infos(txn, empty))
+            self.engine.run_write(_index_heads)
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -628,6 +641,7 @@ class LmdbRecorder:
         if old_updated is not None:
             txn.delete("updated", tag + u64(old_updated) + tk)
         txn.put("updated", tag + u64(now) + tk, b"")
+        finder.reindex(txn, tag, _head_dec.decode(raw) if raw is not None else None, head, tk)
         head_raw = _enc.encode(head)
         txn.put("heads", tk, head_raw)
         heads[tk] = head_raw
@@ -728,6 +742,7 @@ class LmdbRecorder:
                 raise InvalidEventError(f"{where}: unknown event {type(ev).__name__}")
             if tracker is not None and checks is not None:
                 tracker.step(ev, checks[i], seq, i)
+            note(h, ev)
             h.version = seq
         advance_rules(h, tracker)
         return h
@@ -800,6 +815,7 @@ class LmdbRecorder:
                 head, version=seq, last_position=pos, status="deleted", updated_ns=now,
                 open_turn_agent=None, open_turn_seq=0, stored_bytes=0,
             )
+            finder.reindex(txn, tag, head, new_head, tk)
             txn.put("heads", tk, _enc.encode(new_head))
             return AppendResult(thread_id=thread_id, first_seq=seq, last_seq=seq, first_position=pos,
                                 last_position=pos, event_ids=[enc.event_id])
@@ -928,37 +944,47 @@ class LmdbRecorder:
                 return last
 
     def threads(self, *, scope: str | None = None, after: str | None = None, limit: int = 50,
-                include_deleted: bool = False) -> ThreadPage:
+                include_deleted: bool = False, where: ThreadFilter | None = None) -> ThreadPage:
         self._check_open()
         cursor = after
         if limit <= 0:
             raise InvalidInputError("limit must be > 0")
         tag = scope_tag(scope)
-        end: bytes | None = tag + b"\xff" * 8
+        hi = b"\xff" * 8
+        if where is not None and where.updated_before is not None:
+            hi = u64(where.updated_before)
         if cursor is not None:
             try:
-                end = tag + bytes.fromhex(cursor)
-                if len(end) != 16 + TKEY_SIZE:
+                bound = bytes.fromhex(cursor)
+                if len(bound) != 8 + TKEY_SIZE:
                     raise ValueError
             except ValueError as exc:
                 raise InvalidInputError(f"cursor {cursor!r} is not one this store returned") from exc
+            hi = min(hi, bound)
+        lo = u64(where.updated_after) if where is not None and where.updated_after is not None else b""
         out: list[ThreadHead] = []
         last_key: bytes | None = None
         more = False
         with self.engine.read() as txn:
-            for k, _ in txn.range("updated", tag, end, reverse=True):
-                raw = txn.get("heads", k[16:])
+            indexed = self.engine._dbs.get("finder") is not None and txn.get("meta", finder.DONE) is not None
+            for k in finder.candidates(txn, tag, where, lo, hi, indexed):
+                raw = txn.get("heads", k[8:])
                 if raw is None:  # pragma: no cover
                     continue
                 h = _head_dec.decode(raw)
                 if h.status == "deleted" and not include_deleted:
+                    continue
+                if where is not None and not (matches(where, h) and (
+                        where.has_children is None
+                        or where.has_children == (next(txn.range("children", k[8:], k[8:] + b"\xff" * 17),
+                                                       None) is not None))):
                     continue
                 if len(out) >= limit:  # one more exists: the page is full and another follows
                     more = True
                     break
                 out.append(h)
                 last_key = k
-        return ThreadPage(out, last_key[8:].hex() if more and last_key is not None else None)
+        return ThreadPage(out, last_key.hex() if more and last_key is not None else None)
 
     # ------------------------------------------------------------------ links (exact indexes)
 

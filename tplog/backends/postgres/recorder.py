@@ -54,6 +54,7 @@ from tplog._errors import (
 )
 from tplog._events import KIND_CODE, RecordedEvent, ThreadDeleted
 from tplog._fold import Item, ThreadState, feed
+from tplog._lifecycle import ACTIVITY_CODE, ThreadFilter, matches
 from tplog.backends.contract import (
     EXISTS,
     NO_STREAM,
@@ -95,6 +96,11 @@ _RETRY = (psycopg.errors.DeadlockDetected, psycopg.errors.SerializationFailure, 
 def event_key(tk: bytes, seq: int) -> bytes:
     """What a stored value's CRCs are keyed with (as on LMDB): a value copied to another row fails them."""
     return tk + seq.to_bytes(8, "big")
+
+
+def _finder_cols(head: ThreadHead) -> tuple[int, str]:
+    """The head's ``activity`` and ``agents`` columns (agents as JSON: unnest flattens 2-D arrays)."""
+    return ACTIVITY_CODE.get(head.activity, 0), msgspec.json.encode(head.agent_ids).decode()
 
 
 def _scope(scope: str | None) -> str:
@@ -610,7 +616,7 @@ class PostgresRecorder:
             for t in hs:
                 assert t.head is not None
                 heads.append((t.scope, t.tk, t.head.thread_id, _head_enc.encode(t.head), t.head.updated_ns,
-                              t.head.status == "deleted", t.last_off))
+                              t.head.status == "deleted", t.last_off, *_finder_cols(t.head)))
             bases[log] = conn.execute(self._COUNTER, self._counter_params(log, rows, heads))
         if bases and self.logs == 1:
             conn.execute(f"NOTIFY {self._channel}".encode())
@@ -625,20 +631,23 @@ class PostgresRecorder:
         "%(escope)s::text[], %(etk)s::bytea[], %(seq)s::int[], %(eid)s::text[], %(val)s::bytea[]) "
         "AS x(off, scope, tk, seq, eid, val)), "
         "hd AS (UPDATE heads h SET thread_id = x.tid, head = x.head, updated_ns = x.upd, deleted = x.del, "
-        "last_position = c.base + x.off FROM c, unnest(%(hscope)s::text[], %(htk)s::bytea[], %(tid)s::text[], "
-        "%(head)s::bytea[], %(upd)s::bigint[], %(del)s::bool[], %(hoff)s::bigint[]) "
-        "AS x(scope, tk, tid, head, upd, del, off) WHERE h.log_id = %(log)s AND h.scope = x.scope AND h.tk = x.tk) "
+        "last_position = c.base + x.off, activity = x.act, "
+        "agents = ARRAY(SELECT jsonb_array_elements_text(x.ags::jsonb)) "
+        "FROM c, unnest(%(hscope)s::text[], %(htk)s::bytea[], %(tid)s::text[], "
+        "%(head)s::bytea[], %(upd)s::bigint[], %(del)s::bool[], %(hoff)s::bigint[], %(act)s::smallint[], "
+        "%(ags)s::text[]) AS x(scope, tk, tid, head, upd, del, off, act, ags) "
+        "WHERE h.log_id = %(log)s AND h.scope = x.scope AND h.tk = x.tk) "
         "SELECT base FROM c"
     )
 
     @staticmethod
     def _counter_params(log: int, rows: list[tuple[int, str, bytes, int, str, bytes]],
-                        heads: list[tuple[str, bytes, str, bytes, int, bool, int]]) -> dict[str, Any]:
+                        heads: list[tuple[str, bytes, str, bytes, int, bool, int, int, str]]) -> dict[str, Any]:
         ev = [list(c) for c in zip(*rows, strict=True)]
-        hd = [list(c) for c in zip(*heads, strict=True)] if heads else [[]] * 7
+        hd = [list(c) for c in zip(*heads, strict=True)] if heads else [[]] * 9
         return {"n": len(rows), "log": log, "off": ev[0], "escope": ev[1], "etk": ev[2], "seq": ev[3], "eid": ev[4],
                 "val": ev[5], "hscope": hd[0], "htk": hd[1], "tid": hd[2], "head": hd[3], "upd": hd[4], "del": hd[5],
-                "hoff": hd[6]}
+                "hoff": hd[6], "act": hd[7], "ags": hd[8]}
 
     def _delete_txn(self, conn: psycopg.Connection[Any], thread_id: str, tomb: Encoded, scope: str | None, *,
                     retrying: bool = False) -> AppendResult:
@@ -678,7 +687,7 @@ class PostgresRecorder:
                                               open_turn_agent=None, open_turn_seq=0, stored_bytes=0)
                 cur = conn.execute(self._COUNTER, self._counter_params(
                     log, [(1, sc, tk, seq, tomb.event_id, value)],
-                    [(sc, tk, new.thread_id, _head_enc.encode(new), new.updated_ns, True, 1)]))
+                    [(sc, tk, new.thread_id, _head_enc.encode(new), new.updated_ns, True, 1, *_finder_cols(new))]))
                 if self.logs == 1:
                     conn.execute(f"NOTIFY {self._channel}".encode())
         pos = cur.fetchone()[0] + 1  # type: ignore[index]
@@ -781,11 +790,12 @@ class PostgresRecorder:
 
     @_retried
     def threads(self, *, scope: str | None = None, after: str | None = None, limit: int = 50,
-                include_deleted: bool = False) -> ThreadPage:
+                include_deleted: bool = False, where: ThreadFilter | None = None) -> ThreadPage:
         if isinstance(limit, bool) or not isinstance(limit, int) or limit <= 0:
             raise InvalidInputError("limit must be > 0")
-        bound = ""
+        conds = ["scope = %s", "head IS NOT NULL"]
         params: list[Any] = [_scope(scope)]
+        cur: tuple[int, bytes] | None = None
         if after is not None:
             try:
                 raw = bytes.fromhex(after)
@@ -793,17 +803,48 @@ class PostgresRecorder:
                     raise ValueError
             except ValueError as exc:
                 raise InvalidInputError(f"cursor {after!r} is not one this store returned") from exc
-            bound = " AND (updated_ns, tk) < (%s, %s)"
-            params += [int.from_bytes(raw[:8], "big", signed=True), raw[8:]]
-        deleted = "" if include_deleted else " AND NOT deleted"
+            cur = (int.from_bytes(raw[:8], "big", signed=True), raw[8:])
+        if not include_deleted:
+            conds.append("NOT deleted")
+        if where is not None:  # the indexed filters in SQL, the others on the decoded heads
+            if where.status is not None:
+                conds.append("activity = ANY(%s::smallint[])")
+                params.append([ACTIVITY_CODE[a] for a in where.status])
+            if where.agent is not None:
+                conds.append("agents @> ARRAY[%s]::text[]")
+                params.append(where.agent)
+            if where.updated_after is not None:
+                conds.append("updated_ns >= %s")
+                params.append(where.updated_after)
+            if where.updated_before is not None:
+                conds.append("updated_ns < %s")
+                params.append(where.updated_before)
+            if where.has_children is not None:
+                conds.append(("" if where.has_children else "NOT ") + "EXISTS (SELECT 1 FROM children c WHERE "
+                             "c.log_id = heads.log_id AND c.scope = heads.scope AND c.parent = heads.tk)")
+        heads: list[ThreadHead] = []
+        last: Any = None
+        more = False
+        batch = limit + 1 if where is None else max(limit + 1, 256)
         with self._read() as conn:
-            rows = conn.execute(
-                f"SELECT head, last_position, updated_ns, tk FROM heads WHERE scope = %s AND head IS NOT NULL{bound}"
-                f"{deleted} ORDER BY updated_ns DESC, tk DESC LIMIT %s", [*params, limit + 1]).fetchall()
-        more = len(rows) > limit
-        rows = rows[:limit]
-        heads = [msgspec.structs.replace(_head_dec.decode(r[0]), last_position=r[1]) for r in rows]
-        cursor = (rows[-1][2].to_bytes(8, "big", signed=True) + bytes(rows[-1][3])).hex() if more else None
+            while True:  # batches of candidates until the page is full or they run out
+                bound = "" if cur is None else " AND (updated_ns, tk) < (%s, %s)"
+                rows = conn.execute(
+                    f"SELECT head, last_position, updated_ns, tk FROM heads WHERE {' AND '.join(conds)}{bound} "
+                    "ORDER BY updated_ns DESC, tk DESC LIMIT %s", [*params, *(cur or ()), batch]).fetchall()
+                for r in rows:
+                    h = msgspec.structs.replace(_head_dec.decode(r[0]), last_position=r[1])
+                    if where is not None and not matches(where, h):
+                        continue
+                    if len(heads) >= limit:
+                        more = True
+                        break
+                    heads.append(h)
+                    last = r
+                if more or len(rows) < batch:
+                    break
+                cur = (rows[-1][2], bytes(rows[-1][3]))
+        cursor = (last[2].to_bytes(8, "big", signed=True) + bytes(last[3])).hex() if more and last is not None else None
         return ThreadPage(heads, cursor)
 
     def _require_live(self, conn: psycopg.Connection[Any], name: str) -> bool:

@@ -16,7 +16,7 @@ from typing import Any, Final
 __all__ = ["SCHEMA_VERSION", "TABLES", "DISTRIBUTED", "ddl", "citus_ddl", "check_schema_name"]
 
 #: Bumped with every change to the DDL; an older schema is upgraded by ``migrate``.
-SCHEMA_VERSION: Final = 1
+SCHEMA_VERSION: Final = 2
 
 _NAME = re.compile(r"^[a-z_][a-z0-9_]{0,62}$")
 
@@ -31,6 +31,15 @@ def check_schema_name(name: str) -> str:
     if not isinstance(name, str) or not _NAME.match(name):
         raise InvalidInputError(f"PostgreSQL schema name must match {_NAME.pattern}, not {name!r}")
     return name
+
+
+#: Threads by activity and by agent (what filtered listings use; tplog._lifecycle): the
+#: head's activity code and agent ids, kept beside it by every head write.
+_FINDER: Final = [
+    "ALTER TABLE heads ADD COLUMN activity smallint NOT NULL DEFAULT 0, ADD COLUMN agents text[] NOT NULL DEFAULT '{}'",
+    "CREATE INDEX heads_activity ON heads (scope, activity, updated_ns DESC, tk DESC)",
+    "CREATE INDEX heads_agents ON heads USING gin (agents)",
+]
 
 
 def ddl(schema: str, logs: int) -> list[str]:
@@ -53,6 +62,7 @@ def ddl(schema: str, logs: int) -> list[str]:
         " DEFAULT false, head bytea,"
         " PRIMARY KEY (log_id, scope, tk))",
         "CREATE INDEX heads_updated ON heads (scope, updated_ns DESC, tk DESC)",
+        *_FINDER,
         # Incoming links, in the target's log; relation as bytes so it orders as UTF-8 bytes everywhere.
         # ord: the contract's link ordinal (seq, or DECLARED | i) shifted by -2**63 to fit a bigint.
         "CREATE TABLE links (log_id int NOT NULL, scope text NOT NULL, target bytea NOT NULL, relation bytea NOT NULL,"
@@ -86,8 +96,9 @@ def citus_ddl() -> list[str]:
             "END IF; END $$"]
 
 
-#: Upgrades: from version N to N + 1 (none yet: version 1 is the first).
-MIGRATIONS: Final[dict[int, list[str]]] = {}
+#: Upgrades: from version N to N + 1. 1 → 2: the finder columns (threads written before
+#: list as idle with no agents until their next append).
+MIGRATIONS: Final[dict[int, list[str]]] = {1: list(_FINDER)}
 
 
 def describe(rows: dict[str, Any]) -> str:

@@ -1,0 +1,233 @@
+"""Thread lifecycle on every backend (memory, lmdb, postgres): find threads by what they are.
+
+``Store`` over each backend, since the filters are checked in the facade and
+answered by the backend's indexes (tplog._lifecycle, tplog.backends.lmdb.finder,
+the PostgreSQL heads columns).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import itertools
+import os
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import msgspec
+import pytest
+from conftest import T, agent_start, completed, exchange, link, register, response, started, user
+
+from tplog import Store
+from tplog import _model as m
+from tplog._errors import InvalidInputError
+from tplog._events import AgentTurnCompleted, AgentTurnInterrupted, ThreadInfoChanged
+
+BACKENDS = ["memory", "lmdb", "postgres"]
+_schemas = itertools.count()
+
+
+@pytest.fixture(params=BACKENDS)
+def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Store]:
+    if request.param == "memory":
+        s = Store("memory:", check_rules=False)
+        yield s
+        s.close()
+    elif request.param == "lmdb":
+        s = Store(tmp_path / "store", check_rules=False)
+        yield s
+        s.close()
+    else:
+        import psycopg
+        from contract_helpers import pg_dsn
+
+        schema = f"lc{os.getpid()}_{next(_schemas)}"
+        s = Store(f"{pg_dsn()}?schema={schema}", check_rules=False)
+        try:
+            yield s
+        finally:
+            s.close()
+            with psycopg.connect(pg_dsn(), autocommit=True) as c:
+                c.execute(f"DROP SCHEMA IF EXISTS {schema} CASCADE".encode())
+
+
+def tid() -> str:
+    return str(uuid.uuid4())
+
+
+def interrupted() -> AgentTurnInterrupted:
+    return AgentTurnInterrupted(interruption=m.Interruption(reason="user_cancelled", interrupted_at=T))
+
+
+def deferred(kinds: dict[str, str]) -> AgentTurnCompleted:
+    return AgentTurnCompleted(completed_at=T, deferred=kinds)
+
+
+def ids(page: Any) -> list[str]:
+    return [h.thread_id for h in page.threads]
+
+
+def every(s: Store, **filters: Any) -> list[str]:
+    """All pages of a filtered listing, two threads per page (paging is part of the check)."""
+    out: list[str] = []
+    after = None
+    while True:
+        page = s.threads(limit=2, after=after, **filters)
+        out += ids(page)
+        after = page.cursor
+        if after is None:
+            return out
+
+
+def build(s: Store) -> dict[str, str]:
+    """One thread per activity (created in this order, so the newest is last)."""
+    t = {k: tid() for k in ("idle", "active", "interrupted", "tools", "approval", "resumed")}
+    s.append(t["idle"], [started(t["idle"], title="Weekly report", metadata={"team": "red", "n": 3}),
+                         register("writer"), *exchange(agent="writer")])
+    s.append(t["active"], [started(t["active"], title="Bug triage"), register(), user(), agent_start(), response()])
+    s.append(t["interrupted"], [started(t["interrupted"], metadata={"team": "blue"}), register("coder"), user(),
+                                agent_start("coder"), interrupted()])
+    s.append(t["tools"], [started(t["tools"]), user(), agent_start(), response(), deferred({"c1": "external"})])
+    s.append(t["approval"], [started(t["approval"]), user(), agent_start(), response(),
+                             deferred({"c1": "external", "c2": "approval"})])
+    # Interrupted, then a new user turn: idle again.
+    s.append(t["resumed"], [started(t["resumed"], title="weekly sync"), user(), agent_start("coder"), interrupted(),
+                            user()])
+    return t
+
+
+def test_status_filters(store: Store) -> None:
+    t = build(store)
+    assert every(store, status="active") == [t["active"]]
+    assert every(store, status="interrupted") == [t["interrupted"]]
+    assert every(store, status="waiting_tools") == [t["tools"]]
+    assert every(store, status="waiting_approval") == [t["approval"]]
+    assert every(store, status="idle") == [t["resumed"], t["idle"]]
+    # Several statuses: any of them, still newest update first.
+    assert every(store, status=["waiting_tools", "interrupted", "waiting_approval"]) == [
+        t["approval"], t["tools"], t["interrupted"]]
+    # An update moves a thread between statuses (its index entries follow the head).
+    store.append(t["active"], [completed()])
+    assert every(store, status="active") == []
+    assert every(store, status="idle") == [t["active"], t["resumed"], t["idle"]]
+    assert store.head(t["active"]).activity == "idle"
+
+
+def test_agent_title_metadata_filters(store: Store) -> None:
+    t = build(store)
+    assert every(store, agent="coder") == [t["resumed"], t["interrupted"]]
+    assert every(store, agent="writer") == [t["idle"]]
+    assert every(store, agent="nobody") == []
+    assert every(store, title="WEEKLY") == [t["resumed"], t["idle"]]
+    assert every(store, metadata={"team": "red"}) == [t["idle"]]
+    assert every(store, metadata={"team": "red", "n": 3}) == [t["idle"]]
+    assert every(store, metadata={"n": "3"}) == []  # values compare as values
+    # Title and metadata follow ThreadInfoChanged.
+    store.append(t["tools"], [ThreadInfoChanged(title="Weekly tools", metadata={"team": "red"})])
+    assert every(store, title="weekly") == [t["tools"], t["resumed"], t["idle"]]
+    assert every(store, metadata={"team": "red"}) == [t["tools"], t["idle"]]
+    # Filters combine: every one must hold.
+    assert every(store, title="weekly", status="idle", agent="coder") == [t["resumed"]]
+    assert every(store, agent="coder", status="interrupted") == [t["interrupted"]]
+
+
+def test_time_ranges(store: Store) -> None:
+    t = build(store)
+    heads = {k: store.head(v) for k, v in t.items()}
+    mid = heads["interrupted"].created_ns
+    assert every(store, created_after=mid) == [t["resumed"], t["approval"], t["tools"], t["interrupted"]]
+    assert every(store, created_before=mid) == [t["active"], t["idle"]]
+    lo, hi = heads["active"].updated_ns, heads["approval"].updated_ns
+    assert every(store, updated_after=lo, updated_before=hi) == [t["tools"], t["interrupted"], t["active"]]
+    # Aware datetimes work too.
+    future = dt.datetime.now(dt.timezone.utc) + dt.timedelta(days=1)
+    assert every(store, updated_after=future) == []
+    assert len(every(store, updated_before=future)) == 6
+
+
+def test_roots_and_children(store: Store) -> None:
+    parent, child, other = tid(), tid(), tid()
+    store.append(parent, [started(parent)])
+    store.append(child, [started(child, relationships=m.ThreadRelationships(
+        links=[m.ThreadLink(thread_id=parent, relation="spawned_from")]))])
+    store.append(other, [started(other), link(parent, "spawned_from")])  # spawned, recorded by a LinkAdded
+    assert every(store, roots=True) == [parent]
+    assert every(store, has_children=True) == [parent]
+    assert every(store, has_children=False) == [other, child]
+    assert store.head(child).parent == parent
+    store.delete_thread(child)
+    store.delete_thread(other)
+    assert every(store, has_children=True) == []  # a deleted thread is nobody's child
+
+
+def test_deleted_and_scopes(store: Store) -> None:
+    t = build(store)
+    store.delete_thread(t["active"])
+    assert t["active"] not in every(store)
+    assert every(store, status="active") == []
+    assert t["active"] in [h.thread_id for h in store.threads(status="active", include_deleted=True).threads]
+    view = store.scoped("tenant")
+    x = tid()
+    view.append(x, [started(x), register("coder"), user(), agent_start("coder"), interrupted()])
+    assert every(view, agent="coder") == [x]
+    assert every(view, status="interrupted") == [x]
+    assert every(store, status="interrupted") == [t["interrupted"]]
+
+
+def test_paging_through_a_filter(store: Store) -> None:
+    made = []
+    for i in range(9):
+        x = tid()
+        store.append(x, [started(x, title=f"t{i}"), *(exchange() if i % 3 else [user(), agent_start(), response()])])
+        made.append(x)
+    want = [x for i, x in reversed(list(enumerate(made))) if i % 3]
+    assert every(store, status="idle") == want
+    got, after = [], None
+    while True:
+        page = store.threads(limit=4, after=after, status="idle")
+        assert len(page.threads) <= 4
+        got += ids(page)
+        if page.cursor is None:
+            break
+        after = page.cursor
+    assert got == want
+
+
+@pytest.mark.parametrize(("filters", "named"), [
+    ({"status": "sleeping"}, "status"),
+    ({"status": []}, "status"),
+    ({"status": 3}, "status"),
+    ({"agent": ""}, "agent"),
+    ({"title": 5}, "title"),
+    ({"metadata": {}}, "metadata"),
+    ({"metadata": "team=red"}, "metadata"),
+    ({"created_after": -1}, "created_after"),
+    ({"updated_before": "yesterday"}, "updated_before"),
+    ({"updated_after": dt.datetime(2025, 1, 1)}, "updated_after"),  # naive: no zone
+    ({"created_after": 10, "created_before": 5}, "created_after"),
+    ({"roots": "yes"}, "roots"),
+    ({"has_children": 1}, "has_children"),
+])
+def test_bad_filters_are_typed_errors(store: Store, filters: dict[str, Any], named: str) -> None:
+    x = tid()
+    store.append(x, [started(x)])
+    with pytest.raises(InvalidInputError) as err:
+        store.threads(**filters)
+    assert named in str(err.value)
+
+
+def test_head_lifecycle_fields_are_the_same_on_every_backend(tmp_path: Path) -> None:
+    """The derived fields come from one function (tplog._lifecycle.note): equal heads everywhere."""
+    def heads(s: Store) -> list[Any]:
+        fixed = {"idle": str(uuid.UUID(int=1)), "approval": str(uuid.UUID(int=2))}
+        s.append(fixed["idle"], [started(fixed["idle"], title="A", metadata={"k": [1, 2]}), register("w"),
+                                 *exchange(agent="w")])
+        s.append(fixed["approval"], [started(fixed["approval"]), user(), agent_start(), deferred({"c": "approval"})])
+        return [msgspec.structs.asdict(s.head(v)) | {"created_ns": 0, "updated_ns": 0, "last_position": 0,
+                                                     "stored_bytes": 0} for v in (fixed["idle"], fixed["approval"])]
+
+    with Store("memory:", check_rules=False) as mem, Store(tmp_path / "l", check_rules=False) as lm:
+        got = heads(mem)
+        assert got == heads(lm)
+        assert got[0]["agent_ids"] == ["w"] and got[0]["title"] == "A" and got[1]["activity"] == "waiting_approval"
