@@ -319,6 +319,12 @@ def cmd_delete(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_fork(args: argparse.Namespace) -> int:
+    with _store(args, readonly=False) as s:
+        _emit(s.fork(args.thread, args.at, new_thread_id=args.new_id, reason=args.reason))
+    return 0
+
+
 def cmd_train(args: argparse.Namespace) -> int:
     with _store(args, readonly=False) as s:
         new_id = s.train_dictionary(samples=args.samples)
@@ -458,6 +464,11 @@ def build_parser() -> argparse.ArgumentParser:
                     help="with --incoming, page on: the last pair of the previous page")
     sp = add("delete", cmd_delete, "Hard-delete a thread (a tombstone keeps its id from reuse).", thread=True)
     sp.add_argument("--reason", default=None, help="recorded in the tombstone")
+    sp = add("fork", cmd_fork, "Fork a thread at a turn boundary: a new thread with its history up to --at and "
+             "a spawned_from link carrying the branch point.", thread=True)
+    sp.add_argument("--at", type=int, required=True, help="the last seq the fork keeps (a turn boundary)")
+    sp.add_argument("--new-id", default=None, help="the fork's thread id (default: a new UUID)")
+    sp.add_argument("--reason", default=None, help="recorded in the spawned_from link's metadata")
     sp = add("serve", cmd_serve, "Serve the store over HTTP: Vercel AI chat (demo agent by default), thread "
              "reads, resumable live event tails (needs tplog[server]).")
     sp.add_argument("--host", default="127.0.0.1", help="interface to listen on (default 127.0.0.1)")

@@ -380,6 +380,27 @@ class Store:
                 f"expected_version must be 'any', 'no_stream', 'exists' or an int ≥ 0, not {expected!r}"
             )
 
+    # ------------------------------------------------------------------ fork
+
+    def fork(self, thread_id: str, at: int, *, new_thread_id: str | None = None,
+             reason: str | None = None) -> AppendResult:
+        """A new thread whose history is this thread's events up to seq ``at`` (a turn
+        boundary: no agent turn open there), started by a ``ThreadStarted`` declaring
+        ``spawned_from`` → ``thread_id`` with ``{"branch_point": "turn_N", "seq": at,
+        "reason": reason}`` as the link's metadata; title, metadata and other links as
+        the parent's start. ``new_thread_id`` defaults to a new UUID (the result's
+        ``thread_id``). One atomic append: the fork is a thread like any other, listed
+        among the parent's children; deleting the parent later leaves it whole.
+
+        Errors, nothing written: a parent never stored (:class:`NotFoundError`) or
+        deleted (:class:`ThreadDeletedError`); ``at`` not a turn boundary or past the
+        parent's end (:class:`InvalidInputError`); ``new_thread_id`` already used
+        (:class:`WrongExpectedVersionError`, or :class:`ThreadDeletedError` for a
+        deleted one)."""
+        from tplog._fork import fork
+
+        return fork(self, thread_id, at, new_thread_id=new_thread_id, reason=reason)
+
     # ------------------------------------------------------------------ delete
 
     def delete_thread(self, thread_id: str, *, reason: str | None = None) -> AppendResult:
@@ -836,6 +857,11 @@ class AsyncStore:
         """As :meth:`Store.threads` (same filters)."""
         return await asyncio.to_thread(self.store.threads, after=after, limit=limit, include_deleted=include_deleted,
                                        **filters)
+
+    async def fork(self, thread_id: str, at: int, *, new_thread_id: str | None = None,
+                   reason: str | None = None) -> AppendResult:
+        """As :meth:`Store.fork`."""
+        return await asyncio.to_thread(self.store.fork, thread_id, at, new_thread_id=new_thread_id, reason=reason)
 
     async def delete_thread(self, thread_id: str, *, reason: str | None = None) -> AppendResult:
         return await asyncio.to_thread(self.store.delete_thread, thread_id, reason=reason)

@@ -231,3 +231,93 @@ def test_head_lifecycle_fields_are_the_same_on_every_backend(tmp_path: Path) -> 
         got = heads(mem)
         assert got == heads(lm)
         assert got[0]["agent_ids"] == ["w"] and got[0]["title"] == "A" and got[1]["activity"] == "waiting_approval"
+
+
+# =========================================================================== fork
+
+
+def conversation(s: Store, t: str) -> None:
+    """seq 1 start, 2 register, 3-6 turn pair 1, 7-10 turn pair 2, 11-12 a user turn and an open agent turn."""
+    s.append(t, [started(t, title="Plan", metadata={"team": "red"}), register()])
+    s.append(t, exchange("first?", "one"))
+    s.append(t, exchange("second?", "two"))
+    s.append(t, [user("third?"), agent_start()])
+
+
+def test_fork_is_the_prefix_with_a_spawned_from_link(store: Store) -> None:
+    from tplog import thread_hash
+
+    parent = tid()
+    conversation(store, parent)
+    before = store.export(parent)
+    res = store.fork(parent, 6, reason="try another answer")
+    child = res.thread_id
+    assert (res.first_seq, res.last_seq) == (1, 6)
+    doc = store.export(child)
+    assert doc.thread_id == child
+    assert doc.turns == before.turns[:2]  # the first user turn and its agent turn
+    assert doc.agents == before.agents and doc.title == "Plan" and doc.metadata == {"team": "red"}
+    [lk] = doc.relationships.links  # type: ignore[union-attr]
+    assert (lk.thread_id, lk.relation) == (parent, "spawned_from")
+    assert lk.metadata == {"branch_point": "turn_2", "seq": 6, "reason": "try another answer"}
+    # A copy made by importing the fork's export is the same thread (same canonical hash).
+    with Store("memory:") as other:
+        other.import_thread(doc)
+        assert thread_hash(other.export(child)) == thread_hash(doc)
+        assert other.export(child) == doc
+    # It is a thread like any other: listed, a child of its parent, appendable on its own.
+    assert store.children(parent) == [child]
+    assert child in every(store, has_children=False) and parent in every(store, has_children=True)
+    assert child not in every(store, roots=True)
+    store.append(child, exchange("other?", "three"))
+    assert store.export(parent) == before  # the parent is untouched
+    assert len(store.export(child).turns) == 4
+    # Forks of forks.
+    grand = store.fork(child, 10, new_thread_id=tid()).thread_id
+    assert store.export(grand).turns == store.export(child).turns
+    assert store.children(child) == [grand]
+    assert store.descendants(parent) == [(child, 1), (grand, 2)]
+    # Deleting the parent leaves the fork whole (its history is its own).
+    store.delete_thread(parent)
+    assert store.export(child).turns[:2] == before.turns[:2]
+    assert store.verify().problems == []
+
+
+def test_fork_bad_input_writes_nothing(store: Store) -> None:
+    from tplog._errors import NotFoundError, ThreadDeletedError, WrongExpectedVersionError
+
+    parent, other, gone = tid(), tid(), tid()
+    conversation(store, parent)
+    store.append(other, [started(other)])
+    store.append(gone, [started(gone)])
+    store.delete_thread(gone)
+    last = store.last_position
+    cases: list[tuple[Any, dict[str, Any], type[Exception], str]] = [
+        (parent, {"at": 4}, InvalidInputError, "not a turn boundary"),  # inside the first agent turn
+        (parent, {"at": 12}, InvalidInputError, "not a turn boundary"),  # the open turn at the end
+        (parent, {"at": 13}, InvalidInputError, "past its last seq"),
+        (parent, {"at": 0}, InvalidInputError, "at must be"),
+        (parent, {"at": "6"}, InvalidInputError, "at must be"),
+        (parent, {"at": 6, "new_thread_id": other}, WrongExpectedVersionError, ""),
+        (parent, {"at": 6, "new_thread_id": gone}, ThreadDeletedError, ""),
+        (parent, {"at": 6, "new_thread_id": parent}, InvalidInputError, "itself"),
+        (gone, {"at": 1}, ThreadDeletedError, "deleted"),
+        (tid(), {"at": 1}, NotFoundError, "does not exist"),
+    ]
+    for source, kw, err, text in cases:
+        with pytest.raises(err, match=text or None):
+            store.fork(source, **kw)
+    assert store.last_position == last
+    assert store.children(parent) == []
+    # A turn boundary right after a user turn, and seq 1 (the start alone), are fine.
+    assert store.fork(parent, 11).last_seq == 11
+    assert store.fork(parent, 1).last_seq == 1
+
+
+def test_fork_passes_the_validation_rules(tmp_path: Path) -> None:
+    with Store(tmp_path / "rules") as s:
+        parent = tid()
+        conversation(s, parent)
+        child = s.fork(parent, 10).thread_id
+        s.append(child, exchange("again?", "four"))
+        assert len(s.export(child).turns) == 6

@@ -359,16 +359,35 @@ def test_missing_older_and_newer_schema(pg_dsn: str, schema: str, open_rec: Call
     open_rec().close()
     with psycopg.connect(pg_dsn, autocommit=True, options=f"-c search_path={schema}") as c:
         c.execute("UPDATE meta SET value = '0' WHERE key = 'schema_version'")
-        with pytest.raises(SchemaError, match="version 0, older than 1; run `tplog migrate"):
+        with pytest.raises(SchemaError, match="version 0, older than 2; run `tplog migrate"):
             PostgresRecorder(pg_dsn, schema=schema)
         with pytest.raises(SchemaError, match="no upgrade"):
             PostgresRecorder(pg_dsn, schema=schema, migrate=True)
         c.execute("UPDATE meta SET value = '99' WHERE key = 'schema_version'")
         with pytest.raises(SchemaError, match="newer than this tplog understands"):
             PostgresRecorder(pg_dsn, schema=schema)
-        c.execute("UPDATE meta SET value = '1' WHERE key = 'schema_version'")
+        c.execute("UPDATE meta SET value = '2' WHERE key = 'schema_version'")
     with pytest.raises(SchemaError, match="keeps 1 logs, not 4"):
         PostgresRecorder(pg_dsn, schema=schema, logs=4)
+
+
+def test_migrate_1_to_2_adds_the_finder_columns(pg_dsn: str, schema: str,
+                                                open_rec: Callable[..., PostgresRecorder]) -> None:
+    """A version 1 schema (no activity/agents columns) is upgraded by migrate=True; filtered listings then work."""
+    from tplog import Store
+
+    open_rec().close()
+    with psycopg.connect(pg_dsn, autocommit=True, options=f"-c search_path={schema}") as c:
+        c.execute("DROP INDEX heads_activity")
+        c.execute("DROP INDEX heads_agents")
+        c.execute("ALTER TABLE heads DROP COLUMN activity, DROP COLUMN agents")
+        c.execute("UPDATE meta SET value = '1' WHERE key = 'schema_version'")
+    with pytest.raises(SchemaError, match="version 1, older than 2"):
+        PostgresRecorder(pg_dsn, schema=schema)
+    PostgresRecorder(pg_dsn, schema=schema, migrate=True).close()
+    with Store(f"{pg_dsn}?schema={schema}", check_rules=False) as s:
+        s.append("t1", [started("t1"), user(), agent_start("x")])
+        assert [h.thread_id for h in s.threads(status="active", agent="x").threads] == ["t1"]
 
 
 def test_catalog_is_ready_for_citus(pg_dsn: str, schema: str, open_rec: Callable[..., PostgresRecorder]) -> None:

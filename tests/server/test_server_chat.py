@@ -113,7 +113,7 @@ def test_threads_paging_and_links(server: ServerProcess) -> None:
         for _ in range(1000):
             params: dict[str, Any] = {"limit": 2}
             if cursor:
-                params["cursor"] = cursor
+                params["after"] = cursor
             page = c.get("/threads", params=params).json()
             seen += [h["thread_id"] for h in page["threads"]]
             cursor = page["next_cursor"]

@@ -49,7 +49,8 @@ Endpoints
 ``has_children=1|0``: as ``Store.threads``), ``GET /threads/{id}``
 (ThreadProtocol v0.0.4 JSON), ``/threads/{id}/turns``, ``/pending``,
 ``/interrupts``, ``/children`` (``?limit=&after=&recursive=1&max_depth=``),
-``/links`` (``?incoming=1&relation=``)
+``/links`` (``?incoming=1&relation=``); ``POST /threads/{id}/fork`` (``{"at": SEQ, "thread_id": NEW,
+"reason": ...}`` → 201 with the append result: ``Store.fork``)
     Read-only views, JSON. ``/children`` and ``/links?incoming=1`` also answer for
     a thread stored elsewhere that a stored thread links to; as ``Store.children``,
     a deleted thread is nobody's child.
@@ -1060,6 +1061,16 @@ def create_app(
         )
         return srv.stream(run)
 
+    async def fork(request: Request) -> Response:
+        thread_id = await _path_thread(srv, request)
+        body = await _json_body(request, srv.max_body)
+        unknown_keys = sorted(set(body) - {"at", "thread_id", "reason"})
+        if unknown_keys:
+            raise HTTPError(422, "invalid_body", f"unknown fields {unknown_keys}; expected at, thread_id, reason")
+        res = await srv.astore.fork(thread_id, body.get("at"), new_thread_id=body.get("thread_id"),  # type: ignore[arg-type]
+                                    reason=body.get("reason"))
+        return _json(res, status=201)
+
     async def approvals(request: Request) -> Response:
         thread_id = await _path_thread(srv, request)
         body = await _json_body(request, srv.max_body)
@@ -1274,6 +1285,7 @@ def create_app(
         Route("/threads/{thread_id}/links", guarded(links), methods=["GET"]),
         Route("/threads/{thread_id}/events", guarded(events), methods=["GET"]),
         Route("/threads/{thread_id}/approvals", guarded(approvals), methods=["POST"]),
+        Route("/threads/{thread_id}/fork", guarded(fork), methods=["POST"]),
         Route("/metrics", guarded(metrics_route), methods=["GET"]),
         *browser_routes(),
     ]
