@@ -141,7 +141,7 @@ def test_time_ranges(store: Store) -> None:
     lo, hi = heads["active"].updated_ns, heads["approval"].updated_ns
     assert every(store, updated_after=lo, updated_before=hi) == [t["tools"], t["interrupted"], t["active"]]
     # Aware datetimes work too.
-    future = dt.datetime.now(dt.timezone.utc) + dt.timedelta(days=1)
+    future = dt.datetime.now(dt.UTC) + dt.timedelta(days=1)
     assert every(store, updated_after=future) == []
     assert len(every(store, updated_before=future)) == 6
 
