@@ -34,6 +34,7 @@ from __future__ import annotations
 __all__ = [
     "ConflictError",
     "CorruptionError",
+    "HasForksError",
     "IdempotencyError",
     "InvalidEventError",
     "InvalidInputError",
@@ -126,6 +127,15 @@ class WrongExpectedVersionError(ConflictError):
 
 class IdempotencyError(ConflictError):
     """An event id that is already stored was re-used for different events."""
+
+
+class HasForksError(ConflictError):
+    """A thread whose events live forks read cannot be deleted alone (``cascade=True``
+    deletes the forks too). ``forks`` names them."""
+
+    def __init__(self, message: str, forks: list[str]) -> None:
+        super().__init__(message)
+        self.forks = forks
 
 
 class NotFoundError(TplogError, LookupError):

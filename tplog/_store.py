@@ -22,6 +22,7 @@ from typing import Any, Final, Literal, cast
 
 import msgspec
 
+from tplog import _fork
 from tplog import _model as m
 from tplog._codec import Codec, Encoded, Header, Limits
 from tplog._errors import InvalidInputError, NotFoundError, ThreadDeletedError, TplogError
@@ -389,24 +390,34 @@ class Store:
         ``spawned_from`` → ``thread_id`` with ``{"branch_point": "turn_N", "seq": at,
         "reason": reason}`` as the link's metadata; title, metadata and other links as
         the parent's start. ``new_thread_id`` defaults to a new UUID (the result's
-        ``thread_id``). One atomic append: the fork is a thread like any other, listed
-        among the parent's children; deleting the parent later leaves it whole.
+        ``thread_id``). Copy-on-write (see ``tplog._fork``): the fork stores its own
+        ThreadStarted and what is appended to it later, and reads seqs 2..``at`` from
+        the parent; reads, loads, exports, hashes, pending tools and interrupts answer as
+        for a copied thread. It is listed among the parent's children; the parent
+        cannot be deleted while it lives (``delete_thread(..., cascade=True)``).
 
         Errors, nothing written: a parent never stored (:class:`NotFoundError`) or
         deleted (:class:`ThreadDeletedError`); ``at`` not a turn boundary or past the
         parent's end (:class:`InvalidInputError`); ``new_thread_id`` already used
         (:class:`WrongExpectedVersionError`, or :class:`ThreadDeletedError` for a
         deleted one)."""
-        from tplog._fork import fork
-
-        return fork(self, thread_id, at, new_thread_id=new_thread_id, reason=reason)
+        return _fork.fork(self, thread_id, at, new_thread_id=new_thread_id, reason=reason)
 
     # ------------------------------------------------------------------ delete
 
-    def delete_thread(self, thread_id: str, *, reason: str | None = None) -> AppendResult:
+    def delete_thread(self, thread_id: str, *, reason: str | None = None, cascade: bool = False) -> AppendResult:
         """Hard-delete a thread: its events and index entries are removed, shared blobs
         released, and a ``ThreadDeleted`` tombstone kept so the id is never reused.
-        Space is reused by later writes; ``tplog backup`` (compacting) shrinks the file."""
+        Space is reused by later writes; ``tplog backup`` (compacting) shrinks the file.
+
+        A thread whose events live forks read (see :meth:`fork`) raises
+        :class:`HasForksError` (naming them) and nothing is deleted; with ``cascade``
+        its forks, and theirs, are deleted first (each its own deletion, deepest first)."""
+        if not isinstance(cascade, bool):
+            raise InvalidInputError(f"cascade must be True or False, not {cascade!r}")
+        if cascade:
+            for f in _fork.forks_of(self, thread_id):
+                self.delete_thread(f, reason=reason, cascade=True)
         tomb = ThreadDeleted(reason=reason if reason is not None else msgspec.UNSET)
         enc = self._encode(thread_id, [tomb], None)[0]
         return self.backend.delete_thread(thread_id, enc, scope=self._scope).result()
@@ -445,7 +456,7 @@ class Store:
             if value is not None and value < 0:
                 raise InvalidInputError(f"{name} must be ≥ 0, not {value}")
         after = None if start is None else start - 1 if direction == "forward" else start + 1
-        return self.backend.read_thread(thread_id, scope=self._scope, after=after, limit=limit, direction=direction)
+        return _fork.read(self, thread_id, after=after, limit=limit, direction=direction)
 
     def iter_thread_values(self, thread_id: str) -> Iterator[tuple[int, Header, bytes]]:
         """(seq, header, raw value) for a thread, without decoding bodies (LMDB only)."""
@@ -594,7 +605,7 @@ class Store:
         cache = self._folds
         folder = cache.take(tk) if cache.budget else None
         after = folder.seq if folder is not None else 0
-        head, events = self.backend.thread_events(thread_id, scope=self._scope, after=after)
+        head, events = _fork.thread_events(self, thread_id, after)
         if folder is None or head.status != "active" or folder.seq > head.version:
             folder = Folder()
         feed_one = folder.feed
@@ -615,7 +626,7 @@ class Store:
         return res.thread
 
     def _items(self, thread_id: str) -> list[Item]:
-        return self.backend.items(thread_id, scope=self._scope)
+        return _fork.items(self, thread_id)
 
     def _state(self, thread_id: str) -> ThreadState:
         """The thread's id-only fold state: from the ``state`` projection when live,
@@ -665,7 +676,7 @@ class Store:
         in its ``ThreadStarted.relationships``, then those added (``LinkAdded``). A link
         to a thread deleted since stays listed (it is the source's history); a deleted
         thread has none."""
-        return self.backend.links(thread_id, scope=self._scope)
+        return _fork.links(self, thread_id)
 
     def descendants(self, thread_id: str, *, max_depth: int | None = None) -> list[tuple[str, int]]:
         """Every thread spawned from ``thread_id``, transitively: ``(thread_id, depth)``,
@@ -863,8 +874,8 @@ class AsyncStore:
         """As :meth:`Store.fork`."""
         return await asyncio.to_thread(self.store.fork, thread_id, at, new_thread_id=new_thread_id, reason=reason)
 
-    async def delete_thread(self, thread_id: str, *, reason: str | None = None) -> AppendResult:
-        return await asyncio.to_thread(self.store.delete_thread, thread_id, reason=reason)
+    async def delete_thread(self, thread_id: str, *, reason: str | None = None, cascade: bool = False) -> AppendResult:
+        return await asyncio.to_thread(self.store.delete_thread, thread_id, reason=reason, cascade=cascade)
 
     async def wait_for_position(self, position: int, timeout: float | None = None, *, poll: float = 0.05) -> int:
         """As :meth:`Store.wait_for_position`. Each waiter holds a default-executor

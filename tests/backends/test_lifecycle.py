@@ -277,9 +277,81 @@ def test_fork_is_the_prefix_with_a_spawned_from_link(store: Store) -> None:
     assert store.export(grand).turns == store.export(child).turns
     assert store.children(child) == [grand]
     assert store.descendants(parent) == [(child, 1), (grand, 2)]
-    # Deleting the parent leaves the fork whole (its history is its own).
+    # The parent cannot go while its forks read it; cascade takes the forks with it.
+    from tplog._errors import HasForksError
+
+    with pytest.raises(HasForksError) as refused:
+        store.delete_thread(parent)
+    assert refused.value.forks == [child]
+    assert store.exists(parent)
+    with pytest.raises(HasForksError):
+        store.delete_thread(child)  # the grandchild reads the child's own events
+    store.delete_thread(grand)
+    store.delete_thread(child)
     store.delete_thread(parent)
-    assert store.export(child).turns[:2] == before.turns[:2]
+    assert store.verify().problems == []
+
+
+def copy_by_append(s: Store, fork_id: str) -> str:
+    """The thread a fork stands for, written out event by event under a new id."""
+    evs = [e.event for e in s.read(fork_id)]
+    cid = tid()
+    s.append(cid, [msgspec.structs.replace(evs[0], thread_id=cid), *evs[1:]])
+    return cid
+
+
+def test_fork_reads_like_a_copy(store: Store) -> None:
+    parent = tid()
+    conversation(store, parent)
+    store.append(parent, [response("tool time"), completed(), ThreadInfoChanged(title="Renamed")])  # seq 13-15
+    store.append(parent, exchange("fourth?", "four"))  # seq 16-19
+    for at in (1, 2, 6, 11, 15, 19):
+        f = store.fork(parent, at).thread_id
+        store.append(f, exchange(f"after {at}?", "mine"))
+        c = copy_by_append(store, f)
+        fv, cv = store.head(f).version, store.head(c).version
+        assert fv == cv == at + 4
+        for start in (None, 1, 2, 3, at, at + 1, at + 2, fv):
+            for limit in (None, 1, 2, 5):
+                for direction in ("forward", "backward"):
+                    got = store.read(f, start=start, limit=limit, direction=direction)  # type: ignore[arg-type]
+                    want = store.read(c, start=start, limit=limit, direction=direction)  # type: ignore[arg-type]
+                    where = (at, start, limit, direction)
+                    assert [e.seq for e in got] == [e.seq for e in want], where
+                    assert [e.event for e in got if e.seq > 1] == [e.event for e in want if e.seq > 1], where
+                    assert all(e.thread_id == f for e in got)
+        fd, cd = store.export(f), store.export(c)
+        assert msgspec.structs.replace(fd, thread_id=c) == cd
+        assert store.pending(f) == store.pending(c) and store.interrupts(f) == store.interrupts(c)
+        hf, hc = store.head(f), store.head(c)
+        for field in ("user_turns", "agent_turns", "messages", "links", "activity", "title", "agent_ids"):
+            assert getattr(hf, field) == getattr(hc, field), (at, field)
+        assert store.links(f) == store.links(c)
+    # The parent's title change at seq 15 is in the forks from there on.
+    assert store.head(store.fork(parent, 15).thread_id).title == "Renamed"
+    assert store.verify().problems == []
+    assert [r.differences for r in store.rebuild(verify=True)] == [[], []]
+
+
+def test_forks_of_forks_100_deep(store: Store) -> None:
+    from tplog import thread_hash
+
+    root = tid()
+    store.append(root, [started(root), register(), *exchange("q0", "a0")])
+    chain = [root]
+    for i in range(1, 101):
+        f = store.fork(chain[-1], store.head(chain[-1]).version).thread_id
+        store.append(f, exchange(f"q{i}", f"a{i}"))
+        chain.append(f)
+    last = store.export(chain[-1])
+    assert len(last.turns) == 202
+    assert [t.parts[0].content for t in last.turns[::2]][:3] == ["q0", "q1", "q2"]  # type: ignore[union-attr]
+    copy = copy_by_append(store, chain[-1])
+    assert thread_hash(msgspec.structs.replace(store.export(copy), thread_id=chain[-1])) == thread_hash(last)
+    assert [e.seq for e in store.read(chain[-1], start=3, limit=4)] == [3, 4, 5, 6]
+    assert store.descendants(root, max_depth=3) == [(chain[1], 1), (chain[2], 2), (chain[3], 3)]
+    store.delete_thread(root, cascade=True)
+    assert not any(store.exists(t) for t in chain)
     assert store.verify().problems == []
 
 

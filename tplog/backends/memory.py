@@ -23,6 +23,7 @@ import msgspec
 
 from tplog._codec import MSG_KIND, Codec, Encoded, Limits
 from tplog._errors import (
+    HasForksError,
     IdempotencyError,
     InvalidEventError,
     InvalidInputError,
@@ -64,8 +65,11 @@ from tplog.backends.contract import (
     ThreadPage,
     Tracking,
     VerifyReport,
+    apply_fork,
     check_append,
+    check_fork_parent,
     outgoing,
+    own_seqs,
     thread_key,
 )
 from tplog.backends.contract import VERSIONS as VERSIONS
@@ -177,7 +181,10 @@ class MemoryRecorder:
                     isinstance(exp, int) and exp != head.version
                 ):
                     raise WrongExpectedVersionError(part.thread_id, exp, head.version)
-                stored = [x.event for x in t.events] if t is not None and part.check_rules else []
+                if part.fork is not None:
+                    pt = self._threads.get(thread_key(part.fork.parent, part.scope))
+                    check_fork_parent(part.fork, None if pt is None else pt.head)
+                stored = self._history(t, part.scope) if t is not None and part.check_rules else []
                 new_head = _advance(part.thread_id, head, part.events, stored if part.check_rules else None)
                 plans.append((tk, new_head, part.events, part))
                 out.append(None)
@@ -224,6 +231,8 @@ class MemoryRecorder:
                 self._index_links(tk, name, scope, s)
             if live_state:
                 feed(self._states.setdefault(tk, ThreadState()), _item(s))
+        if part.fork is not None:
+            head = apply_fork(head, part.fork)
         now = self._clock()
         head.last_position = self._last[log]
         if head.created_ns == 0:
@@ -232,6 +241,21 @@ class MemoryRecorder:
         t.head = head
         return AppendResult(thread_id=name, first_seq=seq0, last_seq=head.version, first_position=first,
                             last_position=self._last[log], event_ids=[e.event_id for e in events])
+
+    def _history(self, t: _Thread, scope: str | None) -> list[Any]:
+        """The thread's events as a copy would hold them: a fork's prefix from its parent."""
+        h = t.head
+        if h.fork_of is None or h.status != "active":
+            return [x.event for x in t.events]
+        p = self._threads.get(thread_key(h.fork_of, scope))
+        prefix = self._history(p, scope)[1:h.fork_at] if p is not None else []
+        return [t.events[0].event, *prefix, *(x.event for x in t.events[1:])]
+
+    def _forks_of(self, tk: bytes, scope: str | None) -> list[str]:
+        """The live forks that read this thread's events."""
+        return [t.head.thread_id for t in self._threads.values()
+                if t.head.fork_of is not None and t.head.status == "active" and t.head.scope == scope
+                and thread_key(t.head.fork_of, scope) == tk]
 
     def _log_of(self, tk: bytes) -> int:
         return int.from_bytes(tk[:4], "big") % self.logs
@@ -286,6 +310,10 @@ class MemoryRecorder:
                 raise ThreadDeletedError(f"thread {thread_id} is already deleted")
             if (scope, tombstone.event_id) in self._ids:
                 raise IdempotencyError(f"event id {tombstone.event_id!r} is already stored")
+            forks = self._forks_of(tk, scope)
+            if forks:
+                raise HasForksError(f"thread {thread_id} has live forks that read its events: {sorted(forks)}; "
+                                    "delete them first (Store.delete_thread(..., cascade=True))", sorted(forks))
             gone = {s.position for s in t.events}
             for s in t.events:
                 del self._ids[(scope, s.event_id)]
@@ -445,8 +473,8 @@ class MemoryRecorder:
             self._check_open()
             if thread_key(thread_id, scope) not in self._threads:
                 raise NotFoundError(f"thread {thread_id} does not exist")
-            if self._tracking["state"][0] != "live":
-                return None
+            if self._tracking["state"][0] != "live" or self._threads[thread_key(thread_id, scope)].head.fork_of:
+                return None  # stale; or a fork, whose state the facade folds with its parent's prefix
             return copy.deepcopy(self._states.get(thread_key(thread_id, scope), ThreadState()))
 
     def thread_events(self, thread_id: str, *, scope: str | None = None,
@@ -600,7 +628,7 @@ class MemoryRecorder:
         with self._lock:
             for _tk, t in self._threads.items():
                 seqs = [s.seq for s in t.events]
-                want = [t.head.version] if t.head.status == "deleted" else list(range(1, t.head.version + 1))
+                want = own_seqs(t.head)
                 if seqs != want:
                     problems.append(f"thread {t.head.thread_id}: seqs {seqs[:5]}… do not match its head")
         if projections:

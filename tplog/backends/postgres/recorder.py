@@ -42,6 +42,7 @@ import psycopg_pool
 
 from tplog._codec import MSG_KIND, Codec, Encoded, Limits
 from tplog._errors import (
+    HasForksError,
     IdempotencyError,
     InvalidInputError,
     NotFoundError,
@@ -69,8 +70,11 @@ from tplog.backends.contract import (
     ThreadPage,
     Tracking,
     VerifyReport,
+    apply_fork,
     check_append,
+    check_fork_parent,
     outgoing,
+    own_seqs,
     thread_key,
 )
 from tplog.backends.memory import VERSIONS, _advance
@@ -485,13 +489,19 @@ class PostgresRecorder:
                 if (exp == NO_STREAM and head.version != 0) or (exp == EXISTS and head.version == 0) or (
                         isinstance(exp, int) and exp != head.version):
                     raise WrongExpectedVersionError(part.thread_id, exp, head.version)
+                if part.fork is not None:
+                    pkey = self._key(part.fork.parent, part.scope)
+                    pt = b.threads.get(pkey)
+                    if pt is not None and pt.head is not None:
+                        check_fork_parent(part.fork, pt.head)
+                    else:  # FOR SHARE: a deletion of the parent waits for this append, or this for it
+                        prow = conn.execute("SELECT head FROM heads WHERE log_id = %s AND scope = %s AND tk = %s "
+                                            "AND head IS NOT NULL FOR SHARE", pkey).fetchone()
+                        check_fork_parent(part.fork, None if prow is None else _head_dec.decode(prow[0]))
                 stored: list[Any] | None = None
                 if part.check_rules:  # the validation rules compare against the thread's events
                     if t.stored is None:
-                        rows = conn.execute(
-                            "SELECT seq, position, event_id, value FROM events WHERE log_id = %s AND scope = %s "
-                            "AND tk = %s ORDER BY seq", (t.log, t.scope, t.tk), binary=True).fetchall()
-                        t.stored = [self._event(conn, part.thread_id, t.log, t.tk, *r).event for r in rows]
+                        t.stored = self._history(conn, part.thread_id, part.scope, head)
                     stored = t.stored + t.staged
                 staged.append((part, t, _advance(part.thread_id, head, part.events, stored)))
                 out.append(None)
@@ -502,6 +512,22 @@ class PostgresRecorder:
                 out[i] = self._apply(b, *st)
                 st[1].staged.extend(e.event for e in st[0].events)
         return out
+
+    def _history(self, conn: psycopg.Connection[Any], thread_id: str, scope: str | None,
+                 head: ThreadHead | None) -> list[Any]:
+        """The thread's stored events (what the rules compare against); a fork's prefix
+        from its parent, as a copy would hold them."""
+        log, sc, tk = self._key(thread_id, scope)
+        rows = conn.execute("SELECT seq, position, event_id, value FROM events WHERE log_id = %s AND scope = %s "
+                            "AND tk = %s ORDER BY seq", (log, sc, tk), binary=True).fetchall()
+        own = [self._event(conn, thread_id, log, tk, *r).event for r in rows]
+        if head is None or head.fork_of is None or head.status != "active":
+            return own
+        prow = conn.execute("SELECT head FROM heads WHERE log_id = %s AND scope = %s AND tk = %s AND head IS NOT "
+                            "NULL", self._key(head.fork_of, scope)).fetchone()
+        prefix = (self._history(conn, head.fork_of, scope, _head_dec.decode(prow[0]))[1:head.fork_at]
+                  if prow is not None else [])
+        return [*own[:1], *prefix, *own[1:]]
 
     def _duplicate(self, b: _Batch, part: ThreadAppend, key: tuple[int, str, bytes], lookup_all: bool) -> Any:
         if part.fresh_ids and not lookup_all:
@@ -557,6 +583,8 @@ class PostgresRecorder:
                 self._index_links(b, log, scope, tk, name, seq, enc.event, enc.facts)
             if t.state is not None:
                 feed(t.state, Item(seq, enc.kind, enc.facts, None if enc.kind == MSG_KIND else enc.event))
+        if part.fork is not None:
+            head = apply_fork(head, part.fork)
         now = self._clock()
         if head.created_ns == 0:
             head.created_ns = now
@@ -667,6 +695,17 @@ class PostgresRecorder:
                                         first_position=got[1], last_position=got[1], event_ids=[tomb.event_id])
             if head.status == "deleted":
                 raise ThreadDeletedError(f"thread {thread_id} is already deleted")
+            forks = []
+            for (craw,) in conn.execute(
+                    "SELECT h.head FROM children c JOIN heads h ON h.scope = c.scope AND h.tk = c.child "
+                    "WHERE c.log_id = %s AND c.scope = %s AND c.parent = %s AND h.head IS NOT NULL AND NOT h.deleted",
+                    (log, sc, tk)).fetchall():
+                ch = _head_dec.decode(craw)
+                if ch.fork_of is not None and self._key(ch.fork_of, scope)[2] == tk:
+                    forks.append(ch.thread_id)
+            if forks:
+                raise HasForksError(f"thread {thread_id} has live forks that read its events: {sorted(forks)}; "
+                                    "delete them first (Store.delete_thread(..., cascade=True))", sorted(forks))
             if conn.execute("SELECT 1 FROM events WHERE scope = %s AND event_id = %s",
                             (sc, tomb.event_id)).fetchone():
                 raise IdempotencyError(f"event id {tomb.event_id!r} is already stored")
@@ -793,7 +832,7 @@ class PostgresRecorder:
                 include_deleted: bool = False, where: ThreadFilter | None = None) -> ThreadPage:
         if isinstance(limit, bool) or not isinstance(limit, int) or limit <= 0:
             raise InvalidInputError("limit must be > 0")
-        conds = ["scope = %s", "head IS NOT NULL"]
+        conds: list[str] = []
         params: list[Any] = [_scope(scope)]
         cur: tuple[int, bytes] | None = None
         if after is not None:
@@ -829,9 +868,11 @@ class PostgresRecorder:
         with self._read() as conn:
             while True:  # batches of candidates until the page is full or they run out
                 bound = "" if cur is None else " AND (updated_ns, tk) < (%s, %s)"
+                extra = "".join(" AND " + c for c in conds)
                 rows = conn.execute(
-                    f"SELECT head, last_position, updated_ns, tk FROM heads WHERE {' AND '.join(conds)}{bound} "
-                    "ORDER BY updated_ns DESC, tk DESC LIMIT %s", [*params, *(cur or ()), batch]).fetchall()
+                    f"SELECT head, last_position, updated_ns, tk FROM heads WHERE scope = %s AND head IS NOT NULL"
+                    f"{extra}{bound} ORDER BY updated_ns DESC, tk DESC LIMIT %s",
+                    [*params, *(cur or ()), batch]).fetchall()
                 for r in rows:
                     h = msgspec.structs.replace(_head_dec.decode(r[0]), last_position=r[1])
                     if where is not None and not matches(where, h):
@@ -922,13 +963,13 @@ class PostgresRecorder:
     def thread_state(self, thread_id: str, *, scope: str | None = None) -> ThreadState | None:
         with self._read() as conn:
             live = self._require_live(conn, "state")
-            row = conn.execute("SELECT s.state FROM heads h LEFT JOIN states s ON s.log_id = h.log_id AND "
+            row = conn.execute("SELECT s.state, h.head FROM heads h LEFT JOIN states s ON s.log_id = h.log_id AND "
                                "s.scope = h.scope AND s.tk = h.tk WHERE h.log_id = %s AND h.scope = %s AND "
                                "h.tk = %s AND h.head IS NOT NULL", self._key(thread_id, scope)).fetchone()
         if row is None:
             raise NotFoundError(f"thread {thread_id} does not exist")
-        if not live:
-            return None
+        if not live or _head_dec.decode(row[1]).fork_of is not None:
+            return None  # stale; or a fork, whose state the facade folds with its parent's prefix
         return ThreadState() if row[0] is None else _state_dec.decode(row[0])
 
     @_retried
@@ -1067,7 +1108,7 @@ class PostgresRecorder:
             ).fetchall()
             for thread_id, raw, _log, _tk, seqs in rows:
                 head = _head_dec.decode(raw)
-                want = [head.version] if head.status == "deleted" else list(range(1, head.version + 1))
+                want = own_seqs(head)
                 if list(seqs) != want:
                     problems.append(f"thread {thread_id}: seqs {list(seqs)[:5]}… do not match its head "
                                     f"(version {head.version})")
