@@ -1,0 +1,60 @@
+"""``tplog threads`` filters and ``tplog fork`` through the CLI entry point (real LMDB stores)."""
+
+from __future__ import annotations
+
+import json
+import uuid
+from pathlib import Path
+from typing import Any
+
+import pytest
+from conftest import agent_start, exchange, register, started, user
+
+from tplog import Store
+from tplog._cli import main
+
+
+def ok_json(capsys: pytest.CaptureFixture[str], *argv: str) -> Any:
+    rc = main(list(argv))
+    out, err = capsys.readouterr()
+    assert rc == 0 and err == "", err
+    return json.loads(out)
+
+
+def fails(capsys: pytest.CaptureFixture[str], *argv: str, match: str) -> None:
+    rc = main(list(argv))
+    out, err = capsys.readouterr()
+    assert rc == 2 and out == "" and err.startswith("error: ") and match in err, err
+
+
+def test_threads_filters_and_fork(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    store = str(tmp_path / "store")
+    a, b = str(uuid.uuid4()), str(uuid.uuid4())
+    with Store(store) as s:
+        s.append(a, [started(a, title="Alpha plan", metadata={"team": "red", "n": 3}), register(), *exchange()])
+        s.append(b, [started(b, title="Beta"), register("b1"), user(), agent_start("b1")])
+    ids = lambda page: [h["thread_id"] for h in page["threads"]]  # noqa: E731
+    assert ids(ok_json(capsys, "threads", store, "--status", "active")) == [b]
+    assert ids(ok_json(capsys, "threads", store, "--status", "active", "--status", "idle")) == [b, a]
+    assert ids(ok_json(capsys, "threads", store, "--agent", "a1")) == [a]
+    assert ids(ok_json(capsys, "threads", store, "--title", "ALPHA")) == [a]
+    assert ids(ok_json(capsys, "threads", store, "--meta", "team=red", "--meta", "n=3")) == [a]
+    assert ids(ok_json(capsys, "threads", store, "--meta", "n=4")) == []
+    assert ids(ok_json(capsys, "threads", store, "--updated-after", "2000-01-01T00:00:00Z")) == [b, a]
+    assert ids(ok_json(capsys, "threads", store, "--updated-before", "2000-01-01")) == []
+    first = ok_json(capsys, "threads", store, "--limit", "1")
+    assert ids(first) == [b] and first["cursor"]
+    assert ids(ok_json(capsys, "threads", store, "--limit", "1", "--after", first["cursor"])) == [a]
+    fails(capsys, "threads", store, "--updated-after", "soon", match="updated-after")
+    fails(capsys, "threads", store, "--meta", "team", match="KEY=VALUE")
+    # fork: at the end of a's first exchange (seq 6), then a fork of a fork
+    res = ok_json(capsys, "fork", store, a, "--at", "6", "--reason", "try again")
+    assert (res["first_seq"], res["last_seq"]) == (1, 6)
+    named = str(uuid.uuid4())
+    assert ok_json(capsys, "fork", store, res["thread_id"], "--at", "6", "--new-id", named)["thread_id"] == named
+    assert ids(ok_json(capsys, "threads", store, "--has-children")) == [res["thread_id"], a]
+    assert ids(ok_json(capsys, "threads", store, "--roots", "--title", "alpha")) == [a]
+    fails(capsys, "fork", store, b, "--at", "4", match="not a turn boundary")
+    fails(capsys, "fork", store, a, "--at", "6", "--new-id", named, match=named)
+    with Store(store) as s:
+        assert s.export(named).turns == s.export(a).turns
