@@ -19,8 +19,9 @@ def test_fork_and_filtered_listing(server: ServerProcess) -> None:
     with Store(server.store) as s:  # written by this process straight into the served store
         s.append(parent, [started(parent, title="HTTP fork"), register(), *exchange("a?", "b"),
                           *exchange("c?", "d")])
-        s.append(waiting, [started(waiting, title="HTTP waiting"), register("helper-lc"), user(), agent_start("helper-lc"),
-                           response(agent="helper-lc"), AgentTurnCompleted(deferred={"c1": "approval"})])
+        s.append(waiting, [started(waiting, title="HTTP waiting"), register("helper-lc"), user(),
+                           agent_start("helper-lc"), response(agent="helper-lc"),
+                           AgentTurnCompleted(deferred={"c1": "approval"})])
     with server.client() as c:
         r = c.post(f"/threads/{parent}/fork", json={"at": 6, "reason": "retry"})
         assert r.status_code == 201, r.text
