@@ -58,3 +58,27 @@ def test_threads_filters_and_fork(capsys: pytest.CaptureFixture[str], tmp_path: 
     fails(capsys, "fork", store, a, "--at", "6", "--new-id", named, match=named)
     with Store(store) as s:
         assert s.export(named).turns == s.export(a).turns
+
+
+def test_prune_and_reports(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    store = str(tmp_path / "store")
+    ts = [str(uuid.uuid4()) for _ in range(3)]
+    with Store(store) as s:
+        for t in ts:
+            s.append(t, [started(t), user()])
+    plan = ok_json(capsys, "prune", store, "--max-threads", "1", "--dry-run")
+    assert plan["dry_run"] and [r["thread_id"] for r in plan["removed"]] == [ts[1], ts[0]]
+    assert plan["report_thread_id"] is None
+    with Store(store) as s:
+        assert all(s.exists(t) for t in ts)
+    fails(capsys, "prune", store, "--max-threads", "0", match="every thread")
+    fails(capsys, "prune", store, "--max-age", "soon", match="--max-age")
+    fails(capsys, "prune", store, match="max_age and/or max_threads")
+    assert plan["removed"] == ok_json(capsys, "prune", store, "--max-threads", "1")["removed"]
+    assert ok_json(capsys, "prune", store, "--max-age", "365d")["removed"] == []
+    reports = ok_json(capsys, "prune-reports", store)["reports"]
+    assert [len(r["removed"]) for r in reports] == [0, 2]
+    assert "max_threads" in reports[1]["removed"][0]["why"]
+    with Store(store) as s:
+        assert [s.exists(t) for t in ts] == [False, False, True]
+        assert s.read(ts[0])[-1].event.reason.startswith("retention: beyond the newest 1")  # type: ignore[union-attr]

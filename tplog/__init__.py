@@ -28,6 +28,8 @@ from tplog._json import to_builtins as to_builtins
 from tplog._json import to_json as to_json
 from tplog._model import *  # noqa: F403
 from tplog._model import __all__ as _model_all
+from tplog._retire import PruneReport as PruneReport
+from tplog._retire import RetentionPolicy as RetentionPolicy
 from tplog._store import ANY as ANY
 from tplog._store import EXISTS as EXISTS
 from tplog._store import NO_STREAM as NO_STREAM
@@ -61,6 +63,8 @@ __all__ = sorted(
         "NO_STREAM",
         "PendingCall",
         "PendingState",
+        "PruneReport",
+        "RetentionPolicy",
         "Store",
         "ThreadHead",
         "ThreadPage",

@@ -325,6 +325,37 @@ def cmd_fork(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_prune(args: argparse.Namespace) -> int:
+    import datetime as dt
+
+    from tplog._retire import RetentionPolicy
+
+    age = None
+    if args.max_age is not None:
+        units = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
+        text = args.max_age.strip().lower()
+        num, unit = (text[:-1], text[-1]) if text and text[-1] in units else (text, "s")
+        try:
+            age = dt.timedelta(seconds=float(num) * units[unit])
+        except ValueError as exc:
+            raise InvalidInputError(f"--max-age: {args.max_age!r} is not a duration like 90d, 12h, 30m") from exc
+    policy = RetentionPolicy(max_age=age, max_threads=args.max_threads, keep_if_linked=not args.no_keep_linked)
+    with _store(args, readonly=args.dry_run) as s:
+        if args.scope is not None:
+            s = s.scoped(args.scope)
+        _emit(s.prune(policy, dry_run=args.dry_run, confirm_all=args.confirm_all))
+    return 0
+
+
+def cmd_prune_reports(args: argparse.Namespace) -> int:
+    with _store(args) as s:
+        if args.scope is not None:
+            s = s.scoped(args.scope)
+        reports, cursor = s.prune_reports(after=args.after, limit=args.limit)
+    _emit({"reports": reports, "cursor": cursor})
+    return 0
+
+
 def cmd_train(args: argparse.Namespace) -> int:
     with _store(args, readonly=False) as s:
         new_id = s.train_dictionary(samples=args.samples)
@@ -469,6 +500,22 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("--at", type=int, required=True, help="the last seq the fork keeps (a turn boundary)")
     sp.add_argument("--new-id", default=None, help="the fork's thread id (default: a new UUID)")
     sp.add_argument("--reason", default=None, help="recorded in the spawned_from link's metadata")
+    sp = add("prune", cmd_prune, "Remove the threads a retention policy retires (each leaves a tombstone saying "
+             "why and when; the report is kept: tplog prune-reports).")
+    sp.add_argument("--max-age", default=None, metavar="DURATION",
+                    help="retire threads not updated for this long (90d, 12h, 30m, 45s)")
+    sp.add_argument("--max-threads", type=int, default=None, metavar="N",
+                    help="keep only the newest N threads of the scope")
+    sp.add_argument("--no-keep-linked", action="store_true",
+                    help="retire threads other threads link to or spawned from too (the report lists the "
+                         "children left dangling)")
+    sp.add_argument("--dry-run", action="store_true", help="report what would go; write nothing")
+    sp.add_argument("--confirm-all", action="store_true", help="allow a policy that removes every thread")
+    sp.add_argument("--scope", default=None, help="prune this scope's threads (default: unscoped)")
+    sp = add("prune-reports", cmd_prune_reports, "The kept prune reports, newest first.")
+    sp.add_argument("--after", default=None, help="the cursor a previous page returned")
+    sp.add_argument("--limit", type=int, default=50, help="reports per page (default 50)")
+    sp.add_argument("--scope", default=None, help="this scope's reports (default: unscoped)")
     sp = add("serve", cmd_serve, "Serve the store over HTTP: Vercel AI chat (demo agent by default), thread "
              "reads, resumable live event tails (needs tplog[server]).")
     sp.add_argument("--host", default="127.0.0.1", help="interface to listen on (default 127.0.0.1)")

@@ -32,6 +32,7 @@ boundary, with the original chained as ``__cause__``.
 from __future__ import annotations
 
 __all__ = [
+    "ConfirmationRequiredError",
     "ConflictError",
     "CorruptionError",
     "HasForksError",
@@ -78,6 +79,10 @@ class ValidationError(InvalidInputError):
     def __init__(self, message: str, *, report: Any = None) -> None:
         super().__init__(message)
         self.report = report
+
+
+class ConfirmationRequiredError(InvalidInputError):
+    """An operation that would remove every thread was asked without explicit confirmation."""
 
 
 class LimitExceededError(InvalidInputError):

@@ -22,7 +22,7 @@ from typing import Any, Final, Literal, cast
 
 import msgspec
 
-from tplog import _fork
+from tplog import _fork, _retire
 from tplog import _model as m
 from tplog._codec import Codec, Encoded, Header, Limits
 from tplog._errors import InvalidInputError, NotFoundError, ThreadDeletedError, TplogError
@@ -40,6 +40,7 @@ from tplog._fold import (
     state_of,
 )
 from tplog._lifecycle import check_filter
+from tplog._retire import PruneReport, RetentionPolicy
 from tplog.backends import contract
 from tplog.backends.contract import (
     ANY,
@@ -402,6 +403,22 @@ class Store:
         (:class:`WrongExpectedVersionError`, or :class:`ThreadDeletedError` for a
         deleted one)."""
         return _fork.fork(self, thread_id, at, new_thread_id=new_thread_id, reason=reason)
+
+    # ------------------------------------------------------------------ retention
+
+    def prune(self, policy: RetentionPolicy, *, dry_run: bool = False, confirm_all: bool = False,
+              now: Any = None) -> PruneReport:
+        """Remove the threads ``policy`` retires (see ``tplog._retire``): each leaves a
+        tombstone saying why and when, the report is kept (:meth:`prune_reports`) and
+        names every live child left with a ``spawned_from`` target that is gone.
+        ``dry_run``: the report of what would go, nothing written. A policy that would
+        remove every thread raises :class:`ConfirmationRequiredError` unless ``confirm_all``.
+        ``now`` (aware datetime or ns): the time ``max_age`` counts back from (default: now)."""
+        return _retire.prune(self, policy, dry_run=dry_run, confirm_all=confirm_all, now=now)
+
+    def prune_reports(self, *, after: str | None = None, limit: int = 50) -> tuple[list[PruneReport], str | None]:
+        """The kept prune reports, newest first, and the ``after`` cursor of the next page."""
+        return _retire.prune_reports(self, after=after, limit=limit)
 
     # ------------------------------------------------------------------ delete
 
@@ -863,16 +880,42 @@ class AsyncStore:
     async def head(self, thread_id: str) -> ThreadHead:
         return await asyncio.to_thread(self.store.head, thread_id)
 
-    async def threads(self, *, after: str | None = None, limit: int = 50, include_deleted: bool = False,
-                      **filters: Any) -> ThreadPage:
+    async def threads(
+        self,
+        *,
+        after: str | None = None,
+        limit: int = 50,
+        include_deleted: bool = False,
+        status: str | Sequence[str] | None = None,
+        agent: str | None = None,
+        title: str | None = None,
+        metadata: dict[str, Any] | None = None,
+        created_after: Any = None,
+        created_before: Any = None,
+        updated_after: Any = None,
+        updated_before: Any = None,
+        roots: bool = False,
+        has_children: bool | None = None,
+    ) -> ThreadPage:
         """As :meth:`Store.threads` (same filters)."""
-        return await asyncio.to_thread(self.store.threads, after=after, limit=limit, include_deleted=include_deleted,
-                                       **filters)
+        return await asyncio.to_thread(
+            self.store.threads, after=after, limit=limit, include_deleted=include_deleted, status=status,
+            agent=agent, title=title, metadata=metadata, created_after=created_after, created_before=created_before,
+            updated_after=updated_after, updated_before=updated_before, roots=roots, has_children=has_children)
 
     async def fork(self, thread_id: str, at: int, *, new_thread_id: str | None = None,
                    reason: str | None = None) -> AppendResult:
         """As :meth:`Store.fork`."""
         return await asyncio.to_thread(self.store.fork, thread_id, at, new_thread_id=new_thread_id, reason=reason)
+
+    async def prune(self, policy: RetentionPolicy, *, dry_run: bool = False, confirm_all: bool = False,
+                    now: Any = None) -> PruneReport:
+        """As :meth:`Store.prune`."""
+        return await asyncio.to_thread(self.store.prune, policy, dry_run=dry_run, confirm_all=confirm_all, now=now)
+
+    async def prune_reports(self, *, after: str | None = None,
+                            limit: int = 50) -> tuple[list[PruneReport], str | None]:
+        return await asyncio.to_thread(self.store.prune_reports, after=after, limit=limit)
 
     async def delete_thread(self, thread_id: str, *, reason: str | None = None, cascade: bool = False) -> AppendResult:
         return await asyncio.to_thread(self.store.delete_thread, thread_id, reason=reason, cascade=cascade)

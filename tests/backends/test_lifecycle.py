@@ -393,3 +393,94 @@ def test_fork_passes_the_validation_rules(tmp_path: Path) -> None:
         child = s.fork(parent, 10).thread_id
         s.append(child, exchange("again?", "four"))
         assert len(s.export(child).turns) == 6
+
+
+# =========================================================================== retire
+
+
+def test_prune_by_age_and_count_leaves_tombstones_and_a_report(store: Store) -> None:
+    from tplog import RetentionPolicy
+
+    old = [tid() for _ in range(3)]
+    for t in old:
+        store.append(t, [started(t), user()])
+    cutoff_ns = store.head(old[-1]).updated_ns + 1
+    new = [tid() for _ in range(4)]
+    for t in new:
+        store.append(t, [started(t), user()])
+    now = store.head(new[-1]).updated_ns + 1
+    age = now - cutoff_ns  # ns: everything before cutoff_ns, as of now
+    # Dry run: the plan, nothing written.
+    last = store.last_position
+    plan = store.prune(RetentionPolicy(max_age=age), dry_run=True, now=now)
+    assert sorted(r.thread_id for r in plan.removed) == sorted(old)
+    assert all("max_age" in r.why for r in plan.removed)
+    assert store.last_position == last and all(store.exists(t) for t in old)
+    # For real: tombstones say why and when; the report is kept and listed.
+    rep = store.prune(RetentionPolicy(max_age=age), now=now)
+    assert sorted(r.thread_id for r in rep.removed) == sorted(old) and rep.report_thread_id
+    for t in old:
+        assert not store.exists(t)
+        tomb = store.read(t)[-1].event
+        assert tomb.reason.startswith("retention: not updated since")  # type: ignore[union-attr]
+    assert all(store.exists(t) for t in new)
+    # max_threads: the newest 2 stay.
+    rep2 = store.prune(RetentionPolicy(max_threads=2))
+    assert [r.thread_id for r in rep2.removed] == [new[1], new[0]]
+    assert all("max_threads" in r.why for r in rep2.removed)
+    reports, cursor = store.prune_reports()
+    assert cursor is None and [r.report_thread_id for r in reports] == [rep2.report_thread_id, rep.report_thread_id]
+    assert [len(r.removed) for r in reports] == [2, 3] and not reports[0].dry_run
+    # Reports are never pruned themselves, and a policy removing everything needs confirmation.
+    from tplog._errors import ConfirmationRequiredError
+
+    last = store.last_position
+    with pytest.raises(ConfirmationRequiredError):
+        store.prune(RetentionPolicy(max_threads=0))
+    assert store.last_position == last
+    everything = store.prune(RetentionPolicy(max_threads=0), confirm_all=True)
+    assert sorted(r.thread_id for r in everything.removed) == sorted(new[2:])
+    assert len(store.prune_reports()[0]) == 3
+
+
+def test_prune_keeps_linked_threads_and_says_what_dangles(store: Store) -> None:
+    from tplog import RetentionPolicy
+
+    parent, child, cited, citing, forked = tid(), tid(), tid(), tid(), tid()
+    store.append(parent, [started(parent), register(), *exchange()])
+    store.append(cited, [started(cited)])
+    store.append(forked, [started(forked), register(), *exchange()])
+    fork = store.fork(forked, 6).thread_id
+    store.append(fork, exchange("more?", "yes"))
+    store.append(child, [started(child), link(parent, "spawned_from")])
+    store.append(citing, [started(citing), link(cited, "referenced")])
+    policy = RetentionPolicy(max_threads=3)  # citing, child and the fork stay; the other three are candidates
+    rep = store.prune(policy, dry_run=True)
+    kept = {k.thread_id: k.why for k in rep.kept}
+    assert "spawned children" in kept[parent] and "linked to by" in kept[cited]
+    assert "live forks" in kept[forked]
+    assert rep.removed == [] and rep.dangling == []
+    # Without keep_if_linked the parent and the cited thread go, and the child left dangling is named;
+    # the forked thread stays while its fork lives.
+    rep = store.prune(RetentionPolicy(max_threads=3, keep_if_linked=False))
+    assert sorted(r.thread_id for r in rep.removed) == sorted([parent, cited])
+    assert rep.dangling == [[child, parent]]
+    assert [k.thread_id for k in rep.kept] == [forked]
+    assert store.exists(forked) and store.exists(fork) and store.exists(child)
+    [kept_report] = [r for r in store.prune_reports()[0] if r.report_thread_id == rep.report_thread_id]
+    assert kept_report.dangling == [[child, parent]]
+    # When the fork is a candidate too, it goes first and then the thread it read.
+    rep = store.prune(RetentionPolicy(max_threads=2, keep_if_linked=False))
+    assert [r.thread_id for r in rep.removed] == [fork, forked]
+    assert store.verify().problems == []
+
+
+def test_bad_policies_are_typed_errors(store: Store) -> None:
+    from tplog import RetentionPolicy
+
+    for bad, named in ((RetentionPolicy(), "max_age"), (RetentionPolicy(max_age=-5), "max_age"),
+                       (RetentionPolicy(max_age=dt.timedelta(0)), "max_age"),
+                       (RetentionPolicy(max_threads=-1), "max_threads"),
+                       (RetentionPolicy(max_threads=True), "max_threads")):
+        with pytest.raises(InvalidInputError, match=named):
+            store.prune(bad)
