@@ -78,7 +78,15 @@ def _exact(evs: list[RecordedEvent], after: int | None, limit: int | None, direc
 
 def read(store: Store, thread_id: str, *, after: int | None = None, limit: int | None = None,
          direction: Direction = "forward") -> list[RecordedEvent]:
-    """``backend.read_thread``, with a fork's prefix spliced in from its parent."""
+    """``backend.read_thread``, with a fork's prefix spliced in from its parent (the shared
+    events named by the fork's id, as a copy's would be)."""
+    evs = _read(store, thread_id, after, limit, direction)
+    return [e if e.thread_id == thread_id else msgspec.structs.replace(e, thread_id=thread_id) for e in evs]
+
+
+def _read(store: Store, thread_id: str, after: int | None, limit: int | None,
+          direction: Direction) -> list[RecordedEvent]:
+    """:func:`read` with each event named by the thread whose row it is (relabelled once, on top)."""
     b, sc = store.backend, store.scope
     evs = b.read_thread(thread_id, scope=sc, after=after, limit=limit, direction=direction)
     if limit == 0 or _exact(evs, after, limit, direction):
@@ -86,14 +94,7 @@ def read(store: Store, thread_id: str, *, after: int | None = None, limit: int |
     head = b.head(thread_id, scope=sc)
     if not _is_fork(head):
         return evs
-    assert head is not None
-    return _read_fork(store, thread_id, head, after, limit, direction)
-
-
-def _read_fork(store: Store, thread_id: str, head: ThreadHead, after: int | None, limit: int | None,
-               direction: Direction) -> list[RecordedEvent]:
-    b, sc = store.backend, store.scope
-    assert head.fork_of is not None
+    assert head is not None and head.fork_of is not None
     pieces: list[tuple[str | None, int, int]] = [
         (None, 1, 1), (head.fork_of, 2, head.fork_at), (None, head.fork_at + 1, head.version)]
     out: list[RecordedEvent] = []
@@ -113,18 +114,38 @@ def _read_fork(store: Store, thread_id: str, head: ThreadHead, after: int | None
         if src is None:
             out += b.read_thread(thread_id, scope=sc, after=start, limit=n, direction=direction)
         else:
-            out += [msgspec.structs.replace(e, thread_id=thread_id)
-                    for e in read(store, src, after=start, limit=n, direction=direction)]
+            out += _read(store, src, start, n, direction)
     return out
 
 
 def thread_events(store: Store, thread_id: str, after: int) -> tuple[ThreadHead, list[Any]]:
     """``backend.thread_events`` (what ``load`` folds), a fork's prefix spliced in."""
     head, evs = store.backend.thread_events(thread_id, scope=store.scope, after=after)
-    if not _is_fork(head) or (0 < head.fork_at <= after <= head.version):
+    if not _is_fork(head):
         return head, evs
-    start = after if after <= head.version else 0
-    return head, [e.event for e in _read_fork(store, thread_id, head, start, head.version - start, "forward")]
+    if after > head.version:  # the backend answered from seq 1 (another life of the id)
+        after = 0
+    return head, _splice(store, head, evs, after, head.version)
+
+
+def _splice(store: Store, head: ThreadHead, evs: list[Any], after: int, upto: int) -> list[Any]:
+    """The thread's events with seq in (``after``, ``upto``], given ``evs``: its own rows
+    with seq > ``after`` as ``backend.thread_events`` returned them; a fork's prefix from
+    its parent, recursively (decoded events: no per-event wrapping on the load path)."""
+    if not _is_fork(head):
+        return evs[: upto - after]
+    assert head.fork_of is not None
+    out: list[Any] = []
+    tail = evs
+    if after == 0:
+        out.append(evs[0])  # the fork's own ThreadStarted
+        tail = evs[1:]
+    if after < head.fork_at and upto > max(after, 1):
+        lo = max(after, 1)
+        ph, pevs = store.backend.thread_events(head.fork_of, scope=store.scope, after=lo)
+        out += _splice(store, ph, pevs, lo, min(upto, head.fork_at))
+    out += tail[: max(0, upto - max(after, head.fork_at))]
+    return out
 
 
 def items(store: Store, thread_id: str) -> list[Item]:

@@ -4,6 +4,8 @@ Keys (values empty), beside ``updated`` (scope tag + updated ns + thread key):
 
 - ``b"a" + scope tag + activity code (1 byte) + updated ns + thread key``
 - ``b"g" + scope tag + BLAKE2b-8(agent id) + updated ns + thread key``
+- ``b"c" + scope tag + BLAKE2b-8(agent id) + activity code + updated ns + thread key``
+  (both filters at once: a rare pair must not be found by scanning one of them)
 
 Every head write replaces its thread's entries (:func:`reindex`), in the same
 transaction, so a filtered listing reads only the matching threads' heads. All
@@ -36,7 +38,10 @@ def _agent(agent_id: str) -> bytes:
 def _keys(tag: bytes, head: ThreadHead, tk: bytes) -> set[bytes]:
     tail = u64(head.updated_ns) + tk
     out = {b"a" + tag + bytes([ACTIVITY_CODE.get(head.activity, 0)]) + tail}
-    out.update(b"g" + tag + _agent(a) + tail for a in head.agent_ids)
+    code = bytes([ACTIVITY_CODE.get(head.activity, 0)])
+    for a in head.agent_ids:
+        out.add(b"g" + tag + _agent(a) + tail)
+        out.add(b"c" + tag + _agent(a) + code + tail)
     return out
 
 
@@ -58,11 +63,12 @@ def _range(txn: ReadTxn, table: str, prefix: bytes, lo: bytes, hi: bytes) -> Ite
 def candidates(txn: ReadTxn, tag: bytes, where: ThreadFilter | None, lo: bytes, hi: bytes,
                indexed: bool) -> Iterator[bytes]:
     """``updated ns + thread key`` of the threads that may match, newest first, in
-    [``lo``, ``hi``): through the activity index when a status is asked, else the
-    agent index when an agent is, else ``updated`` (also when the store has no
+    [``lo``, ``hi``): through the agent+activity index when both are asked, the
+    activity index when a status is, the agent index when an agent is, else ``updated`` (also when the store has no
     finder entries yet: ``indexed`` False)."""
     if indexed and where is not None and where.status is not None:
-        runs = [_range(txn, "finder", b"a" + tag + bytes([ACTIVITY_CODE[s]]), lo, hi) for s in where.status]
+        pre = b"a" + tag if where.agent is None else b"c" + tag + _agent(where.agent)
+        runs = [_range(txn, "finder", pre + bytes([ACTIVITY_CODE[s]]), lo, hi) for s in where.status]
         return runs[0] if len(runs) == 1 else heapq.merge(*runs, reverse=True)
     if indexed and where is not None and where.agent is not None:
         return _range(txn, "finder", b"g" + tag + _agent(where.agent), lo, hi)
