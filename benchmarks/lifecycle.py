@@ -203,7 +203,7 @@ def bench_find(root: Path, sizes: tuple[int, ...], repeat: int, seed: int) -> di
     queries = {"status=waiting_approval": {"status": "waiting_approval"},
                "status=interrupted+waiting": {"status": ["interrupted", "waiting_approval"]},
                "agent=agent-7": {"agent": "agent-7"},
-               "agent+status": {"agent": "agent-7", "status": "interrupted"}}
+               "agent+status=idle": {"agent": "agent-7", "status": "idle"}}
     lat: dict[str, dict[int, list[float]]] = {q: {n: [] for n in sizes} for q in queries}
     stores = {n: Store(root / f"find{n}", readonly=True) for n in sizes}
     try:

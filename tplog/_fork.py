@@ -195,11 +195,11 @@ def _seed(store: Store, thread_id: str, phead: ThreadHead, at: int, first: Threa
     h = ThreadHead(thread_id="")
     note(h, first)
     open_at = 0
-    for e in read(store, thread_id, after=1, limit=at - 1):
-        ev = e.event
+    ph, pevs = store.backend.thread_events(thread_id, scope=store.scope, after=1)
+    for seq, ev in enumerate(_splice(store, ph, pevs, 1, at), 2):  # seqs 2..at, decoded
         note(h, ev)
         if isinstance(ev, AgentTurnStarted):
-            open_at = e.seq
+            open_at = seq
             h.agent_turns += 1
         elif isinstance(ev, (AgentTurnCompleted, AgentTurnInterrupted)):
             open_at = 0
