@@ -565,7 +565,8 @@ def _commands() -> dict[str, argparse.ArgumentParser]:
 # serve: tested over HTTP in tests/server; rebuild/verify: behaviour tested in tests/test_rebuild.py
 EXPECTED_COMMANDS = {"validate", "hash", "stat", "backup", "import", "export", "read", "threads", "turns",
                      "pending", "interrupts", "children", "links", "delete", "train",
-                     "rebuild", "verify", "serve"}
+                     "rebuild", "verify", "serve",
+                     "fork", "prune", "prune-reports"}  # these three: tests/test_cli_lifecycle.py
 
 
 def test_every_command_is_tested_here() -> None:
