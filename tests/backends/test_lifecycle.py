@@ -484,3 +484,19 @@ def test_bad_policies_are_typed_errors(store: Store) -> None:
                        (RetentionPolicy(max_threads=True), "max_threads")):
         with pytest.raises(InvalidInputError, match=named):
             store.prune(bad)
+
+
+def test_fork_survives_backup(tmp_path: Path) -> None:
+    """A backup holds the fork's head and its parent's rows: the fork reads the same from it."""
+    from tplog import thread_hash
+
+    with Store(tmp_path / "live") as s:
+        parent = tid()
+        conversation(s, parent)
+        f = s.fork(parent, 10).thread_id
+        s.append(f, exchange("other?", "other"))
+        want = s.export(f)
+        s.backup(str(tmp_path / "copy"))
+    with Store(tmp_path / "copy") as b:
+        assert thread_hash(b.export(f)) == thread_hash(want) and b.export(f) == want
+        assert b.head(f).fork_of == parent and b.verify().problems == []
