@@ -340,7 +340,10 @@ class LmdbRecorder:
         if not readonly:
             empty = self._gc.last_position == 0
             self.engine.run_write(lambda txn: proj.init_infos(txn, empty))
-            self.engine.run_write(_index_heads)
+            with self.engine.read() as txn:
+                indexed = txn.get("meta", finder.DONE) is not None
+            if not indexed:
+                self.engine.run_write(_index_heads)
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -605,6 +608,7 @@ class LmdbRecorder:
         ):
             raise WrongExpectedVersionError(thread_id, exp, head.version)
         old_updated = head.updated_ns if raw is not None else None
+        old_head = head if raw is not None else None  # _advance returns a copy: this stays as stored
         if req.fork is not None:
             ptk = tkey(req.fork.parent, scope)
             praw = heads.get(ptk) or cache.heads.get(ptk) or txn.get("heads", ptk)
@@ -654,7 +658,7 @@ class LmdbRecorder:
         if old_updated is not None:
             txn.delete("updated", tag + u64(old_updated) + tk)
         txn.put("updated", tag + u64(now) + tk, b"")
-        finder.reindex(txn, tag, _head_dec.decode(raw) if raw is not None else None, head, tk)
+        finder.reindex(txn, tag, old_head, head, tk)
         head_raw = _enc.encode(head)
         txn.put("heads", tk, head_raw)
         heads[tk] = head_raw
