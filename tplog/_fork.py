@@ -80,8 +80,17 @@ def read(store: Store, thread_id: str, *, after: int | None = None, limit: int |
          direction: Direction = "forward") -> list[RecordedEvent]:
     """``backend.read_thread``, with a fork's prefix spliced in from its parent (the shared
     events named by the fork's id, as a copy's would be)."""
-    evs = _read(store, thread_id, after, limit, direction)
-    return [e if e.thread_id == thread_id else msgspec.structs.replace(e, thread_id=thread_id) for e in evs]
+    b, sc = store.backend, store.scope
+    evs = b.read_thread(thread_id, scope=sc, after=after, limit=limit, direction=direction)
+    if limit == 0 or _exact(evs, after, limit, direction):
+        return evs
+    head = b.head(thread_id, scope=sc)
+    if not _is_fork(head):
+        return evs
+    assert head is not None
+    name = head.thread_id  # as the fork's own rows spell it
+    return [e if e.thread_id == name else msgspec.structs.replace(e, thread_id=name)
+            for e in _read_fork(store, thread_id, head, after, limit, direction)]
 
 
 def _read(store: Store, thread_id: str, after: int | None, limit: int | None,
@@ -92,9 +101,15 @@ def _read(store: Store, thread_id: str, after: int | None, limit: int | None,
     if limit == 0 or _exact(evs, after, limit, direction):
         return evs
     head = b.head(thread_id, scope=sc)
-    if not _is_fork(head):
+    if head is None or not _is_fork(head):
         return evs
-    assert head is not None and head.fork_of is not None
+    return _read_fork(store, thread_id, head, after, limit, direction)
+
+
+def _read_fork(store: Store, thread_id: str, head: ThreadHead, after: int | None, limit: int | None,
+               direction: Direction) -> list[RecordedEvent]:
+    b, sc = store.backend, store.scope
+    assert head.fork_of is not None
     pieces: list[tuple[str | None, int, int]] = [
         (None, 1, 1), (head.fork_of, 2, head.fork_at), (None, head.fork_at + 1, head.version)]
     out: list[RecordedEvent] = []
