@@ -87,7 +87,7 @@ class ValueCodec:
     name = "msgpack + zstd L3"
 
     def __init__(self) -> None:
-        from tplog._events import Event
+        from tplog.events import Event
 
         self._enc = msgspec.msgpack.Encoder()
         self._dec = msgspec.msgpack.Decoder(Event)
@@ -109,7 +109,7 @@ class ValueCodec:
 def encode_values(thread_id: str, events: Sequence[Any]) -> tuple[str, list[Item]]:
     """``(codec name, [(key, value)])`` for one thread's events: the raw LMDB baseline's puts.
 
-    With ``tplog._codec`` present the values are exactly what tplog stores for
+    With ``tplog.codec`` present the values are exactly what tplog stores for
     these events (prefix, CRC over the key, msgpack header with the facts,
     zstd level 3 body, no trained dictionary; a body over the blob threshold is
     put as its blob value). Otherwise :class:`ValueCodec`.
@@ -144,7 +144,7 @@ _CODECS: dict[str, Any] = {}
 def _tplog_codec() -> Any:
     if "tplog" not in _CODECS:
         try:
-            from tplog._codec import Codec
+            from tplog.codec import Codec
 
             _CODECS["tplog"] = Codec()
         except ImportError:

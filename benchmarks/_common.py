@@ -250,8 +250,8 @@ def tplog_bulk_load(
     store = Store(path, durability=durability)
     try:
         try:
-            from tplog._store import ANY
             from tplog.backends.lmdb.recorder import _Request
+            from tplog.store import ANY
 
             encode, commit = store._encode, store.backend._commit  # type: ignore[attr-defined]
         except (ImportError, AttributeError):

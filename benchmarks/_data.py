@@ -44,7 +44,7 @@ from typing import Any
 import msgspec
 from msgspec import UNSET
 
-from tplog._events import (
+from tplog.events import (
     AgentRegistered,
     AgentTurnCompleted,
     AgentTurnInterrupted,
@@ -55,8 +55,8 @@ from tplog._events import (
     ThreadStarted,
     UserTurnSubmitted,
 )
-from tplog._json import to_builtins
-from tplog._model import (
+from tplog.protocol.json import to_builtins
+from tplog.protocol.model import (
     AgentConfig,
     Interruption,
     RequestMessage,

@@ -274,13 +274,13 @@ def tplog_read_all(Store: Any, path: pathlib.Path, page: int = 1000) -> tuple[in
     n = 0
     try:
         t0 = time.perf_counter()
-        start = 1
+        after = 0
         while True:
-            got = store.read_all(start=start, limit=page)
+            got = store.read_all(after=after, limit=page)
             if not got:
                 break
             n += len(got)
-            start = got[-1].position + 1
+            after = got[-1].position
         secs = time.perf_counter() - t0
     finally:
         store.close()

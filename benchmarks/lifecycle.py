@@ -46,8 +46,7 @@ NOTES = ("Forking at the parent's last seq reads its head and first event only (
 
 
 def _events() -> Any:
-    from tplog import _model as m
-    from tplog._events import (
+    from tplog.events import (
         AgentRegistered,
         AgentTurnCompleted,
         AgentTurnInterrupted,
@@ -56,6 +55,7 @@ def _events() -> Any:
         ThreadStarted,
         UserTurnSubmitted,
     )
+    from tplog.protocol import model as m
 
     def started(t: str) -> Any:
         return ThreadStarted(thread_id=t, created_at=T, title=f"thread {t[:8]}")
@@ -174,8 +174,8 @@ def bench_fork(root: Path, repeat: int) -> dict[str, Any]:
 def build_many(path: Path, n: int, seed: int) -> float:
     """``n`` toy threads by raw batched appends (the group commit's internals, as tplog_bulk_load)."""
     from tplog import Store
-    from tplog._store import ANY
     from tplog.backends.lmdb.recorder import _Request
+    from tplog.store import ANY
 
     started, register, user, _, interrupted, approval = _events()
     rng = random.Random(seed)

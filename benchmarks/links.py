@@ -87,8 +87,8 @@ def tplog_load(Store: Any, path: Any, threads: Sequence[tuple[str, Any]], *, bat
     Returns seconds taken.
     """
     try:
-        from tplog._store import ANY
         from tplog.backends.lmdb.recorder import _Request
+        from tplog.store import ANY
 
         fresh = "fresh_ids" in inspect.signature(_Request).parameters
     except (ImportError, AttributeError, TypeError, ValueError):  # pragma: no cover - internals changed

@@ -72,9 +72,9 @@ FULL_FOLD = "tplog Store.load every thread (full fold)"
 def _tplog() -> Any:
     """The pieces of tplog the scans use (imported late: the module must load without tplog)."""
     from tplog import LinkAdded
-    from tplog._codec import MSG_KIND
-    from tplog._fold import Item, interrupts, pending
     from tplog.backends.lmdb.keys import TKEY_SIZE, from_u64
+    from tplog.codec import MSG_KIND
+    from tplog.projections.fold import Item, interrupts, pending
 
     return LinkAdded, MSG_KIND, Item, interrupts, pending, TKEY_SIZE, from_u64
 

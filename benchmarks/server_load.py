@@ -151,9 +151,13 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--dir", default=None, help="where the store is created (default: a temp dir)")
     p.add_argument("--json", default=str(BENCH_DIR / "results" / "server_load.json"), help="results JSON path")
     p.add_argument("--quick", action="store_true", help="100 chats, 50 at once")
+    p.add_argument("--resumable", choices=["1", "0"], default=None,
+                   help="TPLOG_SERVER_RESUMABLE for the server: resumable streams on (default) or off")
     args = p.parse_args(argv)
     if args.quick:
         args.chats, args.concurrency = 100, 50
+    if args.resumable is not None:
+        os.environ["TPLOG_SERVER_RESUMABLE"] = args.resumable
 
     from tplog import Store
 
@@ -168,9 +172,12 @@ def main(argv: list[str] | None = None) -> int:
             asyncio.run(_chats(f"http://127.0.0.1:{port}", 10, 10, "warm"))
             with Store(store, readonly=True) as s:
                 pos0 = s.last_position
+                txn0 = s.engine._env.info()["last_txnid"]
             wall, lat, errors = asyncio.run(_chats(f"http://127.0.0.1:{port}", args.chats, args.concurrency, "run"))
             with Store(store, readonly=True) as s:
-                recorded = [e for e in s.read_all(start=pos0 + 1) if e.thread_id in run_ids]
+                recorded = [e for e in s.read_all(after=pos0) if e.thread_id in run_ids]
+                # every LMDB write transaction is a durable commit: the live stream table's included
+                txns = s.engine._env.info()["last_txnid"] - txn0
         finally:
             proc.send_signal(signal.SIGINT)
             try:
@@ -210,6 +217,9 @@ def main(argv: list[str] | None = None) -> int:
         "append_ms_per_request_p50": round(_pct(per_req_append, 50) * 1000, 3),
         "append_ms_per_request_p99": round(_pct(per_req_append, 99) * 1000, 3),
         "appends_per_request_median": statistics.median(per_req_n) if per_req_n else 0,
+        "resumable": os.environ.get("TPLOG_SERVER_RESUMABLE", "1") == "1",
+        "write_txns": txns,
+        "write_txns_per_chat": round(txns / args.chats, 2),
         "request_ms_p50": round(_pct(lat, 50) * 1000, 1),
         "request_ms_p99": round(_pct(lat, 99) * 1000, 1),
         "append_share_of_request_p50": round(_pct(per_req_append, 50) / _pct(lat, 50), 3) if lat else None,
@@ -233,6 +243,7 @@ def main(argv: list[str] | None = None) -> int:
         ("appends/s", f"{result['appends_per_s']:.0f}"),
         ("append p50 / p99", f"{result['append_ms_p50']:.2f} / {result['append_ms_p99']:.2f} ms"),
         ("appends per request (median)", f"{result['appends_per_request_median']}"),
+        ("LMDB write transactions (per chat)", f"{txns} ({result['write_txns_per_chat']})"),
         (
             "append time per request p50 / p99",
             f"{result['append_ms_per_request_p50']:.2f} / {result['append_ms_per_request_p99']:.2f} ms",

@@ -7,7 +7,7 @@ arguments), prints its tables, writes ``benchmarks/results/NAME.json`` and its
 own section of ``RESULTS.md``. Then this writes the ``suite`` section at the top
 of ``RESULTS.md``: every goal with its measured ratio, met / missed, and the
 command line that measured it, the wall time, and the top of each profile taken
-for a missed goal. ``--quick`` takes under 2 minutes, the default under 10.
+for a missed goal. ``--quick`` takes under 2 minutes, the default under 10, plus ``peers`` (see benchmarks/README.md).
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from typing import Any
 
 from benchmarks._common import RESULTS_DIR, RESULTS_MD, _table
 
-MODULES = ["append", "turns", "rebuild", "links", "storage"]
+MODULES = ["append", "turns", "rebuild", "links", "storage", "postgres", "peers"]
 
 
 def parse(argv: list[str] | None) -> tuple[argparse.Namespace, list[str]]:

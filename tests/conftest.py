@@ -35,7 +35,7 @@ from tplog import (
     UserTurn,
     UserTurnSubmitted,
 )
-from tplog._store import AppendResult, Store
+from tplog.store import AppendResult, Store
 
 T = "2025-01-20T10:00:00Z"
 

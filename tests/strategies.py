@@ -346,7 +346,7 @@ def threads(*, interrupted: bool = True, allow_v003_names: bool = True) -> st.Se
     ``interrupted=False``: every agent turn is ``completion_status: "complete"``.
     ``allow_v003_names=False``: no custom event is named like a v0.0.3 normative
     event (``error``, ``agent.handoff``, ...), the documented collision of
-    :mod:`tplog._versions`.
+    :mod:`tplog.protocol.versions`.
     """
     return _thread(v003=False, interrupted=interrupted, allow_foreign_names=allow_v003_names)
 
@@ -358,8 +358,8 @@ def threads_v003(*, allow_v004_names: bool = False) -> st.SearchStrategy[dict[st
 
 def thread_models(**kwargs: Any) -> st.SearchStrategy[Any]:
     """:func:`threads` decoded into :class:`tplog.Thread` objects."""
-    from tplog._json import from_builtins
-    from tplog._model import Thread
+    from tplog.protocol.json import from_builtins
+    from tplog.protocol.model import Thread
 
     return threads(**kwargs).map(lambda d: from_builtins(d, Thread))
 

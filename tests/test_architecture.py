@@ -1,10 +1,14 @@
 """The package's layering, checked from the source (``ast``), not by importing it.
 
 - No import cycle between tplog's modules (imports inside functions count; those
-  under ``if TYPE_CHECKING:`` do not, they never run).
-- Only the LMDB backend imports ``lmdb``; the contract and the reference backend
-  import no engine at all.
-- Every backend module says what it exports (``__all__``) and star-imports nothing.
+  under ``if TYPE_CHECKING:`` do not, they never run). Importing ``a.b.c`` runs the
+  package ``a.b``'s ``__init__`` too, so that counts as an import of it.
+- Only the LMDB backend imports ``lmdb``, only the PostgreSQL backend ``psycopg``;
+  the contract and the reference backend import no engine at all.
+- Integrations import only public names of tplog: no ``tplog._*`` module, no
+  ``_``-prefixed name, nothing a module leaves out of its ``__all__``.
+- The public layout: no module under an old private path (``tplog.store``, ...).
+- Every module says what it exports (``__all__``) and star-imports nothing.
 """
 
 from __future__ import annotations
@@ -61,8 +65,21 @@ def _imports(path: Path) -> list[tuple[str, int]]:
     return out
 
 
+def _packages_run(importer: str, target: str) -> set[str]:
+    """The packages whose ``__init__`` importing ``target`` runs, besides ``target``: its
+    ancestors, except the root (every module is under it) and the importer's own ancestors
+    (already being imported when the importer runs)."""
+    parts = target.split(".")
+    mine = {".".join(importer.split(".")[:i]) for i in range(1, importer.count(".") + 1)}
+    return {p for p in (".".join(parts[:i]) for i in range(2, len(parts))) if p in MODULES and p not in mine}
+
+
 def _graph() -> dict[str, set[str]]:
-    return {name: {m for m, _ in _imports(path) if m in MODULES and m != name} for name, path in MODULES.items()}
+    graph: dict[str, set[str]] = {}
+    for name, path in MODULES.items():
+        direct = {m for m, _ in _imports(path) if m in MODULES}
+        graph[name] = (direct | {p for m in direct for p in _packages_run(name, m)}) - {name}
+    return graph
 
 
 def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
@@ -95,9 +112,19 @@ def test_no_import_cycles() -> None:
 def test_the_cycle_check_finds_a_cycle() -> None:
     """The checker itself: a deliberate cycle between two of our modules is found."""
     graph = _graph()
-    assert "tplog._codec" in graph["tplog._store"]
-    graph["tplog._codec"].add("tplog._store")
-    assert any("tplog._codec" in c and "tplog._store" in c for c in _cycles(graph))
+    assert "tplog.codec" in graph["tplog.store"]
+    graph["tplog.codec"].add("tplog.store")
+    assert any("tplog.codec" in c and "tplog.store" in c for c in _cycles(graph))
+
+
+def test_importing_a_submodule_counts_as_importing_its_package() -> None:
+    """A package ``__init__`` importing a module that imports one of the package's
+    submodules is a cycle Python can trip on: the graph has that edge."""
+    graph = _graph()
+    assert "tplog.protocol" in graph["tplog.codec"]  # it imports tplog.protocol.model
+    assert "tplog.backends.lmdb" not in graph["tplog.backends.lmdb.recorder"]  # its own package
+    graph["tplog.protocol"].add("tplog.protocol.rules")  # as if protocol/__init__ re-exported the rules
+    assert any("tplog.protocol" in c and "tplog.protocol.rules" in c for c in _cycles(graph))
 
 
 def test_only_the_lmdb_backend_imports_lmdb() -> None:
@@ -107,23 +134,83 @@ def test_only_the_lmdb_backend_imports_lmdb() -> None:
     assert any(mod == "lmdb" for mod, _ in _imports(MODULES["tplog.backends.lmdb.engine"]))
 
 
+def test_only_the_postgres_backend_imports_psycopg() -> None:
+    offenders = [f"{name}:{line}" for name, path in MODULES.items() if not name.startswith("tplog.backends.postgres")
+                 for mod, line in _imports(path) if mod.split(".")[0] in ("psycopg", "psycopg_pool")]
+    assert not offenders, f"psycopg imported outside tplog/backends/postgres: {offenders}"
+    assert any(mod.startswith("psycopg") for mod, _ in _imports(MODULES["tplog.backends.postgres.recorder"]))
+
+
 @pytest.mark.parametrize("name", ["tplog.backends.contract", "tplog.backends.memory"])
 def test_contract_and_reference_import_no_engine(name: str) -> None:
     bad = [mod for mod, _ in _imports(MODULES[name])
-           if mod.startswith(("lmdb", "tplog.backends.lmdb", "tplog._store", "psycopg"))]
+           if mod.startswith(("lmdb", "tplog.backends.lmdb", "tplog.backends.postgres", "tplog.store", "psycopg"))]
     assert not bad, f"{name} imports {bad}"
 
 
-def test_backend_modules_declare_their_exports() -> None:
+def _exports(name: str) -> set[str] | None:
+    """A module's ``__all__`` when it is a literal list of strings (read from the source)."""
+    for node in ast.parse(MODULES[name].read_text()).body:
+        target = node.targets[0] if isinstance(node, ast.Assign) else (
+            node.target if isinstance(node, ast.AnnAssign) else None)
+        if isinstance(target, ast.Name) and target.id == "__all__":
+            value = node.value  # type: ignore[union-attr]
+            if isinstance(value, ast.List) and all(isinstance(e, ast.Constant) for e in value.elts):
+                return {e.value for e in value.elts}  # type: ignore[attr-defined]
+    return None
+
+
+def _private_uses(path: Path) -> list[str]:
+    """Every import in ``path`` of a private tplog module or name, or of a name a core module
+    (outside ``tplog.integrations``) does not export."""
+    bad: list[str] = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            bad += [f"{node.lineno}: import {a.name}" for a in node.names
+                    if a.name.split(".")[0] == "tplog" and any(p.startswith("_") for p in a.name.split("."))]
+        elif isinstance(node, ast.ImportFrom) and not node.level and (node.module or "").split(".")[0] == "tplog":
+            mod = node.module or ""
+            if any(p.startswith("_") for p in mod.split(".")):
+                bad.append(f"{node.lineno}: from {mod}")
+                continue
+            # Integrations share helpers among themselves freely, but never a private one.
+            exported = _exports(mod) if mod in MODULES and not mod.startswith("tplog.integrations") else None
+            for a in node.names:
+                if f"{mod}.{a.name}" in MODULES:
+                    continue  # a submodule
+                if a.name.startswith("_") or (exported is not None and a.name not in exported):
+                    bad.append(f"{node.lineno}: from {mod} import {a.name}")
+    return bad
+
+
+def test_integrations_import_only_public_names() -> None:
+    found = {name: _private_uses(path) for name, path in MODULES.items() if name.startswith("tplog.integrations")}
+    assert not {k: v for k, v in found.items() if v}, found
+
+
+def test_the_public_names_check_finds_private_imports(tmp_path: Path) -> None:
+    probe = tmp_path / "probe.py"
+    probe.write_text("from tplog.store import _check_chunk\nfrom tplog.store import MEMORY\nimport tplog.store\n"
+                     "from tplog.protocol import model as m\nfrom tplog.errors import TplogError\nimport tplog.aio\n")
+    assert _private_uses(probe) == ["1: from tplog.store import _check_chunk", "2: from tplog.store import MEMORY",
+                                    "3: import tplog.store"]
+
+
+OLD_PRIVATE_PATHS = ["_model", "_json", "_validate", "_canonical", "_versions", "_rules", "_errors", "_events",
+                     "_store", "_cli", "_fold", "_codec", "_verify", "_storage", "_keys", "_projections"]
+
+
+def test_no_module_under_an_old_private_path() -> None:
+    assert not [m for m in OLD_PRIVATE_PATHS if f"tplog.{m}" in MODULES or (ROOT / m).exists()]
+    underscored = [name for name in MODULES if any(p.startswith("_") for p in name.split("."))]
+    assert underscored == ["tplog.__main__"], underscored
+
+
+def test_modules_declare_their_exports() -> None:
     for name, path in MODULES.items():
-        if not name.startswith("tplog.backends"):
+        if name == "tplog.__main__":
             continue
-        tree = ast.parse(path.read_text())
-        names = {t.id for node in tree.body if isinstance(node, ast.Assign) for t in node.targets
-                 if isinstance(t, ast.Name)}
-        names |= {node.target.id for node in tree.body
-                  if isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name)}
-        assert "__all__" in names, f"{name} has no __all__"
-        stars = [n.lineno for n in ast.walk(tree)
+        assert _exports(name) is not None, f"{name} has no literal __all__"
+        stars = [n.lineno for n in ast.walk(ast.parse(path.read_text()))
                  if isinstance(n, ast.ImportFrom) and any(a.name == "*" for a in n.names)]
         assert not stars, f"{name} star-imports at lines {stars}"

@@ -18,7 +18,8 @@ from hypothesis import example, given
 from hypothesis import strategies as st
 from strategies import THREAD_SETTINGS, json_values, threads
 
-from tplog._canonical import (
+from tplog.errors import InvalidInputError
+from tplog.protocol.canonical import (
     CanonicalizationError,
     IntegerDomainError,
     NonFiniteNumberError,
@@ -27,9 +28,8 @@ from tplog._canonical import (
     hash_json,
     thread_hash,
 )
-from tplog._errors import InvalidInputError
-from tplog._json import from_builtins, to_builtins, to_json
-from tplog._model import Thread
+from tplog.protocol.json import from_builtins, to_builtins, to_json
+from tplog.protocol.model import Thread
 
 MAX_SAFE = 2**53 - 1
 

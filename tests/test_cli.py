@@ -20,11 +20,11 @@ import pytest
 from hypothesis import given, settings
 from strategies import threads
 
-from tplog import _model as m
-from tplog._canonical import hash_json, thread_hash
-from tplog._cli import build_parser, main
-from tplog._json import from_builtins, from_json
-from tplog._store import Store
+from tplog.cli import build_parser, main
+from tplog.protocol import model as m
+from tplog.protocol.canonical import hash_json, thread_hash
+from tplog.protocol.json import from_builtins, from_json
+from tplog.store import Store
 
 ROOT = Path(__file__).resolve().parent.parent
 TID = "0b6b3b56-8a4e-4c1e-9f51-6a3c3e2f7a10"
@@ -131,13 +131,13 @@ def loaded(tmp_path: Path, doc_file: Path, capsys: pytest.CaptureFixture[str]) -
 
 
 def m_started(tid: str) -> Any:
-    from tplog._events import ThreadStarted
+    from tplog.events import ThreadStarted
 
     return ThreadStarted(thread_id=tid, created_at="2025-01-20T11:00:00Z")
 
 
 def m_link(target: str, relation: str) -> Any:
-    from tplog._events import LinkAdded
+    from tplog.events import LinkAdded
 
     return LinkAdded(link=m.ThreadLink(thread_id=target, relation=relation))
 
@@ -241,7 +241,7 @@ def test_import_export_hash_property(doc: dict[str, Any]) -> None:
     import contextlib
     import io
 
-    from tplog._validate import validate
+    from tplog.protocol.validate import validate
 
     with tempfile.TemporaryDirectory() as d:
         src = Path(d) / "in.json"
@@ -298,7 +298,7 @@ def test_read(capsys: pytest.CaptureFixture[str], loaded: str) -> None:
     assert types.count("agent_turn_interrupted") == 1 and types.count("agent_turn_completed") == 1
     assert all(r["event"]["type"] == r["type"] for r in rows)
     assert all(set(r) == {"seq", "position", "event_id", "recorded_at", "type", "event"} for r in rows)
-    assert [r["seq"] for r in ok_lines(capsys, "read", loaded, TID, "--start", "3", "--limit", "2")] == [3, 4]
+    assert [r["seq"] for r in ok_lines(capsys, "read", loaded, TID, "--after", "2", "--limit", "2")] == [3, 4]
     back = ok_lines(capsys, "read", loaded, TID, "--backward", "--limit", "3")
     assert [r["seq"] for r in back] == [len(rows), len(rows) - 1, len(rows) - 2]
 
@@ -320,7 +320,7 @@ def test_turns(capsys: pytest.CaptureFixture[str], loaded: str) -> None:
     res = ok_json(capsys, "turns", loaded, TID)
     assert res["thread_id"] == TID and res["in_progress"] is None
     assert res["turns"] == DOC["turns"]
-    from tplog._events import AgentTurnStarted, MessageRecorded
+    from tplog.events import AgentTurnStarted, MessageRecorded
 
     with Store(loaded) as s:
         s.append(TID, [AgentTurnStarted(agent_id=AGENT, started_at="2025-01-20T10:01:00Z"),
@@ -477,7 +477,7 @@ def test_unknown_thread(capsys: pytest.CaptureFixture[str], loaded: str) -> None
 
 def test_links_declared_at_thread_start(capsys: pytest.CaptureFixture[str], loaded: str) -> None:
     """A thread whose ThreadStarted declares its links (not LinkAdded events): every verb lists them."""
-    from tplog._events import ThreadStarted
+    from tplog.events import ThreadStarted
 
     tid = str(uuid.uuid4())
     rel = m.ThreadRelationships(links=[m.ThreadLink(thread_id=TID, relation="spawned_from"),
@@ -562,10 +562,12 @@ def _commands() -> dict[str, argparse.ArgumentParser]:
     return dict(sub.choices)
 
 
-# serve: tested over HTTP in tests/server; rebuild/verify: behaviour tested in tests/test_rebuild.py
+# serve: tested over HTTP in tests/server; rebuild/verify: behaviour tested in tests/test_rebuild.py;
+# tail/tree (and the terminal output of every command): tests/test_cli_human.py
+# copy: tests/test_copy.py and tests/postgres/test_pg_copy_migrate.py (migrate too)
 EXPECTED_COMMANDS = {"validate", "hash", "stat", "backup", "import", "export", "read", "threads", "turns",
                      "pending", "interrupts", "children", "links", "delete", "train",
-                     "rebuild", "verify", "serve",
+                     "rebuild", "verify", "serve", "copy", "migrate", "tail", "tree",
                      "fork", "prune", "prune-reports"}  # these three: tests/test_cli_lifecycle.py
 
 

@@ -20,8 +20,8 @@ import pytest
 from test_cli import DOC, TID, fails, ok_json, run
 
 from tplog import __version__
-from tplog._events import ThreadStarted
-from tplog._store import Store
+from tplog.events import ThreadStarted
+from tplog.store import Store
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -74,8 +74,8 @@ def test_ctrl_c_while_import_reads_stdin(tmp_path: Path) -> None:
 def test_ctrl_c_while_read_writes(tmp_path: Path) -> None:
     """Ctrl-C while ``read`` streams a long thread into a pipe nobody drains yet: exit 130, one line."""
     store = tmp_path / "s"
-    from tplog import _model as m
-    from tplog._events import AgentRegistered, AgentTurnStarted, MessageRecorded
+    from tplog.events import AgentRegistered, AgentTurnStarted, MessageRecorded
+    from tplog.protocol import model as m
 
     with Store(store, durability="relaxed") as s:
         s.append(TID, [ThreadStarted(thread_id=TID, created_at="2025-01-20T10:00:00Z"),
@@ -114,8 +114,8 @@ def test_read_names_the_argument_that_is_wrong(capsys: pytest.CaptureFixture[str
     with Store(store) as s:
         s.append(TID, [ThreadStarted(thread_id=TID, created_at="2025-01-20T10:00:00Z")])
     line = fails(capsys, "read", store, TID, "--limit", "-1", match="limit must be ≥ 0, not -1")
-    assert "start" not in line
-    line = fails(capsys, "read", store, TID, "--start", "-2", match="start must be ≥ 0, not -2")
+    assert "after" not in line
+    line = fails(capsys, "read", store, TID, "--after", "-2", match="after must be ≥ 0, not -2")
     assert "limit" not in line
 
 

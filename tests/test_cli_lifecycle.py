@@ -11,7 +11,7 @@ import pytest
 from conftest import agent_start, exchange, register, started, user
 
 from tplog import Store
-from tplog._cli import main
+from tplog.cli import main
 
 
 def ok_json(capsys: pytest.CaptureFixture[str], *argv: str) -> Any:

@@ -91,7 +91,7 @@ def _tail(path: str, total: int, ready: Any, out: Any) -> None:
                 got = s.wait_for_position(last + 1, timeout=TIMEOUT, poll=0.005)
                 if got <= last:
                     raise TimeoutError(f"no new position after {last}")
-                for e in s.read_all(start=last + 1):
+                for e in s.read_all(after=last):
                     if e.position != last + 1:
                         raise AssertionError(f"tail saw position {e.position} after {last}")
                     seen.append((e.position, e.event_id))

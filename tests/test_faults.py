@@ -177,9 +177,9 @@ def test_read_only_bind_mount(tmp_path: Path) -> None:
 _NONROOT = """
     import os, sys, tempfile
     from tplog import ReadOnlyError, ThreadStarted, TplogError
-    from tplog._store import Store as _Store
+    from tplog.store import Store as _Store
     def Store(path, **kw): return _Store(path, check_rules=False, **kw)  # toy ids, as ToyStore
-    import tplog._canonical, tplog._cli, tplog._fold  # everything, before this uid may no longer read it
+    import tplog.protocol.canonical, tplog.cli, tplog.projections.fold  # all of it, before this uid may not read
     path, uid, gid = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
     if os.geteuid() != uid:
         # Load what tplog and LMDB import lazily (py-lmdb 3 imports lmdb._envid at the first open)
@@ -274,7 +274,7 @@ def test_read_only_directory_for_a_non_root_user(tmp_path: Path, code: str) -> N
         r = subprocess.run(argv, capture_output=True, text=True, timeout=60, env=env)
         out = dict(line.split(": ", 1) for line in r.stdout.splitlines())
         assert out.get("uid") == f"{uid} {uid}" and uid != 0, r.stdout + r.stderr
-        assert out.get("sees") == "data.mdb lock.mdb", r.stdout + r.stderr
+        assert out.get("sees") == "data.mdb lock.mdb writer.lck", r.stdout + r.stderr
         assert out.get("rw") == "ReadOnlyError", r.stdout + r.stderr
         assert out.get("create") == "ReadOnlyError", r.stdout + r.stderr
         # LMDB opens lock.mdb for writing even read-only (it falls back to no lock only on EROFS): without

@@ -15,8 +15,7 @@ from msgspec import UNSET
 from msgspec.structs import replace
 from strategies import THREAD_SETTINGS, threads
 
-from tplog import _model as m
-from tplog._events import (
+from tplog.events import (
     AgentRegistered,
     AgentTurnCompleted,
     AgentTurnInterrupted,
@@ -29,8 +28,9 @@ from tplog._events import (
     ThreadStarted,
     UserTurnSubmitted,
 )
-from tplog._fold import complete_cycles, events_from_thread, fold
-from tplog._json import from_builtins, to_builtins
+from tplog.projections.fold import complete_cycles, events_from_thread, fold
+from tplog.protocol import model as m
+from tplog.protocol.json import from_builtins, to_builtins
 
 TID = "6f1c7a4e-3b1d-4c55-9d7e-111111111111"
 T0 = "2025-01-20T10:00:00Z"
@@ -335,7 +335,7 @@ def test_complete_cycles_with_a_reused_call_id() -> None:
 def test_folded_interrupted_turn_validates() -> None:
     """The same sequence through fold: the document must pass the validator (no return whose
     tool_call_id matches no earlier call)."""
-    from tplog._validate import validate
+    from tplog.protocol.validate import validate
 
     q = req(prompt("q"), t=1)
     c = resp(call("a"), t=2)

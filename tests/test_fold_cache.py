@@ -14,9 +14,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from strategies import THREAD_SETTINGS, threads
 
-from tplog import _model as m
-from tplog._fold import events_from_thread, fold
-from tplog._json import from_builtins
+from tplog.projections.fold import events_from_thread, fold
+from tplog.protocol import model as m
+from tplog.protocol.json import from_builtins
 
 SPAWN = mp.get_context("spawn")
 

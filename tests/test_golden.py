@@ -19,13 +19,13 @@ import msgspec
 import pytest
 
 import tplog
-from tplog._codec import FORMAT, FORMATS, Codec
-from tplog._events import EVENT_TYPES
-from tplog._fold import interrupts_of, items_from_events, pending_of, state_of
-from tplog._store import Store
-from tplog._verify import verify_store
 from tplog.backends.lmdb import projections as proj
 from tplog.backends.lmdb.keys import TKEY_SIZE, event_key, from_u64, tkey, u64
+from tplog.codec import FORMAT, FORMATS, PREFIX_SIZE, Codec, header_end, verified_header_end
+from tplog.events import EVENT_TYPES
+from tplog.projections.fold import interrupts_of, items_from_events, pending_of, state_of
+from tplog.store import Store
+from tplog.verify import verify_store
 
 GOLDEN = Path(__file__).parent / "golden"
 
@@ -201,3 +201,29 @@ def test_store_reads_golden_values(tmp_path: Path, version: int) -> None:
         assert rep.ok, rep.problems
     finally:
         s.close()
+
+
+@pytest.mark.parametrize("version", FORMATS)
+def test_the_rebuild_fast_path_checks_headers_as_the_codec_does(version: int) -> None:
+    """``verified_header_end`` (the rebuild's per-event header check) accepts exactly the sound
+    format-3 values; anything else goes to ``Codec.check_header``, which passes the older formats
+    and raises on damage, so no value is folded unchecked."""
+    codec = Codec()
+    records, _ = GOLDEN_SETS[version]
+    for rec in records:
+        key, value = rec["key"], rec["value"]
+        end = verified_header_end(key, value)
+        if version == 3:
+            assert end == header_end(value) == PREFIX_SIZE + int.from_bytes(value[10:12], "big")
+            assert codec.header_decoder.decode(value[PREFIX_SIZE:end]) == codec.header(value)
+        else:
+            assert end == 0
+        codec.check_header(key, value)  # every golden value is sound
+        other_key = key[:-1] + bytes([key[-1] ^ 1])  # the same value under another key
+        assert verified_header_end(other_key, value) == 0
+        assert verified_header_end(key, value[:PREFIX_SIZE + 3]) == 0  # truncated
+        bad = bytearray(value)
+        bad[PREFIX_SIZE] ^= 1  # the header's first byte
+        assert verified_header_end(key, bytes(bad)) == 0
+        with pytest.raises(tplog.CorruptionError):
+            codec.check_header(key, bytes(bad))

@@ -1,4 +1,4 @@
-"""Lossless JSON <-> model conversion (tplog._json) over generated threads."""
+"""Lossless JSON <-> model conversion (tplog.protocol.json) over generated threads."""
 
 from __future__ import annotations
 
@@ -10,9 +10,9 @@ import pytest
 from hypothesis import given
 from strategies import THREAD_SETTINGS, message_parts, threads, threads_v003
 
-from tplog._errors import InvalidInputError
-from tplog._json import from_builtins, from_json, to_builtins, to_json
-from tplog._model import (
+from tplog.errors import InvalidInputError
+from tplog.protocol.json import from_builtins, from_json, to_builtins, to_json
+from tplog.protocol.model import (
     UNSET,
     BinaryContent,
     ExtensionContent,
@@ -137,7 +137,7 @@ def test_unknown_field_on_known_object() -> None:
     assert p == TextPart(content="hi", extra={"x-score": 0.5, "meta:k": None})
 
 
-# --------------------------------------------------------------------------- bugs exposed in tplog._json
+# --------------------------------------------------------------------------- bugs exposed in tplog.protocol.json
 
 
 def _file_part(content: dict[str, Any]) -> dict[str, Any]:
@@ -145,7 +145,7 @@ def _file_part(content: dict[str, Any]) -> dict[str, Any]:
 
 
 def test_file_part_content_with_wrong_kind_is_not_silently_rewritten() -> None:
-    """BUG (tplog._json): FilePart.content is typed BinaryContent, a struct tagged ``kind``.
+    """BUG (tplog.protocol.json): FilePart.content is typed BinaryContent, a struct tagged ``kind``.
 
     ``_struct_converter`` never checks the tag value of a directly-typed tagged
     struct, so ``kind: "image-url"`` is accepted and re-encoded as
@@ -161,7 +161,7 @@ def test_file_part_content_with_wrong_kind_is_not_silently_rewritten() -> None:
 
 
 def test_file_part_content_without_kind_keeps_unknown_fields() -> None:
-    """BUG (tplog._json): with the tag field absent, the extra-field shortcut
+    """BUG (tplog.protocol.json): with the tag field absent, the extra-field shortcut
     ``len(value) > len(kwargs) + 1`` assumes the tag is present and drops one
     unknown field (here ``x-vendor``) silently; ``kind`` is also invented on output."""
     doc = _file_part({"data": "AA==", "media_type": "image/png", "x-vendor": 1})

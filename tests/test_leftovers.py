@@ -29,13 +29,13 @@ import rfc8785
 from hypothesis import example, given
 from hypothesis import strategies as st
 
-from tplog import _model as m
-from tplog._canonical import IntegerDomainError, canonical_json, hash_json, thread_hash
-from tplog._cli import main
-from tplog._errors import InvalidInputError, TplogError
-from tplog._json import from_builtins, from_json, to_builtins
-from tplog._validate import validate
-from tplog._versions import downgrade, upgrade
+from tplog.cli import main
+from tplog.errors import InvalidInputError, TplogError
+from tplog.protocol import model as m
+from tplog.protocol.canonical import IntegerDomainError, canonical_json, hash_json, thread_hash
+from tplog.protocol.json import from_builtins, from_json, to_builtins
+from tplog.protocol.validate import validate
+from tplog.protocol.versions import downgrade, upgrade
 
 ROOT = Path(__file__).resolve().parent.parent
 FIXTURES = Path(__file__).resolve().parent / "integrations" / "fixtures"
@@ -63,9 +63,9 @@ def test_cli_import_vercel_stream_keeps_deferred_kinds(tmp_path: Path) -> None:
     """
     import pydantic_ai  # noqa: F401  # a declared test dependency: missing, the test fails
 
-    from tplog._events import AgentTurnCompleted
-    from tplog._fold import fold
+    from tplog.events import AgentTurnCompleted
     from tplog.integrations.importers import load_events
+    from tplog.projections.fold import fold
 
     run = json.loads((FIXTURES / "deferred.json").read_text())["runs"][0]
     stream, body = tmp_path / "stream.sse", tmp_path / "body.json"

@@ -21,8 +21,7 @@ from conftest import ToyStore as Store
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tplog import _model as m
-from tplog._events import (
+from tplog.events import (
     AgentRegistered,
     AgentTurnCompleted,
     AgentTurnInterrupted,
@@ -34,13 +33,14 @@ from tplog._events import (
     ThreadStarted,
     UserTurnSubmitted,
 )
-from tplog._fold import (
+from tplog.projections.fold import (
     InterruptState,
     PendingState,
     interrupts,
     items_from_events,
     pending,
 )
+from tplog.protocol import model as m
 
 T0 = "2025-01-20T10:00:00Z"
 
@@ -253,7 +253,7 @@ def test_pending_is_the_same_for_split_appends(put: Any) -> None:
 
 
 def test_pending_of_unknown_thread_is_not_found(put: Any) -> None:
-    from tplog._errors import NotFoundError
+    from tplog.errors import NotFoundError
 
     s, _, _ = put()
     with pytest.raises(NotFoundError):

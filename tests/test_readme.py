@@ -22,6 +22,8 @@ Conventions (the README's fences, by info string):
   ``--port N``), so the README can say ``8000`` while the test never depends on that port being free.
 - ```` ```sh ````: the two ``make`` commands, which build virtual environments: they are not run; the
   test checks that each named target exists in the Makefile.
+- ```` ```LANG file=PATH ````: a file of the repository, shown whole: the block must be exactly that
+  file (a test runs it, e.g. tests/aisdk/test_usechat_page.py runs the ``useChat`` page).
 - Any other fence is an error (everything the README shows is run or checked).
 
 Expected output is compared line by line after stripping trailing whitespace and trailing blank lines;
@@ -186,7 +188,15 @@ class ReadmeRun:
         self.namespace: dict[str, object] | None = None
 
     def run(self, block: Block) -> None:
-        if block.lang == "python":
+        files = [w[len("file="):] for w in block.info.split()[1:] if w.startswith("file=")]
+        if files:
+            path = ROOT / files[0]
+            assert path.is_file(), f"README.md:{block.line}: the block shows {files[0]}, which does not exist"
+            if _normalize(block.body) != _normalize(path.read_text()):  # exact: no ... wildcards here
+                diff = "\n".join(difflib.unified_diff(block.body.splitlines(), path.read_text().splitlines(),
+                                                      "README", files[0], lineterm=""))
+                raise AssertionError(f"README.md:{block.line}: the block is not {files[0]}:\n{diff}")
+        elif block.lang == "python":
             self.python(block)
         elif block.lang == "console":
             self.console(block)

@@ -18,17 +18,17 @@ import pytest
 from conftest import ToyStore as Store
 from conftest import user
 
-from tplog import _model as m
-from tplog._cli import main
-from tplog._errors import InvalidInputError, RebuildInProgressError, RebuildRequiredError
-from tplog._events import (
+from tplog.backends.lmdb import projections as proj
+from tplog.cli import main
+from tplog.errors import InvalidInputError, RebuildInProgressError, RebuildRequiredError
+from tplog.events import (
     AgentTurnCompleted,
     AgentTurnStarted,
     LinkAdded,
     MessageRecorded,
     ThreadStarted,
 )
-from tplog.backends.lmdb import projections as proj
+from tplog.protocol import model as m
 
 T = "2025-01-20T10:00:00Z"
 
@@ -185,9 +185,9 @@ def test_verify_names_a_corrupted_event(tmp_path: Path, capsys: pytest.CaptureFi
 
 _APPENDER = """
 import sys, uuid
-from tplog import _model as m
-from tplog._events import ThreadStarted, LinkAdded, AgentTurnStarted, MessageRecorded, AgentTurnCompleted
-from tplog._store import Store
+from tplog.protocol import model as m
+from tplog.events import ThreadStarted, LinkAdded, AgentTurnStarted, MessageRecorded, AgentTurnCompleted
+from tplog.store import Store
 path, parent, n = sys.argv[1], sys.argv[2], int(sys.argv[3])
 T = "2025-01-20T10:00:00Z"
 with Store(path, durability="relaxed", check_rules=False) as s:  # toy data: agent "a" is not registered
@@ -229,7 +229,7 @@ def test_rebuild_verify_while_another_process_appends(tmp_path: Path) -> None:
     with Store(path) as s:
         assert len(s.children(parent)) == 20 + n
         assert all(r.differences == [] for r in s.rebuild(verify=True))
-        from tplog._verify import verify_store
+        from tplog.verify import verify_store
 
         rep = verify_store(s)
         assert rep.ok, rep.problems
@@ -317,7 +317,7 @@ _HOLDER = """
 import sys, time
 from pathlib import Path
 from tplog.backends.lmdb import projections as proj
-from tplog._store import Store
+from tplog.store import Store
 path, flag = sys.argv[1], Path(sys.argv[2])
 with Store(path) as s:
     def progress(done, total):
@@ -509,7 +509,7 @@ def test_verify_during_a_rebuild_skips_that_projection_check(tmp_path: Path,
 
 
 def _verify_problems(s: Store) -> list[str]:
-    from tplog._verify import verify_store
+    from tplog.verify import verify_store
 
     return verify_store(s).problems
 
@@ -577,7 +577,7 @@ def test_changed_projection_values_are_reported_and_rebuild_restores_them(tmp_pa
 
 def test_verify_reports_a_wrong_blob_reference_count(tmp_path: Path) -> None:
     from tplog import Limits
-    from tplog._codec import blob_refcount, blob_with_refcount
+    from tplog.codec import blob_refcount, blob_with_refcount
 
     tid = str(uuid.uuid4())
     big = "x" * 5000
@@ -648,8 +648,8 @@ def test_verify_names_each_kind_of_damage_exactly(tmp_path: Path, what: str) -> 
         s.append(tid, [start(tid), user("one"), user("two")])
         assert _verify_problems(s) == []
         _damage(s, tid, what)
-        from tplog._verify import verify_store
         from tplog.backends.lmdb.keys import tkey
+        from tplog.verify import verify_store
 
         nowhere = tkey("nowhere").hex()
         expected = {

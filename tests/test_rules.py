@@ -29,9 +29,8 @@ from strategies import THREAD_SETTINGS, threads
 from test_validate import A1, A2, T1, base
 
 import tplog
-from tplog import _model as m
-from tplog._errors import InvalidEventError, InvalidInputError, ValidationError
-from tplog._events import (
+from tplog.errors import InvalidEventError, InvalidInputError, ValidationError
+from tplog.events import (
     AgentRegistered,
     AgentTurnCompleted,
     AgentTurnInterrupted,
@@ -41,10 +40,11 @@ from tplog._events import (
     ThreadStarted,
     UserTurnSubmitted,
 )
-from tplog._fold import events_from_thread, fold
-from tplog._json import from_builtins, to_json
-from tplog._store import Store, ThreadHead, _head_dec
-from tplog._validate import RULES, thread_id_for, validate
+from tplog.projections.fold import events_from_thread, fold
+from tplog.protocol import model as m
+from tplog.protocol.json import from_builtins, to_json
+from tplog.protocol.validate import RULES, thread_id_for, validate
+from tplog.store import Store, ThreadHead, _head_dec
 
 T0 = "2025-01-20T10:00:00Z"
 
@@ -444,7 +444,7 @@ def test_thread_id_for() -> None:
     # the same ids as the server's chat-id mapping (one namespace)
     assert thread_id_for("chat-1") == str(uuid.uuid5(uuid.UUID("6f2c8a54-3d1b-5e7a-9c40-7b1d2e3f4a50"), "chat-1"))
     a = thread_id_for("chat-1")
-    assert tplog._validate.is_uuid(a) and a == thread_id_for("chat-1") != thread_id_for("chat-2")
+    assert tplog.protocol.validate.is_uuid(a) and a == thread_id_for("chat-1") != thread_id_for("chat-2")
     assert uuid.UUID(a).version == 5
     for bad in ("", None, 3):
         with pytest.raises(InvalidInputError):

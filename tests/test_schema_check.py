@@ -17,10 +17,10 @@ from hypothesis import strategies as st
 from strategies import THREAD_SETTINGS, json_values, threads
 
 from tplog import MessageRecorded, ThreadStarted
-from tplog import _model as m
-from tplog._codec import Codec
-from tplog._fold import events_from_thread
-from tplog._json import from_builtins
+from tplog.codec import Codec
+from tplog.projections.fold import events_from_thread
+from tplog.protocol import model as m
+from tplog.protocol.json import from_builtins
 
 _codec = Codec()
 

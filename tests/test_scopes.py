@@ -8,16 +8,16 @@ from pathlib import Path
 import pytest
 from conftest import ToyStore as Store
 
-from tplog import _model as m
-from tplog._errors import InvalidInputError, NotFoundError
-from tplog._events import (
+from tplog.errors import InvalidInputError, NotFoundError
+from tplog.events import (
     AgentTurnCompleted,
     AgentTurnStarted,
     LinkAdded,
     MessageRecorded,
     ThreadStarted,
 )
-from tplog._verify import verify_store
+from tplog.protocol import model as m
+from tplog.verify import verify_store
 
 T = "2025-01-20T10:00:00Z"
 

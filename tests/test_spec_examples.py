@@ -9,7 +9,7 @@ are listed in NOT_EXTRACTED with the reason.
 
 Each example must:
 
-1. decode with ``tplog._json.from_builtins`` into the right model type (or fail
+1. decode with ``tplog.protocol.json.from_builtins`` into the right model type (or fail
    with the decode error its omissions imply, at the stated path);
 2. re-encode with ``to_builtins`` to JSON equal to the fixture;
 3. validate with exactly the findings written in its record. Whole threads are
@@ -30,10 +30,10 @@ from typing import Any
 
 import pytest
 
-from tplog import _model as m
-from tplog._errors import InvalidInputError
-from tplog._json import from_builtins, to_builtins
-from tplog._validate import RULES, validate, validate_json
+from tplog.errors import InvalidInputError
+from tplog.protocol import model as m
+from tplog.protocol.json import from_builtins, to_builtins
+from tplog.protocol.validate import RULES, validate, validate_json
 
 FIXTURES = Path(__file__).parent / "fixtures" / "spec"
 

@@ -66,10 +66,10 @@ from tplog import (
     UserTurnSubmitted,
     WrongExpectedVersionError,
 )
-from tplog._codec import Limits
-from tplog._store import AppendResult
-from tplog._verify import verify_store
 from tplog.backends.lmdb.keys import event_key, tkey
+from tplog.codec import Limits
+from tplog.store import AppendResult
+from tplog.verify import verify_store
 
 
 def event_ids_stored(store: Store, eids: list[str]) -> list[bool]:
@@ -328,17 +328,25 @@ def test_global_log_order_across_interleaved_appends(store: Store, rng: random.R
         h = store.head(n)
         assert h.version == len(thread) and h.last_position == thread[-1].position
     # read_all paging and read() windows
-    assert store.read_all(start=10, limit=7) == log[9:16]
-    assert store.read_all(start=len(log) + 1) == []
+    assert store.read_all(after=9, limit=7) == log[9:16]
+    assert store.read_all(after=log[15].position, limit=7) == log[16:23]  # the next page
+    assert store.read_all(after=len(log)) == []
     t0 = store.read(names[0])
     assert store.read(names[0], direction="backward") == t0[::-1]
-    assert store.read(names[0], start=2, limit=2) == t0[1:3]
-    assert store.read(names[0], start=2, direction="backward") == t0[:2][::-1]
+    assert store.read(names[0], after=1, limit=2) == t0[1:3]
+    assert store.read(names[0], after=t0[2].seq, limit=2) == t0[3:5]  # the next page
+    assert store.read(names[0], after=3, direction="backward") == t0[:2][::-1]
+    assert store.read(names[0], after=t0[0].seq, direction="backward") == []
     assert store.read(names[0], limit=0) == []
     with pytest.raises(InvalidInputError):
         store.read(names[0], direction="sideways")  # type: ignore[arg-type]
     with pytest.raises(InvalidInputError):
-        store.read(names[0], start=-1)
+        store.read(names[0], after=-1)
+    with pytest.raises(InvalidInputError, match="after must be None or an int"):
+        store.read(names[0], after="2")  # type: ignore[arg-type]
+    for bad in (-1, None, True):
+        with pytest.raises(InvalidInputError, match="after must be a log position"):
+            store.read_all(after=bad)  # type: ignore[arg-type]
     with pytest.raises(NotFoundError):
         store.read("never-existed")
 
@@ -521,7 +529,7 @@ def test_flipped_byte_is_detected(open_store: Callable[..., Store], tmp_path: Pa
     with pytest.raises(CorruptionError) as ei:
         s.read_all()
     assert (ei.value.thread_id, ei.value.seq) == ("t", 2)
-    assert [e.seq for e in s.read("t", start=3)] == [3]  # neighbours still readable
+    assert [e.seq for e in s.read("t", after=2)] == [3]  # neighbours still readable
     assert len(s.read("u")) == 2
 
 
@@ -599,7 +607,7 @@ def test_blob_changed_in_a_way_only_its_crc_can_tell_is_detected(open_store: Cal
     assert (ei.value.thread_id, ei.value.seq) == ("t", 2)
     with pytest.raises(CorruptionError, match="shared blob failed its CRC-32 check"):
         s.read_all()
-    assert [e.seq for e in s.read("t", start=3)] == [3]
+    assert [e.seq for e in s.read("t", after=2)] == [3]
     problems = verify_store(s).problems
     assert problems == ["shared blob failed its CRC-32 check (thread t, seq 2)"], problems
 
@@ -620,7 +628,7 @@ def test_event_body_changed_in_a_way_only_its_crc_can_tell_is_detected(open_stor
         s.read("t")
     with pytest.raises(CorruptionError, match=r"^stored value failed its CRC-32 check \(thread t, seq 2\)$"):
         s.read_all()
-    assert [e.seq for e in s.read("t", start=3)] == [3]
+    assert [e.seq for e in s.read("t", after=2)] == [3]
     assert verify_store(s).problems == ["stored value failed its CRC-32 check (thread t, seq 2)"]
 
 
@@ -641,7 +649,7 @@ def test_growth_from_a_tiny_map(open_store: Callable[..., Store], rng: random.Ra
     def reader() -> None:  # reads keep working while the map is resized under them
         try:
             while not stop.is_set():
-                s.read_all(start=max(1, s.last_position - 20))
+                s.read_all(after=max(0, s.last_position - 21))
         except BaseException as exc:
             reader_errors.append(exc)
 
@@ -988,10 +996,14 @@ def test_a_group_that_fails_outside_the_engine_fails_its_appends(tmp_path: Path)
     class Boom(HookedStore):
         stage = 0
 
+        holding = threading.Event()
+
         def _commit(self, batch: list[Any]) -> None:
-            if self.stage == 1:  # hold this group until 8 appends queue behind it
-                deadline = time.monotonic() + 10
-                while len(self._gc.queue) < 8 and time.monotonic() < deadline:
+            if self.stage == 1:  # hold this group (the first thread's alone) until 8 appends queue behind it
+                self.holding.set()
+                deadline = time.monotonic() + 60
+                while len(self._gc.queue) < 8:
+                    assert time.monotonic() < deadline, "the 8 appends never queued"
                     time.sleep(0.001)
                 self.stage = 2
             elif self.stage == 2:  # the group of those 8
@@ -1012,11 +1024,12 @@ def test_a_group_that_fails_outside_the_engine_fails_its_appends(tmp_path: Path)
                 outcome[i] = exc
 
         ts = [threading.Thread(target=one, args=(i,)) for i in range(9)]
-        for t in ts:
+        ts[0].start()
+        assert s.holding.wait(60)  # the first append leads a group of its own before the others start
+        for t in ts[1:]:
             t.start()
-            time.sleep(0.01 if t is ts[0] else 0)
         for t in ts:
-            t.join(30)
+            t.join(60)
         assert not any(t.is_alive() for t in ts)
         failed = [i for i, e in outcome.items() if e is not None]
         assert all(isinstance(outcome[i], RuntimeError) for i in failed) and len(failed) == 8
@@ -1025,10 +1038,13 @@ def test_a_group_that_fails_outside_the_engine_fails_its_appends(tmp_path: Path)
 
 
 class _Staged(HookedStore):
-    """Commit groups held until enough appends queue behind them: group 1 is ``u0``
-    alone, group 2 is ``u1``..``u4``, group 3 is ``u5``, ``u6``. ``fail`` makes group 3
-    raise before it reaches the engine; else its transaction, once built, stays open
-    until the four callers of group 2 have returned (at most 10 s)."""
+    """Commit groups staged by conditions, not by timing: group 1 is ``u0`` alone (it
+    waits until ``u1``..``u4`` have queued behind it), group 2 is ``u1``..``u4`` (its
+    transaction, once built — which lets appenders through the gate — commits only
+    after ``u5``, ``u6`` have queued), group 3 is ``u5``, ``u6``. ``fail`` makes group
+    3 raise before it reaches the engine; else its transaction, once built, stays open
+    until the four callers of group 2 have returned. Each wait fails loudly after a
+    minute instead of going on with another grouping."""
 
     fail = False
 
@@ -1038,25 +1054,23 @@ class _Staged(HookedStore):
         self.told = 0  # callers of group 2 returned
         self.told_at: tuple[int, int] | None = None  # (before, after) group 3's build
 
-    def _commit(self, batch: list[Any]) -> None:
-        self.groups += 1
-        want = {1: 4, 2: 2}.get(self.groups)
-        deadline = time.monotonic() + 10
-        while want is not None and len(self._gc.queue) < want and time.monotonic() < deadline:
+    @staticmethod
+    def _until(cond: Callable[[], bool], what: str) -> None:
+        deadline = time.monotonic() + 60
+        while not cond():
+            if time.monotonic() > deadline:
+                raise AssertionError(f"staging: gave up waiting for {what}")
             time.sleep(0.001)
-        if self.groups != 3:
-            return super()._commit(batch)
-        if self.fail:
-            raise RuntimeError("boom")
+
+    def _holding(self, batch: list[Any], after_build: Callable[[], None],
+                 before_build: Callable[[], None] = lambda: None) -> None:
         run_write = self.engine.run_write
 
         def held(fn: Any) -> Any:
             def build(txn: Any) -> Any:
-                before = self.told
+                before_build()
                 out = fn(txn)
-                while self.told < 4 and time.monotonic() < deadline + 10:
-                    time.sleep(0.001)
-                self.told_at = (before, self.told)
+                after_build()
                 return out
 
             return run_write(build)
@@ -1066,6 +1080,26 @@ class _Staged(HookedStore):
             super()._commit(batch)
         finally:
             self.engine.run_write = run_write  # type: ignore[method-assign]
+
+    def _commit(self, batch: list[Any]) -> None:
+        self.groups += 1
+        if self.groups == 1:
+            self._until(lambda: len(self._gc.queue) >= 4, "u1..u4 to queue behind group 1")
+            return super()._commit(batch)
+        if self.groups == 2:
+            return self._holding(batch, lambda: self._until(lambda: len(self._gc.queue) >= 2,
+                                                            "u5, u6 to queue behind group 2"))
+        if self.groups != 3:
+            return super()._commit(batch)
+        if self.fail:
+            raise RuntimeError("boom")
+        before: list[int] = []
+
+        def told_all() -> None:
+            self._until(lambda: self.told >= 4, "group 2's callers to return")
+            self.told_at = (before[0], self.told)
+
+        return self._holding(batch, told_all, lambda: before.append(self.told))
 
 
 def _staged_appends(s: _Staged) -> dict[int, Any]:
@@ -1086,9 +1120,8 @@ def _staged_appends(s: _Staged) -> dict[int, Any]:
     for i, t in enumerate(ts):
         t.start()
         if i in (0, 4):  # u0's group, then u1..u4's, is taken before the next appends start
-            deadline = time.monotonic() + 10
-            while s.groups < (1 if i == 0 else 2) and time.monotonic() < deadline:
-                time.sleep(0.001)
+            want = 1 if i == 0 else 2
+            s._until(lambda want=want: s.groups >= want, f"group {want} to start")
     for t in ts:
         t.join(30)
     assert not any(t.is_alive() for t in ts), "an append was never told its result"
@@ -1174,7 +1207,7 @@ def test_deep_nesting_in_a_scalar_field_is_refused(open_store: Callable[..., Sto
 def test_generated_event_ids_are_uuid7_and_unique_across_threads_and_fork() -> None:
     """Ids draw their random bits from a per-thread os.urandom buffer: threads never
     share one, and a forked child gets fresh bytes instead of replaying its parent's."""
-    from tplog._store import new_event_id
+    from tplog.store import new_event_id
 
     first = new_event_id()  # this thread's buffer now holds unused random bytes
     r, w = os.pipe()
@@ -1225,8 +1258,8 @@ def test_iter_all_streams_the_global_log_in_chunks(tmp_path: Path, rng: random.R
         assert [e.position for e in log] != list(range(1, len(log) + 1))  # the gaps are there
         for chunk in (1, 3, 7, 256):
             assert list(s.iter_all(chunk=chunk)) == log, chunk
-        assert list(s.iter_all(start=log[20].position, chunk=5)) == log[20:]
-        assert list(s.iter_all(start=log[-1].position + 1)) == []
+        assert list(s.iter_all(after=log[19].position, chunk=5)) == log[20:]
+        assert list(s.iter_all(after=log[-1].position)) == []
 
         # events committed while iterating are included once their positions are reached
         it = s.iter_all(chunk=4)

@@ -63,7 +63,7 @@ def _tail(path: str, total: int, ready: Any, out: Any) -> None:
                 if got <= last:
                     raise TimeoutError(f"no new position after {last}")
                 wakeups += 1
-                for e in s.read_all(start=last + 1):
+                for e in s.read_all(after=last):
                     assert e.position == last + 1, (e.position, last)
                     seen.append((e.position, e.event_id))
                     last = e.position

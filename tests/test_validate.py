@@ -1,4 +1,4 @@
-"""tplog._validate: one test per rule, each breaking exactly that rule in an otherwise valid document.
+"""tplog.protocol.validate: one test per rule, each breaking exactly that rule in an otherwise valid document.
 
 Every test asserts the complete list of findings (severity, rule id, JSON path),
 so a rule that also fires elsewhere, or a rule that goes silent, fails the test.
@@ -15,11 +15,11 @@ from typing import Any
 import msgspec
 import pytest
 
-from tplog import _model as m
-from tplog import _validate
-from tplog._errors import InvalidInputError, ValidationError
-from tplog._json import from_builtins
-from tplog._validate import RULES, Finding, ValidationReport, parse_timestamp, validate, validate_json
+from tplog.errors import InvalidInputError, ValidationError
+from tplog.protocol import model as m
+from tplog.protocol import validate as _validate
+from tplog.protocol.json import from_builtins
+from tplog.protocol.validate import RULES, Finding, ValidationReport, parse_timestamp, validate, validate_json
 
 T1 = "550e8400-e29b-41d4-a716-446655440000"  # the thread
 T2 = "550e8400-e29b-41d4-a716-446655440001"  # a spawned thread

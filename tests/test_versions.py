@@ -9,10 +9,10 @@ import pytest
 from hypothesis import given
 from strategies import EVENT_TYPES_V003_NORMATIVE, EVENT_TYPES_V004_NORMATIVE, THREAD_SETTINGS, threads, threads_v003
 
-from tplog._errors import InvalidInputError
-from tplog._json import from_builtins, to_builtins
-from tplog._model import NORMATIVE_EVENT_TYPES, AgentTurn, Thread
-from tplog._versions import (
+from tplog.errors import InvalidInputError
+from tplog.protocol.json import from_builtins, to_builtins
+from tplog.protocol.model import NORMATIVE_EVENT_TYPES, AgentTurn, Thread
+from tplog.protocol.versions import (
     EVENT_TYPES_V003_TO_V004,
     EVENT_TYPES_V004_TO_V003,
     SUPPORTED_VERSIONS,

@@ -104,9 +104,9 @@ from tplog import (  # noqa: E402
     UserTurnSubmitted,
     to_builtins,
 )
-from tplog._codec import F_BLOB, Limits, stored_body  # noqa: E402
-from tplog._store import ThreadHead  # noqa: E402
 from tplog.backends.lmdb.keys import TKEY_SIZE, from_u64, tkey, u64  # noqa: E402
+from tplog.codec import F_BLOB, Limits, stored_body  # noqa: E402
+from tplog.store import ThreadHead  # noqa: E402
 
 # The on-disk layouts the checks read directly (tplog/FORMAT.md); kept here, not imported from
 # tplog's internals, so that the harness checks the format rather than trusting the code under test.

@@ -22,9 +22,7 @@ import uuid
 from pathlib import Path
 
 import tplog
-from tplog import _model as m
-from tplog._canonical import thread_hash
-from tplog._events import (
+from tplog.events import (
     AgentRegistered,
     AgentTurnCompleted,
     AgentTurnInterrupted,
@@ -34,7 +32,9 @@ from tplog._events import (
     ThreadStarted,
     UserTurnSubmitted,
 )
-from tplog._store import Store
+from tplog.protocol import model as m
+from tplog.protocol.canonical import thread_hash
+from tplog.store import Store
 
 AGENT = "7d9f3c2e-0000-4000-8000-000000000001"
 MARKER = ".made-by-tplog-demo"

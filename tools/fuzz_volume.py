@@ -41,10 +41,10 @@ if str(ROOT) not in sys.path:  # runnable from a checkout without installing
     sys.path.insert(0, str(ROOT))
 
 from tplog import TplogError, from_json, to_json, validate_json  # noqa: E402
-from tplog._codec import HEADER_CRC_SEED, PREFIX_SIZE, SPLIT_CRC, Codec  # noqa: E402
-from tplog._fold import fold  # noqa: E402
+from tplog.codec import HEADER_CRC_SEED, PREFIX_SIZE, SPLIT_CRC, Codec  # noqa: E402
 from tplog.integrations.importers import load_events  # noqa: E402
 from tplog.integrations.vercel import assemble_turn  # noqa: E402
+from tplog.projections.fold import fold  # noqa: E402
 
 INTERESTING = [b"\x00", b"\xff", b'"', b"{", b"}", b"[", b"]", b",", b":", b"\\", b"\xc0", b"\xdb\xff\xff\xff\xff",
                b"\xdd\x7f\xff\xff\xff", b"\xcf\xff\xff\xff\xff\xff\xff\xff\xff", b"-1", b"1e999", b"null",
@@ -95,7 +95,7 @@ def _fixtures() -> list[dict[str, Any]]:
 def _threads() -> list[list[Any]]:
     import msgspec
 
-    from tplog._events import Event
+    from tplog.events import Event
 
     return [msgspec.convert(fx["events"], list[Event]) for fx in _fixtures()]
 

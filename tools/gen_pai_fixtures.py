@@ -31,9 +31,9 @@ from pydantic_ai.exceptions import CallDeferred
 from pydantic_ai.messages import ModelMessagesTypeAdapter, ModelResponse
 from pydantic_ai.models.function import AgentInfo, DeltaThinkingPart, DeltaToolCall, FunctionModel
 
-from tplog._fold import fold
 from tplog.integrations.pydantic_ai import ThreadRecorder, history_from_thread
 from tplog.integrations.vercel import CHAT_ID_KEY, recorded_vercel_stream, thread_id_for_chat
+from tplog.projections.fold import fold
 
 HANG: asyncio.Event | None = None
 

@@ -22,7 +22,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from tplog import AgentTurnStarted, MessageRecorded, Store, ThreadStarted
-from tplog import _model as m
+from tplog.protocol import model as m
 
 
 def main() -> int:

@@ -65,8 +65,8 @@ from tplog import (  # noqa: E402
     VideoUrl,
     to_builtins,
 )
-from tplog._codec import FORMAT, Codec, Limits  # noqa: E402
 from tplog.backends.lmdb.keys import event_key, tkey  # noqa: E402
+from tplog.codec import FORMAT, Codec, Limits  # noqa: E402
 
 THREAD_ID = "8f14e45f-ceea-467f-a1b2-c3d4e5f60718"
 RECORDED_AT = 1_737_367_200_000_000_000  # 2025-01-20T10:00:00Z in ns

@@ -25,11 +25,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 
 from conftest import started, user
 
-from tplog._codec import Codec
-from tplog._events import UserTurnSubmitted
-from tplog._store import new_event_id
 from tplog.backends.contract import ThreadAppend
 from tplog.backends.postgres import PostgresRecorder
+from tplog.codec import Codec
+from tplog.events import UserTurnSubmitted
+from tplog.store import new_event_id
 
 codec = Codec()
 

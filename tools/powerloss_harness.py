@@ -126,6 +126,8 @@ def worker(store_dir: str, wid: int, threads: int, seed: int, durability: str, s
         emit({"error": f"{type(exc).__name__}: {exc}"})
         os._exit(3)
     backups = Path(store_dir).parent / "backups"
+    # a backup-heavy workload (TPLOG_PL_BACKUP_RATE: the share of thread 0's appends that back up instead)
+    extra_backups = float(os.environ.get("TPLOG_PL_BACKUP_RATE", "0"))
     (Path(store_dir).parent / f"ready-{wid}").touch()  # the harness cuts once a worker is this far
 
     def run_thread(ti: int) -> None:
@@ -150,7 +152,8 @@ def worker(store_dir: str, wid: int, threads: int, seed: int, durability: str, s
                     store.sync()
                     emit({"sync_ack": 1})
                     continue
-                if r < 0.097 and ti == 0 and not deterministic:
+                if ti == 0 and not deterministic and (r < 0.097 or (r >= 0.105 and extra_backups
+                                                                      and random.random() < extra_backups)):
                     dest = backups / f"b-{wid}-{seed}-{step}"
                     backups.mkdir(exist_ok=True)
                     emit({"backup_try": str(dest)})
@@ -334,7 +337,7 @@ def _read_store(path: str) -> tuple[dict[str, tuple[str, int, int]], dict[str, A
 
 
 def _store_sound(path: str, tally: Tally, label: str) -> None:
-    from tplog._verify import verify_store
+    from tplog.verify import verify_store
 
     with Store(path, auto_dictionary=0, check_rules=False) as s:
         rep = verify_store(s)
@@ -345,18 +348,25 @@ def _store_sound(path: str, tally: Tally, label: str) -> None:
 
 
 def check(path: str, msgs: list[dict[str, Any]], known: Known, durability: str,
-          threads_per_worker: int, tally: Tally, label: str) -> None:
-    """Check the store at ``path`` after a cut against what the workers printed."""
+          threads_per_worker: int, tally: Tally, label: str, probe: bool = False) -> None:
+    """Check the store at ``path`` after a cut against what the workers printed. ``probe``
+    (a broken durability setting: the file may be damaged): open and read it in a child
+    first, since LMDB may read past the end of a damaged file (SIGBUS)."""
+    if probe:
+        p = subprocess.run([sys.executable, str(Path(__file__).resolve()), path, "--check-backup"],
+                           input=b"[]", capture_output=True, timeout=300)
+        if p.returncode < 0:
+            tally.problems.append(f"{label}: store unusable after the cut: reading it killed the reader "
+                                  f"(signal {-p.returncode})")
+            return
     try:
         present, bodies, last_pos = _read_store(path)
         _store_sound(path, tally, label)
     except Exception as exc:  # untyped ones too: a problem to report, not a harness crash
+        # A new store's file is created whole (built aside, flushed, renamed in), so even a cut
+        # during its first commit leaves one that opens.
         if not any("ack" in m or "del_ack" in m for m in msgs) and "MDB_INVALID" in str(exc):
-            # LMDB writes a new file's two meta pages unflushed; cut before its first commit's
-            # flush, a disk may keep a data page but not them. Nothing was acknowledged.
             tally.fresh_store_unopenable += 1
-            known.events = {}
-            return
         tally.problems.append(f"{label}: store unusable after the cut: {type(exc).__name__}: {exc}")
         return
     deleted_acked = {m["del_ack"] for m in msgs if "del_ack" in m}
@@ -551,7 +561,8 @@ def run_random(workdir: str, cuts: int, *, seed: int = 0, mode: str = "mixed", d
             mount.unmount()
             raise
         if (backing / "store").exists():
-            check(str(backing / "store"), msgs, known, dur, tpw, tally, f"round {r} ({dur}, {m})")
+            check(str(backing / "store"), msgs, known, dur, tpw, tally, f"round {r} ({dur}, {m})",
+                  probe=broken is not None)
         if log:
             log(f"round {r}: {dur}/{m} {len(msgs)} lines, {tally.cuts} cuts, {tally.acked_events_checked} "
                 f"acked checked, lost {tally.lost}, torn {tally.torn}, problems {len(tally.problems)}")
@@ -591,7 +602,8 @@ def run_boundaries(workdir: str, *, seed: int = 0, steps: int = 5, modes: tuple[
             mount.unmount()
             raise
         if (backing / "store").exists():
-            check(str(backing / "store"), msgs, Known(), durability, 1, tally, f"cut before op {n}/{total}")
+            check(str(backing / "store"), msgs, Known(), durability, 1, tally, f"cut before op {n}/{total}",
+                  probe=broken is not None)
         tally.workers += 1
         if log:
             log(f"cut before op {n}/{total}: {len(msgs)} lines, lost {tally.lost}, problems {len(tally.problems)}")

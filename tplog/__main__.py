@@ -1,5 +1,5 @@
 """``python -m tplog`` runs the ``tplog`` command line."""
 
-from tplog._cli import main
+from tplog.cli import main
 
 raise SystemExit(main())

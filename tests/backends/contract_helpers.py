@@ -15,12 +15,12 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from tplog._codec import Codec, Encoded
-from tplog._events import Event, ThreadDeleted
-from tplog._store import new_event_id
 from tplog.backends.contract import ANY, ExpectedVersion, Recorder, ThreadAppend
 from tplog.backends.lmdb import LmdbRecorder
 from tplog.backends.memory import MemoryRecorder
+from tplog.codec import Codec, Encoded
+from tplog.events import Event, ThreadDeleted
+from tplog.store import new_event_id
 
 _codec = Codec()
 

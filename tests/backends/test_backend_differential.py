@@ -32,10 +32,10 @@ from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import Bundle, RuleBasedStateMachine, initialize, invariant, rule, run_state_machine_as_test
 
-from tplog import _model as m
-from tplog._errors import TplogError
-from tplog._events import Event, MessageRecorded
 from tplog.backends.contract import Recorder, ThreadAppend
+from tplog.errors import TplogError
+from tplog.events import Event, MessageRecorded
+from tplog.protocol import model as m
 
 EXAMPLES_ENV = __import__("os").environ.get("TPLOG_DIFF_EXAMPLES")
 EXAMPLES = int(EXAMPLES_ENV or "2000")

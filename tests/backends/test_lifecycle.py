@@ -1,7 +1,7 @@
 """Thread lifecycle on every backend (memory, lmdb, postgres): find threads by what they are.
 
 ``Store`` over each backend, since the filters are checked in the facade and
-answered by the backend's indexes (tplog._lifecycle, tplog.backends.lmdb.finder,
+answered by the backend's indexes (tplog.lifecycle, tplog.backends.lmdb.finder,
 the PostgreSQL heads columns).
 """
 
@@ -20,9 +20,9 @@ import pytest
 from conftest import T, agent_start, completed, exchange, link, register, response, started, user
 
 from tplog import Store
-from tplog import _model as m
-from tplog._errors import InvalidInputError
-from tplog._events import AgentTurnCompleted, AgentTurnInterrupted, ThreadInfoChanged
+from tplog.errors import InvalidInputError
+from tplog.events import AgentTurnCompleted, AgentTurnInterrupted, ThreadInfoChanged
+from tplog.protocol import model as m
 
 BACKENDS = ["memory", "lmdb", "postgres"]
 _schemas = itertools.count()
@@ -218,7 +218,7 @@ def test_bad_filters_are_typed_errors(store: Store, filters: dict[str, Any], nam
 
 
 def test_head_lifecycle_fields_are_the_same_on_every_backend(tmp_path: Path) -> None:
-    """The derived fields come from one function (tplog._lifecycle.note): equal heads everywhere."""
+    """The derived fields come from one function (tplog.lifecycle.note): equal heads everywhere."""
     def heads(s: Store) -> list[Any]:
         fixed = {"idle": str(uuid.UUID(int=1)), "approval": str(uuid.UUID(int=2))}
         s.append(fixed["idle"], [started(fixed["idle"], title="A", metadata={"k": [1, 2]}), register("w"),
@@ -278,7 +278,7 @@ def test_fork_is_the_prefix_with_a_spawned_from_link(store: Store) -> None:
     assert store.children(child) == [grand]
     assert store.descendants(parent) == [(child, 1), (grand, 2)]
     # The parent cannot go while its forks read it; cascade takes the forks with it.
-    from tplog._errors import HasForksError
+    from tplog.errors import HasForksError
 
     with pytest.raises(HasForksError) as refused:
         store.delete_thread(parent)
@@ -311,12 +311,12 @@ def test_fork_reads_like_a_copy(store: Store) -> None:
         c = copy_by_append(store, f)
         fv, cv = store.head(f).version, store.head(c).version
         assert fv == cv == at + 4
-        for start in (None, 1, 2, 3, at, at + 1, at + 2, fv):
+        for after in (None, 0, 1, 2, at - 1, at, at + 1, fv - 1, fv, fv + 1):
             for limit in (None, 1, 2, 5):
                 for direction in ("forward", "backward"):
-                    got = store.read(f, start=start, limit=limit, direction=direction)  # type: ignore[arg-type]
-                    want = store.read(c, start=start, limit=limit, direction=direction)  # type: ignore[arg-type]
-                    where = (at, start, limit, direction)
+                    got = store.read(f, after=after, limit=limit, direction=direction)  # type: ignore[arg-type]
+                    want = store.read(c, after=after, limit=limit, direction=direction)  # type: ignore[arg-type]
+                    where = (at, after, limit, direction)
                     assert [e.seq for e in got] == [e.seq for e in want], where
                     assert [e.event for e in got if e.seq > 1] == [e.event for e in want if e.seq > 1], where
                     assert all(e.thread_id == f for e in got)
@@ -348,7 +348,7 @@ def test_forks_of_forks_100_deep(store: Store) -> None:
     assert [t.parts[0].content for t in last.turns[::2]][:3] == ["q0", "q1", "q2"]  # type: ignore[union-attr]
     copy = copy_by_append(store, chain[-1])
     assert thread_hash(msgspec.structs.replace(store.export(copy), thread_id=chain[-1])) == thread_hash(last)
-    assert [e.seq for e in store.read(chain[-1], start=3, limit=4)] == [3, 4, 5, 6]
+    assert [e.seq for e in store.read(chain[-1], after=2, limit=4)] == [3, 4, 5, 6]
     assert store.descendants(root, max_depth=3) == [(chain[1], 1), (chain[2], 2), (chain[3], 3)]
     store.delete_thread(root, cascade=True)
     assert not any(store.exists(t) for t in chain)
@@ -356,7 +356,7 @@ def test_forks_of_forks_100_deep(store: Store) -> None:
 
 
 def test_fork_bad_input_writes_nothing(store: Store) -> None:
-    from tplog._errors import NotFoundError, ThreadDeletedError, WrongExpectedVersionError
+    from tplog.errors import NotFoundError, ThreadDeletedError, WrongExpectedVersionError
 
     parent, other, gone = tid(), tid(), tid()
     conversation(store, parent)
@@ -432,7 +432,7 @@ def test_prune_by_age_and_count_leaves_tombstones_and_a_report(store: Store) -> 
     assert cursor is None and [r.report_thread_id for r in reports] == [rep2.report_thread_id, rep.report_thread_id]
     assert [len(r.removed) for r in reports] == [2, 3] and not reports[0].dry_run
     # Reports are never pruned themselves, and a policy removing everything needs confirmation.
-    from tplog._errors import ConfirmationRequiredError
+    from tplog.errors import ConfirmationRequiredError
 
     last = store.last_position
     with pytest.raises(ConfirmationRequiredError):

@@ -18,17 +18,17 @@ import pytest
 from conftest import T, agent_start, completed, exchange, link, register, spawn_message, started, user
 
 from tplog import AsyncStore, Store, thread_hash
-from tplog import _model as m
-from tplog._errors import (
+from tplog.backends.lmdb import LmdbRecorder
+from tplog.backends.memory import MemoryRecorder
+from tplog.errors import (
     InvalidEventError,
     InvalidInputError,
     StoreClosedError,
     ThreadDeletedError,
     WrongExpectedVersionError,
 )
-from tplog._events import MessageRecorded
-from tplog.backends.lmdb import LmdbRecorder
-from tplog.backends.memory import MemoryRecorder
+from tplog.events import MessageRecorded
+from tplog.protocol import model as m
 
 
 def scenario(s: Store) -> list[Any]:
@@ -51,8 +51,8 @@ def scenario(s: Store) -> list[Any]:
     out.append((dup.duplicate, dup.first_position))
     out.append([(e.thread_id, e.seq, e.position, e.event_id if e.event_id == "a0" else "", e.event)
                 for e in s.read_all()])
-    out.append([e.seq for e in s.read(a, start=3, limit=2)])
-    out.append([e.seq for e in s.read(a, start=5, direction="backward", limit=3)])
+    out.append([e.seq for e in s.read(a, after=2, limit=2)])
+    out.append([e.seq for e in s.read(a, after=6, direction="backward", limit=3)])
     out.append(thread_hash(s.thread(a)))
     out.append(s.load(a).in_progress is not None)
     out.append(s.pending(a))

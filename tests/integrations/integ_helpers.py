@@ -8,7 +8,7 @@ from typing import Any
 
 import msgspec
 
-from tplog._events import Event
+from tplog.events import Event
 
 FIXTURES = Path(__file__).parent / "fixtures"
 FIXTURE_FILES = sorted(FIXTURES.glob("*.json"))

@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from tplog import Store, thread_hash, validate
-from tplog import _model as m
 from tplog.integrations import demo
+from tplog.protocol import model as m
 
 ROOT = Path(__file__).resolve().parents[2]
 

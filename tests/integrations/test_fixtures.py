@@ -14,17 +14,13 @@ from integ_helpers import FIXTURE_FILES, load_fixture
 from pydantic_ai.messages import ModelMessagesTypeAdapter
 
 from tplog import InvalidInputError, to_builtins
-from tplog import _model as m
-from tplog._canonical import thread_hash
-from tplog._events import (
+from tplog.events import (
     AgentTurnCompleted,
     AgentTurnInterrupted,
     AgentTurnStarted,
     MessageRecorded,
     UserTurnSubmitted,
 )
-from tplog._fold import fold, items_from_events, pending
-from tplog._validate import validate
 from tplog.integrations.importers import load_events
 from tplog.integrations.pydantic_ai import events_from_messages, history_from_thread
 from tplog.integrations.vercel import (
@@ -34,6 +30,10 @@ from tplog.integrations.vercel import (
     client_tool_results,
     parse_sse,
 )
+from tplog.projections.fold import fold, items_from_events, pending
+from tplog.protocol import model as m
+from tplog.protocol.canonical import thread_hash
+from tplog.protocol.validate import validate
 
 FIXTURES = {p.stem: p for p in FIXTURE_FILES}
 CANCELLED = {

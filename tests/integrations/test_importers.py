@@ -24,10 +24,8 @@ from pydantic_ai.ui.vercel_ai import VercelAIAdapter
 from pydantic_ai.ui.vercel_ai.request_types import UIMessage
 
 from tplog import InvalidInputError, Store, ValidationError, thread_hash, to_builtins, validate
-from tplog import _model as m
-from tplog._cli import main as cli
-from tplog._events import AgentTurnCompleted
-from tplog._fold import fold
+from tplog.cli import main as cli
+from tplog.events import AgentTurnCompleted
 from tplog.integrations.importers import (
     FORMATS,
     ImportFormatError,
@@ -39,6 +37,8 @@ from tplog.integrations.importers import (
 )
 from tplog.integrations.pydantic_ai import ThreadRecorder, history_from_thread
 from tplog.integrations.vercel import ChunkOrderError, MalformedChunkError, UnknownToolCallError, recorded_vercel_stream
+from tplog.projections.fold import fold
+from tplog.protocol import model as m
 
 FIXTURES = {p.stem: p for p in FIXTURE_FILES}
 

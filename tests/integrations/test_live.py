@@ -13,9 +13,7 @@ from pydantic_ai.models.function import AgentInfo, DeltaThinkingPart, FunctionMo
 from pydantic_ai.models.test import TestModel
 
 from tplog import InvalidInputError, Store
-from tplog import _model as m
-from tplog._events import AgentRegistered, AgentTurnInterrupted, LinkAdded, ThreadStarted
-from tplog._fold import fold
+from tplog.events import AgentRegistered, AgentTurnInterrupted, LinkAdded, ThreadStarted
 from tplog.integrations.pydantic_ai import (
     ThreadRecorder,
     events_from_messages,
@@ -30,6 +28,8 @@ from tplog.integrations.vercel import (
     VercelStreamError,
     assemble_turn,
 )
+from tplog.projections.fold import fold
+from tplog.protocol import model as m
 
 
 def run(coro: Any) -> Any:
@@ -568,7 +568,7 @@ def test_assembled_turn_that_breaks_message_order_is_refused() -> None:
 def test_plain_assembly_orders_messages_even_with_a_clock_going_back() -> None:
     """Messages (system messages from source/data chunks included) never get a time earlier than the
     messages recorded before them, whatever the clock says."""
-    from tplog._validate import validate
+    from tplog.protocol.validate import validate
 
     ticks = iter(f"2026-01-01T00:00:{s:02d}Z" for s in (30, 29, 20, 10, 5, 4, 3, 2, 1, 0))
     events = assemble_turn(

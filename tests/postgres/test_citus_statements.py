@@ -14,7 +14,7 @@ from pathlib import Path
 
 from tplog.backends.postgres.schema import DISTRIBUTED
 
-SOURCES = ["recorder.py", "rebuild.py"]
+SOURCES = ["recorder.py", "rebuild.py", "placement.py"]
 ROOT = Path(__file__).resolve().parents[2] / "tplog" / "backends" / "postgres"
 
 #: Statements allowed to fan out, by a snippet of their text, and why.
@@ -22,6 +22,7 @@ FAN_OUT = {
     "FROM heads WHERE scope = %s AND head IS NOT NULL": "threads(): a listing spans every log",
     "JOIN events e ON e.scope = x.s AND e.event_id = x.eid": "idempotency: an id is unique per scope, any log",
     "SELECT 1 FROM events WHERE scope = %s AND event_id = %s": "a tombstone's id, in any log",
+    "JOIN heads h ON h.scope = x.s AND h.tk = x.tk": "placement: which log a thread lives in (then cached)",
     "DELETE FROM links WHERE scope = %s AND source = %s": "a deleted source's links live in their targets' logs",
     "DELETE FROM children WHERE scope = %s AND child = %s": "a deleted child's rows live in its parents' logs",
     "DELETE FROM children WHERE scope = %s AND (child = %s OR parent = %s) AND flags = 0": "as above",

@@ -26,14 +26,14 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "backends"))
 from conftest import agent_start, completed, link, started, user
 from contract_helpers import part, tombstone
 
-from tplog._errors import InvalidInputError, WrongExpectedVersionError
 from tplog.backends.postgres import (
     LockTimeoutError,
     PostgresRecorder,
     PostgresUnavailableError,
     SchemaError,
 )
-from tplog.backends.postgres.schema import DISTRIBUTED
+from tplog.backends.postgres.schema import DISTRIBUTED, SCHEMA_VERSION
+from tplog.errors import InvalidInputError, WrongExpectedVersionError
 
 from .proxy import CommitLosingProxy
 
@@ -307,14 +307,12 @@ def test_multi_thread_appends_in_random_order_do_not_deadlock(pg_dsn: str,
     deadlocks = "SELECT deadlocks FROM pg_stat_database WHERE datname = current_database()"
     with psycopg.connect(pg_dsn, autocommit=True) as c:
         before = c.execute(deadlocks).fetchone()
-    t0 = time.monotonic()
     for w in ws:
         w.start()
     for w in ws:
         w.join(timeout=120)
     assert not any(w.is_alive() for w in ws), "writers hung"
     assert not errors, errors
-    assert time.monotonic() - t0 < 120
     time.sleep(0.6)  # the statistics collector's delay
     with psycopg.connect(pg_dsn, autocommit=True) as c:
         assert c.execute(deadlocks).fetchone() == before  # none detected (and retried away) either
@@ -359,21 +357,21 @@ def test_missing_older_and_newer_schema(pg_dsn: str, schema: str, open_rec: Call
     open_rec().close()
     with psycopg.connect(pg_dsn, autocommit=True, options=f"-c search_path={schema}") as c:
         c.execute("UPDATE meta SET value = '0' WHERE key = 'schema_version'")
-        with pytest.raises(SchemaError, match="version 0, older than 2; run `tplog migrate"):
+        with pytest.raises(SchemaError, match=f"version 0, older than {SCHEMA_VERSION}; run `tplog migrate"):
             PostgresRecorder(pg_dsn, schema=schema)
         with pytest.raises(SchemaError, match="no upgrade"):
             PostgresRecorder(pg_dsn, schema=schema, migrate=True)
         c.execute("UPDATE meta SET value = '99' WHERE key = 'schema_version'")
         with pytest.raises(SchemaError, match="newer than this tplog understands"):
             PostgresRecorder(pg_dsn, schema=schema)
-        c.execute("UPDATE meta SET value = '2' WHERE key = 'schema_version'")
+        c.execute("UPDATE meta SET value = %s WHERE key = 'schema_version'", (str(SCHEMA_VERSION),))
     with pytest.raises(SchemaError, match="keeps 1 logs, not 4"):
         PostgresRecorder(pg_dsn, schema=schema, logs=4)
 
 
-def test_migrate_1_to_2_adds_the_finder_columns(pg_dsn: str, schema: str,
+def test_migrate_2_to_3_adds_the_finder_columns(pg_dsn: str, schema: str,
                                                 open_rec: Callable[..., PostgresRecorder]) -> None:
-    """A version 1 schema (no activity/agents columns) is upgraded by migrate=True; filtered listings then work."""
+    """A version 2 schema (no activity/agents columns) is upgraded by migrate=True; filtered listings then work."""
     from tplog import Store
 
     open_rec().close()
@@ -381,8 +379,8 @@ def test_migrate_1_to_2_adds_the_finder_columns(pg_dsn: str, schema: str,
         c.execute("DROP INDEX heads_activity")
         c.execute("DROP INDEX heads_agents")
         c.execute("ALTER TABLE heads DROP COLUMN activity, DROP COLUMN agents")
-        c.execute("UPDATE meta SET value = '1' WHERE key = 'schema_version'")
-    with pytest.raises(SchemaError, match="version 1, older than 2"):
+        c.execute("UPDATE meta SET value = '2' WHERE key = 'schema_version'")
+    with pytest.raises(SchemaError, match=f"version 2, older than {SCHEMA_VERSION}"):
         PostgresRecorder(pg_dsn, schema=schema)
     PostgresRecorder(pg_dsn, schema=schema, migrate=True).close()
     with Store(f"{pg_dsn}?schema={schema}", check_rules=False) as s:

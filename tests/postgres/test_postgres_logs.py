@@ -17,8 +17,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "backends"))
 from conftest import link, started, user
 from contract_helpers import part, tombstone
 
-from tplog._errors import InvalidInputError, WrongExpectedVersionError
 from tplog.backends.postgres import PostgresRecorder
+from tplog.errors import InvalidInputError, WrongExpectedVersionError
 
 _names = itertools.count()
 

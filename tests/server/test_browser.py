@@ -19,9 +19,9 @@ import pytest
 
 from server.server_harness import ServerProcess, chat_body, wait_until
 from tplog import Store
-from tplog import _model as m
-from tplog._events import LinkAdded
+from tplog.events import LinkAdded
 from tplog.integrations.vercel import thread_id_for_chat
+from tplog.protocol import model as m
 
 CHROMIUM = os.environ.get("TPLOG_CHROMIUM", "/usr/bin/chromium")
 CHROMEDRIVER = os.environ.get("TPLOG_CHROMEDRIVER", "/usr/bin/chromedriver")

@@ -154,3 +154,19 @@ def test_metrics_summed_over_workers(tmp_path: Path) -> None:
         assert totals.pop() >= 2 * N_CHATS
     finally:
         srv.stop()
+
+
+def test_fold_cache_hits_are_counted(metrics_server: ServerProcess) -> None:
+    """A thread's second load finds its fold in the worker's cache: tplog_fold_cache_hits_total
+    moves; a first load of a thread the worker never folded is a miss."""
+    run = uuid.uuid4().hex[:8]
+    with metrics_server.client() as c:
+        r = c.post("/api/chat", json=chat_body(f"fold-{run}", "hi"))
+        assert r.status_code == 200, r.text
+        before = scrape(metrics_server)
+        for _ in range(3):
+            assert c.get(f"/threads/fold-{run}/turns").status_code == 200
+        after = scrape(metrics_server)
+    assert val(after, "tplog_fold_cache_hits_total") >= val(before, "tplog_fold_cache_hits_total") + 2
+    assert val(after, "tplog_fold_cache_events") > 0
+    assert val(after, "tplog_fold_cache_misses_total") >= 1  # the chat's own first load of the new thread

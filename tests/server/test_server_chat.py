@@ -10,9 +10,9 @@ import msgspec
 
 from server.server_harness import ServerProcess, chat_body, head, read_events, sse_chunks, sse_frames
 from tplog import AgentTurnCompleted, AgentTurnInterrupted, from_json, thread_hash
-from tplog import _model as m
-from tplog._fold import fold
 from tplog.integrations.vercel import assemble_turn
+from tplog.projections.fold import fold
+from tplog.protocol import model as m
 
 
 def tid() -> str:
@@ -276,7 +276,9 @@ def test_bad_requests(server: ServerProcess) -> None:
 
 
 def test_turn_open_conflict(server: ServerProcess) -> None:
-    """A second message while the agent turn is still running: 409, nothing written."""
+    """A second message while the agent turn is still running *and its client still reads it*: 409
+    (after the short grace a stop-then-send gets for the server to notice the client went away),
+    nothing written, the run undisturbed. (A run whose client went away: tests/aisdk, stop then send.)"""
     import threading
 
     t = tid()
@@ -285,7 +287,7 @@ def test_turn_open_conflict(server: ServerProcess) -> None:
 
         def slow() -> None:
             with server.client() as c2:
-                done.append(c2.post("/api/chat", json=chat_body(t, "slow 20 50")))
+                done.append(c2.post("/api/chat", json=chat_body(t, "slow 120 50")))
 
         th = threading.Thread(target=slow)
         th.start()
@@ -319,8 +321,8 @@ def test_sse_frames_helper() -> None:
 
 def test_chat_ids_that_are_not_uuids(server: ServerProcess) -> None:
     """An AI SDK chat id ("chat-1", useChat's nanoid) names a UUIDv5 thread; every endpoint takes either."""
-    from tplog._validate import validate
     from tplog.integrations.vercel import CHAT_ID_KEY, thread_id_for_chat
+    from tplog.protocol.validate import validate
 
     chat = f"chat-{uuid.uuid4().hex[:8]}"
     t = thread_id_for_chat(chat)

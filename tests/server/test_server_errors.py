@@ -25,7 +25,7 @@ from tplog import (
     ThreadDeletedError,
     WrongExpectedVersionError,
 )
-from tplog._errors import CorruptionError
+from tplog.errors import CorruptionError
 from tplog.integrations import server as srvmod
 from tplog.integrations.server import ENV_METRICS, ENV_ON_DISCONNECT, ENV_STORE, HTTPError, create_app, http_error
 

@@ -12,10 +12,10 @@ import msgspec
 
 from server.server_harness import ServerProcess, chat_body
 from tplog import AgentTurnCompleted, Store
-from tplog import _model as m
-from tplog._fold import fold
-from tplog._validate import thread_id_for
 from tplog.integrations.vercel import assemble_turn, thread_id_for_chat
+from tplog.projections.fold import fold
+from tplog.protocol import model as m
+from tplog.protocol.validate import thread_id_for
 
 N_CHATS = 200
 
@@ -37,7 +37,7 @@ async def _all(srv: ServerProcess, run: str) -> list[tuple[str, dict[str, Any], 
 def test_200_concurrent_chats_two_workers(server: ServerProcess) -> None:
     run = uuid.uuid4().hex[:8]
     with Store(server.store, readonly=True) as s:
-        start = s.last_position + 1
+        start = s.last_position
     results = asyncio.run(_all(server, run))
     bad = [(t, r.status_code, r.text[:300]) for t, _, r in results if r.status_code != 200]
     assert not bad, bad[:3]
@@ -47,7 +47,7 @@ def test_200_concurrent_chats_two_workers(server: ServerProcess) -> None:
     with Store(server.store, readonly=True) as s:
         # the chat ids are no UUIDs: each names its UUIDv5 thread
         tids = {thread_id_for_chat(t): t for t, _, _ in results}
-        log = [e for e in s.read_all(start=start) if e.thread_id in tids]
+        log = [e for e in s.read_all(after=start) if e.thread_id in tids]
         per_thread: dict[str, list[Any]] = defaultdict(list)
         for e in log:
             per_thread[e.thread_id].append(e)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import os
 import threading
+import time
 import types
 import uuid
 from collections.abc import Iterator
@@ -16,8 +17,8 @@ from conftest import started, user
 
 from server.server_harness import ROOT, ServerProcess, chat_body, read_events
 from tplog import NO_STREAM, Store, ThreadStarted, UserTurnSubmitted
-from tplog._store import AsyncStore
 from tplog.integrations.server import ENV_AGENTS, _Writer
+from tplog.store import AsyncStore
 
 
 def _texts(store: Store, tid: str) -> list[str]:
@@ -39,7 +40,10 @@ def test_an_append_whose_request_is_cancelled_commits_and_the_writer_goes_on_fro
         try:
             assert holding.wait(10)
             task = asyncio.create_task(w([user("two")]))
-            await asyncio.sleep(0.2)  # ready callbacks only: the append is queued, blocked on our lock
+            deadline = time.monotonic() + 60
+            while not s.backend._gc.leading:  # type: ignore[attr-defined]  # queued: blocked on our lock
+                assert time.monotonic() < deadline and not task.done(), "the append never reached the store"
+                await asyncio.sleep(0.01)
             assert not task.done() and s.head("t").version == 2
             task.cancel()
             await asyncio.sleep(0.2)

@@ -7,9 +7,9 @@ from pathlib import Path
 
 from server.server_harness import ServerProcess, chat_body, head, read_events
 from tplog import AgentTurnCompleted
-from tplog import _model as m
-from tplog._fold import fold
-from tplog._store import Store
+from tplog.projections.fold import fold
+from tplog.protocol import model as m
+from tplog.store import Store
 
 
 def test_serve_finishes_detached_runs_on_shutdown(tmp_path: Path) -> None:
@@ -139,7 +139,8 @@ def test_shutdown_gives_runs_the_grace_then_records_server_shutdown(tmp_path: Pa
     assert "Traceback" not in output and "Exception in ASGI application" not in output, output
     assert "ERROR" not in output, output
     assert proc.returncode in (0, -signal.SIGTERM), output
-    assert grace <= exited <= grace + 8, exited  # not two separate waits
+    # not two separate waits: the grace, then uvicorn's own (grace + 15 s) would end after grace + 17 s
+    assert grace <= exited <= grace + 14, exited
 
     with Store(store, readonly=True) as s:
         by_agent = {agent: thread_id_for_chat(chat) for agent, chat in chat_ids.items()}
@@ -153,7 +154,7 @@ def test_shutdown_gives_runs_the_grace_then_records_server_shutdown(tmp_path: Pa
     last = slow[-1]
     assert isinstance(last, AgentTurnInterrupted) and last.interruption.reason == "server_shutdown"
     at = datetime.fromisoformat(last.interruption.interrupted_at.replace("Z", "+00:00")).timestamp()
-    assert t_signal + grace - 0.5 <= at <= t_signal + grace + 5, (at - t_signal)
+    assert t_signal + grace - 0.5 <= at <= t_signal + grace + 12, (at - t_signal)
     th = fold(slow).thread
     assert th is not None
     turn = th.turns[-1]

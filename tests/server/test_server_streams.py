@@ -26,8 +26,8 @@ from tplog import (
     UserTurn,
     UserTurnSubmitted,
 )
-from tplog import _model as m
-from tplog._fold import fold
+from tplog.projections.fold import fold
+from tplog.protocol import model as m
 
 
 def tid() -> str:
@@ -49,10 +49,10 @@ def _read_some_then_drop(srv: ServerProcess, t: str, text: str, n_chunks: int) -
 
 def test_disconnect_finish_mode_records_the_whole_run(server: ServerProcess) -> None:
     t = tid()
-    got = _read_some_then_drop(server, t, "slow 30 40", 4)
+    got = _read_some_then_drop(server, t, "slow 150 40", 4)  # 6 s: still going when the client has left
     assert any("text-delta" in g for g in got)
     assert head(server.store, t).open_turn_agent is not None  # the run is still going
-    wait_until(lambda: head(server.store, t).open_turn_agent is None, timeout=20)
+    wait_until(lambda: head(server.store, t).open_turn_agent is None, timeout=120)
     events = [e.event for e in read_events(server.store, t)]
     assert isinstance(events[-1], AgentTurnCompleted)
     th = fold(events).thread
@@ -61,7 +61,7 @@ def test_disconnect_finish_mode_records_the_whole_run(server: ServerProcess) -> 
     assert isinstance(turn, m.AgentTurn) and turn.completion_status == "complete"
     text = "".join(p.content for msg in turn.messages if isinstance(msg, m.ResponseMessage)
                    for p in msg.parts if isinstance(p, m.TextPart))
-    assert text == "".join(f"word{i} " for i in range(30))
+    assert text == "".join(f"word{i} " for i in range(150))
 
 
 def test_disconnect_interrupt_mode_records_the_interruption(interrupt_server: ServerProcess) -> None:
@@ -70,10 +70,8 @@ def test_disconnect_interrupt_mode_records_the_interruption(interrupt_server: Se
     # a completed turn first: its cycles stay; then one cut off by the client leaving
     with srv.client() as c:
         assert c.post("/api/chat", json=chat_body(t, "weather in Oslo")).status_code == 200
-    t0 = time.monotonic()
-    _read_some_then_drop(srv, t, "slow 200 50", 4)  # would take 10 s to finish
-    wait_until(lambda: head(srv.store, t).open_turn_agent is None, timeout=10)
-    assert time.monotonic() - t0 < 8  # interrupted, not run to its end
+    _read_some_then_drop(srv, t, "slow 4000 50", 4)  # would take 200 s to finish
+    wait_until(lambda: head(srv.store, t).open_turn_agent is None, timeout=120)  # interrupted, not run to its end
     events = [e.event for e in read_events(srv.store, t)]
     last = events[-1]
     assert isinstance(last, AgentTurnInterrupted)

@@ -17,40 +17,10 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future
-from typing import Any, Final, TypeVar
+from typing import Any, Final, TypeVar, Union
 
 import msgspec
 
-from tplog._codec import MSG_KIND, Codec, Encoded, Limits
-from tplog._errors import (
-    HasForksError,
-    IdempotencyError,
-    InvalidEventError,
-    InvalidInputError,
-    NotFoundError,
-    RebuildInProgressError,
-    StoreClosedError,
-    ThreadDeletedError,
-    TplogError,
-    WrongExpectedVersionError,
-)
-from tplog._events import (
-    KIND_CODE,
-    AgentRegistered,
-    AgentTurnCompleted,
-    AgentTurnInterrupted,
-    AgentTurnStarted,
-    LinkAdded,
-    MessageRecorded,
-    RecordedEvent,
-    ThreadDeleted,
-    ThreadInfoChanged,
-    ThreadStarted,
-    UserTurnSubmitted,
-)
-from tplog._fold import Item, ThreadState, feed
-from tplog._lifecycle import ThreadFilter, matches, note
-from tplog._rules import Tracker, advance_rules, check_event, exported_calls, rules_from_log
 from tplog.backends.contract import (
     EXISTS,
     NO_STREAM,
@@ -73,8 +43,38 @@ from tplog.backends.contract import (
     thread_key,
 )
 from tplog.backends.contract import VERSIONS as VERSIONS
+from tplog.codec import MSG_KIND, Codec, Encoded, Facts, Limits
+from tplog.errors import (
+    HasForksError,
+    IdempotencyError,
+    InvalidEventError,
+    InvalidInputError,
+    NotFoundError,
+    RebuildInProgressError,
+    StoreClosedError,
+    ThreadDeletedError,
+    TplogError,
+    WrongExpectedVersionError,
+)
+from tplog.events import (
+    KIND_CODE,
+    AgentRegistered,
+    AgentTurnCompleted,
+    AgentTurnInterrupted,
+    AgentTurnStarted,
+    LinkAdded,
+    MessageRecorded,
+    RecordedEvent,
+    ThreadDeleted,
+    ThreadInfoChanged,
+    ThreadStarted,
+    UserTurnSubmitted,
+)
+from tplog.lifecycle import ThreadFilter, matches, note
+from tplog.projections.fold import Item, ThreadState, feed
+from tplog.protocol.rules import Tracker, advance_rules, check_event, exported_calls, rules_from_log
 
-__all__ = ["MemoryRecorder"]
+__all__ = ["BACKUP_FILE", "MemoryRecorder"]
 
 T = TypeVar("T")
 SPAWNED_FROM: Final = "spawned_from"
@@ -538,7 +538,7 @@ class MemoryRecorder:
             return [lk for s in t.events for _, lk in outgoing(s.seq, s.event)]
 
     def _require_live(self, name: str) -> None:
-        from tplog._errors import RebuildRequiredError
+        from tplog.errors import RebuildRequiredError
 
         if self._tracking[name][0] != "live":
             raise RebuildRequiredError(f"memory: the {name} projection is stale; run rebuild({name!r})")
@@ -611,11 +611,74 @@ class MemoryRecorder:
             return _Held(self._locks, self._lock, name)
 
     def backup(self, dest: str, *, compact: bool = True) -> None:
-        """The log as JSON lines (``dest/log.jsonl``): a memory store has no files to copy."""
+        """Everything the store holds, as JSON lines in ``dest/memory.jsonl`` (see
+        :data:`BACKUP_FILE`), taken under the lock: ``Store("memory:" + dest)``
+        (:meth:`restore`) opens a memory store holding exactly the same."""
         os.makedirs(dest, exist_ok=True)
-        rows = [msgspec.json.encode(e) for log in range(self.logs) for e in self.read_log(log, scope=None)]
-        with open(os.path.join(dest, "log.jsonl"), "wb") as f:
-            f.write(b"\n".join(rows) + (b"\n" if rows else b""))
+        path = os.path.join(dest, BACKUP_FILE)
+        if os.path.exists(path):
+            raise InvalidInputError(f"{path} exists: back up into a new directory")
+        with self._lock:
+            self._check_open()
+            lines: list[Any] = [_BackupStart(format=BACKUP_FORMAT, logs=self.logs, last=list(self._last),
+                                             tracking={n: (st, v, list(pos)) for n, (st, v, pos)
+                                                       in self._tracking.items()})]
+            lines += [_BackupThread(key=tk, head=t.head, events=[
+                _BackupEvent(e.seq, e.position, e.event_id, e.recorded_at, e.kind, e.facts,
+                             _codec.encode_body(e.event), e.size) for e in t.events])
+                for tk, t in self._threads.items()]
+            lines.append(_BackupRows(links=list(self._links),
+                                     children=[(pk, ck, row[0], row[1]) for (pk, ck), row in self._children.items()],
+                                     states=list(self._states.items())))
+            data = b"".join(msgspec.json.encode(line) + b"\n" for line in lines)
+        with open(path + ".tmp", "wb") as f:
+            f.write(data)
+        os.replace(path + ".tmp", path)
+
+    @classmethod
+    def restore(cls, source: str, *, clock: Callable[[], int] = time.time_ns,
+                limits: Limits | None = None) -> MemoryRecorder:
+        """A memory store holding what :meth:`backup` wrote into the directory ``source``
+        (a copy: what is appended to it stays in memory)."""
+        path = os.path.join(source, BACKUP_FILE)
+        try:
+            with open(path, "rb") as f:
+                raw = f.read().splitlines()
+        except OSError as exc:
+            raise InvalidInputError(f"memory:{source}: no memory backup to open ({exc})") from exc
+        try:
+            lines = [_backup_line.decode(line) for line in raw]
+        except msgspec.ValidationError as exc:
+            n = next(i for i, line in enumerate(raw, 1) if not _decodes(line))
+            raise InvalidInputError(f"{path}, line {n}: not a tplog memory backup line ({exc})") from exc
+        except msgspec.DecodeError as exc:
+            n = next(i for i, line in enumerate(raw, 1) if not _decodes(line))
+            raise InvalidInputError(f"{path}, line {n}: not JSON ({exc})") from exc
+        if not lines or not isinstance(lines[0], _BackupStart) or lines[0].format != BACKUP_FORMAT:
+            raise InvalidInputError(f"{path}, line 1: not a {BACKUP_FORMAT} backup")
+        if not isinstance(lines[-1], _BackupRows) or len(lines) < 2:
+            raise InvalidInputError(f"{path}: ends before its projection rows (a truncated backup?)")
+        start, rows = lines[0], lines[-1]
+        rec = cls(clock=clock, limits=limits, logs=start.logs)
+        rec._last = list(start.last)
+        rec._tracking = {n: (st, v, tuple(pos)) for n, (st, v, pos) in start.tracking.items()}
+        for n, line in enumerate(lines[1:-1], 2):
+            if not isinstance(line, _BackupThread):
+                raise InvalidInputError(f"{path}, line {n}: a thread was expected here")
+            t = rec._threads[line.key] = _Thread(line.head)
+            log = rec._log_of(line.key)
+            for e in line.events:
+                event = _codec.decode_event(e.body, where=(line.head.thread_id, e.seq))
+                t.events.append(_Stored(e.seq, e.position, e.event_id, e.recorded_at, e.kind, e.facts, event,
+                                        e.size))
+                rec._ids[(line.head.scope, e.event_id)] = (line.key, e.seq, e.position)
+                rec._logs[log].append((e.position, line.key, e.seq))
+        for entries in rec._logs:
+            entries.sort()
+        rec._links = list(rows.links)
+        rec._children = {(pk, ck): [cid, flags] for pk, ck, cid, flags in rows.children}
+        rec._states = dict(rows.states)
+        return rec
 
     def stats(self) -> dict[str, Any]:
         with self._lock:
@@ -658,6 +721,51 @@ class MemoryRecorder:
 
 
 _K_DELETED: Final = KIND_CODE[ThreadDeleted]
+#: The file :meth:`MemoryRecorder.backup` writes (JSON lines: a start line, one line per
+#: thread with its head and events, bodies as base64 msgpack, then the projection rows).
+BACKUP_FILE: Final = "memory.jsonl"
+BACKUP_FORMAT: Final = "tplog-memory-backup-1"
+
+
+class _BackupStart(msgspec.Struct, tag="start"):
+    format: str
+    logs: int
+    last: list[int]
+    tracking: dict[str, tuple[str, int, list[int]]]
+
+
+class _BackupEvent(msgspec.Struct, array_like=True):
+    seq: int
+    position: int
+    event_id: str
+    recorded_at: int
+    kind: int
+    facts: Facts | None
+    body: bytes  # the event's msgpack, as the codec writes it
+    size: int
+
+
+class _BackupThread(msgspec.Struct, tag="thread"):
+    key: bytes
+    head: ThreadHead
+    events: list[_BackupEvent]
+
+
+class _BackupRows(msgspec.Struct, tag="rows"):
+    links: list[tuple[bytes, bytes, bytes, int, str]]
+    children: list[tuple[bytes, bytes, str, int]]
+    states: list[tuple[bytes, ThreadState]]
+
+
+_backup_line = msgspec.json.Decoder(Union[_BackupStart, _BackupThread, _BackupRows])
+
+
+def _decodes(line: bytes) -> bool:
+    try:
+        _backup_line.decode(line)
+    except msgspec.MsgspecError:
+        return False
+    return True
 
 
 def _item(s: _Stored) -> Item:
@@ -669,17 +777,19 @@ def _recorded(thread_id: str, s: _Stored) -> RecordedEvent:
                          recorded_at=s.recorded_at, event=s.event)
 
 
-def _advance(thread_id: str, head: ThreadHead, events: list[Encoded], stored: list[Any] | None) -> ThreadHead:
-    """The order rules and (``stored``: the thread's events, given when the append
-    checks the rules) the validation rules of tplog._rules, checked event by event;
-    the head they lead to (a copy). The tool-call check always takes the slow path
-    here (no state projection is consulted): simple, and the same answers."""
+def _advance(thread_id: str, head: ThreadHead, events: list[Encoded],
+             stored: list[Any] | Callable[[], list[Any]] | None, state: ThreadState | None = None) -> ThreadHead:
+    """The order rules and (``stored``: the thread's events, or what reads them, given
+    when the append checks the rules) the validation rules of tplog.protocol.rules, checked
+    event by event; the head they lead to (a copy). Without ``state`` (the state
+    projection's row) the tool-call check takes the slow path: simple, the same answers."""
     h = msgspec.structs.replace(head)
     tracker = None
     if stored is not None:
+        load = stored if callable(stored) else (lambda: stored)
         if h.rules == 0 and h.version > 0:
-            rules_from_log(h, stored)
-        tracker = Tracker(thread_id, h, None, lambda before: exported_calls([*stored, *before]))
+            rules_from_log(h, load())
+        tracker = Tracker(thread_id, h, state, lambda before: exported_calls([*load(), *before]))
     for i, enc in enumerate(events):
         ev = enc.event
         seq = h.version + 1

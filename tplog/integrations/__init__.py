@@ -10,3 +10,5 @@
 
 Neither module is imported by ``import tplog``.
 """
+
+__all__: list[str] = []

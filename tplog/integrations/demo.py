@@ -31,8 +31,8 @@ from pydantic_ai import Agent, CancellationToken, DeferredToolRequests
 from pydantic_ai import messages as pm
 from pydantic_ai.models.function import AgentInfo, DeltaToolCall, FunctionModel
 
-from tplog._store import Store
 from tplog.integrations.pydantic_ai import ThreadRecorder, history_from_thread
+from tplog.store import Store
 
 __all__ = ["AGENT_ID", "PROMPTS", "WORKER_ID", "arecord", "record"]
 

@@ -56,9 +56,8 @@ from typing import Any, Final
 import pydantic
 from pydantic_ai import messages as pm
 
-from tplog import _model as m
-from tplog._errors import InvalidInputError
-from tplog._events import (
+from tplog.errors import InvalidInputError
+from tplog.events import (
     AgentRegistered,
     AgentTurnStarted,
     Event,
@@ -66,10 +65,11 @@ from tplog._events import (
     ThreadStarted,
     UserTurnSubmitted,
 )
-from tplog._fold import fold
-from tplog._validate import thread_id_for, validate
 from tplog.integrations.pydantic_ai import events_from_messages, now_iso
 from tplog.integrations.vercel import DONE, MalformedChunkError, StreamAssembler, client_tool_results, parse_sse
+from tplog.projections.fold import fold
+from tplog.protocol import model as m
+from tplog.protocol.validate import thread_id_for, validate
 
 __all__ = [
     "FORMATS",

@@ -2,14 +2,15 @@
 
 What is counted where it happens (appends, their latency, error responses, live event tails)
 lives in this process's metric objects; what the store already knows (group-commit counts,
-projection positions, runs in flight) is read at scrape time by a collector, so it costs
-nothing between scrapes.
+fold-cache hits, projection positions, runs in flight) is read at scrape time by a collector,
+so it costs nothing between scrapes.
 
 Several workers (``--workers N``): each worker is a process with its own counters. Set
 ``PROMETHEUS_MULTIPROC_DIR`` to an empty directory before starting the server and every
 worker writes its counters there; a scrape, whichever worker answers it, then sums them
 (prometheus-client's multiprocess mode). The store-read gauges come from the worker that
-answered: the group-commit counts are that worker's, projection positions are the store's.
+answered: the group-commit counts and fold-cache hits are that worker's, projection positions
+are the store's.
 """
 
 from __future__ import annotations
@@ -66,6 +67,14 @@ class _StoreCollector(Collector):
         yield lag
         yield live
         yield GaugeMetricFamily("tplog_runs_active", "Agent runs in flight in this process", value=self.runs())
+        folds = store.fold_cache_stats()
+        yield CounterMetricFamily("tplog_fold_cache_hits", "Thread loads that found the thread's fold in this "
+                                  "process's fold cache (they read and fold only the events appended since)",
+                                  value=folds["hits"])
+        yield CounterMetricFamily("tplog_fold_cache_misses", "Thread loads that folded the thread's log from its "
+                                  "first event", value=folds["misses"])
+        yield GaugeMetricFamily("tplog_fold_cache_events", "Events the folds in this process's fold cache cover",
+                                value=folds["events"])
 
 
 class ServerMetrics:

@@ -120,9 +120,8 @@ try:  # DeferredToolRequests lives in pydantic_ai.tools / pydantic_ai._deferred
 except ImportError:  # pragma: no cover
     from pydantic_ai.tools import DeferredToolRequests
 
-from tplog import _model as m
-from tplog._errors import InvalidInputError
-from tplog._events import (
+from tplog.errors import InvalidInputError
+from tplog.events import (
     AgentRegistered,
     AgentTurnCompleted,
     AgentTurnInterrupted,
@@ -133,15 +132,20 @@ from tplog._events import (
     ThreadStarted,
     UserTurnSubmitted,
 )
-from tplog._json import from_builtins, to_builtins
-from tplog._validate import thread_id_for
+from tplog.integrations.pydantic_ai_fast import HistoryCache, fast_message, fast_message_to_tp, fast_user_turn
+from tplog.protocol import model as m
+from tplog.protocol.json import from_builtins, to_builtins
+from tplog.protocol.validate import thread_id_for
 
 __all__ = [
     "PAI_KEY",
+    "HistoryCache",
     "RecordedRun",
     "ThreadRecorder",
     "events_from_messages",
     "history_from_thread",
+    "is_user_request",
+    "load_history",
     "message_from_tp",
     "message_to_tp",
     "request_from_user_turn",
@@ -414,6 +418,9 @@ def message_to_tp(
     msg: pm.ModelMessage, agent_id: str, *, default_timestamp: str | None = None
 ) -> m.RequestMessage | m.ResponseMessage:
     """One Pydantic AI message as a protocol message attributed to ``agent_id``."""
+    fast = fast_message_to_tp(msg, agent_id, _iso, lambda: default_timestamp or now_iso())
+    if fast is not None:  # the common shapes, built directly; the rest through pydantic's dump below
+        return fast
     full, slim = _dump(msg)
     d = _kept(full, slim, "kind")
     kind = d.pop("kind")
@@ -474,7 +481,8 @@ def _message_dict_from_tp(d: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def _is_user_request(msg: pm.ModelMessage) -> bool:
+def is_user_request(msg: pm.ModelMessage) -> bool:
+    """Whether ``msg`` is a user's request: only user-prompt parts (system prompts aside), so a user turn."""
     if not isinstance(msg, pm.ModelRequest):
         return False
     kinds = [p.part_kind for p in msg.parts if p.part_kind != "system-prompt"]
@@ -513,30 +521,74 @@ def request_from_user_turn(turn: m.UserTurn) -> pm.ModelRequest:
     return out
 
 
-def history_from_thread(thread: m.Thread, viewing_agent_id: str | None = None) -> list[pm.ModelMessage]:
+def history_from_thread(
+    thread: m.Thread, viewing_agent_id: str | None = None, *, cache: HistoryCache | None = None
+) -> list[pm.ModelMessage]:
     """The ``message_history`` for the next run, from a (folded, canonical) thread.
 
     User turns become requests; agent turns contribute their request/response
     messages (interrupted turns hold only complete cycles, as folded). System
     messages are skipped. With ``viewing_agent_id``, other agents' thinking
     parts are dropped.
+
+    Messages are built directly from the stored (already validated) objects;
+    shapes the direct path does not cover go through pydantic's validation, with
+    equal results. With ``cache`` (a :class:`HistoryCache` kept beside the store)
+    a message converted by an earlier call is reused, so a server's next model
+    call converts only the messages appended since (see :func:`load_history`).
     """
     out: list[pm.ModelMessage] = []
+    get = cache.get if cache is not None else None
     for turn in thread.turns:
         if isinstance(turn, m.UserTurn):
-            out.append(request_from_user_turn(turn))
+            if get is not None:
+                hit, conv = get(turn, False)
+                if hit:
+                    out.append(conv)
+                    continue
+            conv = fast_user_turn(turn)
+            if conv is None:
+                conv = request_from_user_turn(turn)
+            if cache is not None:
+                cache.put(turn, False, conv)
+            out.append(conv)
             continue
         other = viewing_agent_id is not None and turn.agent_id != viewing_agent_id
         for msg in turn.messages:
             if isinstance(msg, m.SystemMessage):
                 continue
-            d = to_builtins(msg)
-            if other and viewing_agent_id is not None and d.get("agent_id") != viewing_agent_id:
-                d["parts"] = [p for p in d["parts"] if p.get("part_kind") != "thinking"]
-                if not d["parts"]:
+            drop = other and msg.agent_id != viewing_agent_id
+            if drop and all(isinstance(p, m.ThinkingPart) for p in msg.parts):
+                continue
+            if get is not None:
+                hit, conv = get(msg, drop)
+                if hit:
+                    out.append(conv)
                     continue
-            out.append(_MSG_TA.validate_python(_message_dict_from_tp(d)))
+            conv = fast_message(msg, drop)
+            if conv is None:
+                conv = _message_validated(msg, drop)
+            if cache is not None:
+                cache.put(msg, drop, conv)
+            out.append(conv)
     return out
+
+
+def _message_validated(msg: m.RequestMessage | m.ResponseMessage, drop_thinking: bool) -> pm.ModelMessage:
+    """The validating path: JSON builtins, reshaped, validated by pydantic."""
+    d = to_builtins(msg)
+    if drop_thinking:
+        d["parts"] = [p for p in d["parts"] if p.get("part_kind") != "thinking"]
+    out: pm.ModelMessage = _MSG_TA.validate_python(_message_dict_from_tp(d))
+    return out
+
+
+def load_history(
+    store: Any, thread_id: str, viewing_agent_id: str | None = None, *, cache: HistoryCache | None = None
+) -> list[pm.ModelMessage]:
+    """``history_from_thread(store.thread(thread_id), ...)``: the store's fold cache folds
+    only new events and ``cache`` converts only new messages."""
+    return history_from_thread(store.thread(thread_id), viewing_agent_id, cache=cache)
 
 
 # --------------------------------------------------------------------------- import a flat history
@@ -593,7 +645,7 @@ def events_from_messages(
 
     for msg in messages:
         run_id = msg.run_id
-        if _is_user_request(msg):
+        if is_user_request(msg):
             close()
             turn = user_turn_from_request(msg, submitted_at=None if msg.timestamp else last_ts)  # type: ignore[arg-type]
             last_ts = turn.submitted_at
@@ -915,7 +967,7 @@ class ThreadRecorder:
     async def _open(self, state: _RunState, first: pm.ModelMessage | None) -> None:
         events: list[Event] = []
         if state.user_prompt is not None:
-            if first is not None and _is_user_request(first):
+            if first is not None and is_user_request(first):
                 turn = user_turn_from_request(
                     first,  # type: ignore[arg-type]
                     submitted_at=state.started_at,
@@ -958,7 +1010,7 @@ class ThreadRecorder:
             if not state.opened:
                 state.n += 1
                 await self._open(state, msg)
-                if _is_user_request(msg) and state.user_prompt is not None:
+                if is_user_request(msg) and state.user_prompt is not None:
                     continue
             else:
                 state.n += 1

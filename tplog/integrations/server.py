@@ -38,6 +38,19 @@ Endpoints
     get ``shutdown_grace`` seconds, counted from the SIGTERM/SIGINT, then are
     interrupted (reason ``server_shutdown``) and their streams end.
 
+``GET /api/chat/{id}/stream``
+    What ``useChat({resume: true})`` calls on mount and after a dropped connection: 204 when
+    the thread has no open turn; else the open turn's UI chunks from its ``start``, then live
+    to its end, from the store's live table (beside the log), so any worker or server on the
+    store answers (:mod:`tplog.integrations.resume`). A new message while a turn runs with its
+    client gone (the user pressed stop) interrupts that run (``user_cancelled``) or waits for it
+    (``after_stop``); while its client still reads it, it is a 409 ``turn_open``.
+
+``GET /api/chat/{id}/messages``
+    The thread as the AI SDK's UI messages (a JSON array; ``[]`` for a chat not started yet),
+    with the ids the chat showed: what a reloaded ``useChat`` page starts from
+    (:mod:`tplog.integrations.ui_messages`).
+
 ``POST /threads/{id}/approvals``
     ``{"approvals": {CALL_ID: true | false | {"approved": false, "reason": "..."}},
     "results": {CALL_ID: value}}``: decisions for every deferred tool call the
@@ -95,47 +108,53 @@ import uuid
 from collections.abc import AsyncIterator, Callable, Mapping
 from typing import Any, Final, Literal
 
-import anyio
 import msgspec
 from starlette.applications import Starlette
 from starlette.requests import Request
-from starlette.responses import JSONResponse, Response, StreamingResponse
+from starlette.responses import Response, StreamingResponse
 from starlette.routing import Route
-from starlette.types import Receive, Scope, Send
 
-from tplog import _model as m
-from tplog._errors import (
-    ConflictError,
+from tplog.backends.live import LiveStreams, MemoryLive
+from tplog.backends.live_streams import live_streams
+from tplog.errors import (
     InvalidEventError,
     InvalidInputError,
     NotFoundError,
-    ReadOnlyError,
-    StorageFullError,
-    StoreClosedError,
     ThreadDeletedError,
     TplogError,
-    WrongExpectedVersionError,
 )
-from tplog._events import (
+from tplog.events import (
     AgentRegistered,
     AgentTurnInterrupted,
+    AgentTurnStarted,
     Event,
     RecordedEvent,
     ThreadDeleted,
     ThreadStarted,
+    UserTurnSubmitted,
 )
-from tplog._json import to_builtins, to_json
-from tplog._store import NO_STREAM, AsyncStore, ExpectedVersion, Store
 from tplog.integrations.browser import browser_routes
-from tplog.integrations.vercel import CHAT_ID_KEY, client_tool_results, thread_id_for_chat
+from tplog.integrations.http import SSE_HEADERS, UI_STREAM_HEADERS, HTTPError, http_error
+from tplog.integrations.http import SSEResponse as _SSEResponse
+from tplog.integrations.http import error_response as _error_response
+from tplog.integrations.http import header_safe as _header_safe
+from tplog.integrations.resume import AfterStop, LiveWriter, resume_response, settle_open_turn, sweeper
+from tplog.integrations.vercel import CHAT_ID_KEY, MESSAGE_ID_KEY, client_tool_results, thread_id_for_chat
+from tplog.logs import log_config, set_thread_id
+from tplog.protocol import model as m
+from tplog.protocol.json import to_builtins, to_json
+from tplog.store import NO_STREAM, AsyncStore, ExpectedVersion, Store
 
 __all__ = [
+    "ENV_AFTER_STOP",
     "ENV_AGENTS",
     "ENV_DURABILITY",
     "ENV_METRICS",
     "ENV_ON_DISCONNECT",
+    "ENV_RESUMABLE",
     "ENV_SHUTDOWN_GRACE",
     "ENV_STORE",
+    "ENV_TP_CHUNKS",
     "AppendTimings",
     "ServeError",
     "app_from_env",
@@ -158,14 +177,17 @@ ENV_DURABILITY: Final = "TPLOG_SERVER_DURABILITY"
 ENV_METRICS: Final = "TPLOG_SERVER_METRICS"
 #: Seconds runs get to finish at shutdown before they are interrupted (default 30).
 ENV_SHUTDOWN_GRACE: Final = "TPLOG_SERVER_SHUTDOWN_GRACE"
-
-SSE_HEADERS: Final = {
-    "cache-control": "no-cache",
-    "x-accel-buffering": "no",
-}
-UI_STREAM_HEADERS: Final = {**SSE_HEADERS, "x-vercel-ai-ui-message-stream": "v1"}
+#: ``transient`` (default) or ``parts``: how the ``data-tp-*`` chunks are sent (see :func:`create_app`).
+ENV_TP_CHUNKS: Final = "TPLOG_SERVER_TP_CHUNKS"
+#: ``interrupt`` (default), ``wait`` or ``reject``: a new message after a stop (see :func:`create_app`).
+ENV_AFTER_STOP: Final = "TPLOG_SERVER_AFTER_STOP"
+#: ``1`` (default) or ``0``: streams resumable from any worker (see :func:`create_app`).
+ENV_RESUMABLE: Final = "TPLOG_SERVER_RESUMABLE"
 
 OnDisconnect = Literal["finish", "interrupt"]
+#: ``transient``: ``data-tp-*`` chunks are sent ``"transient": true`` (the client does not keep them in
+#: its messages); ``parts``: kept as data parts of the assistant message (tplog before issue 28).
+TpChunks = Literal["transient", "parts"]
 _TAIL_PAGE: Final = 500  # events read per step of a tail
 
 
@@ -174,53 +196,6 @@ _TAIL_PAGE: Final = 500  # events read per step of a tail
 
 class ServeError(TplogError):
     """The server cannot start: an agents spec that does not load, an address it cannot listen on."""
-
-
-class HTTPError(Exception):
-    """An error response: ``status``, a short ``code`` and a message naming the problem."""
-
-    def __init__(self, status: int, code: str, message: str, **extra: Any) -> None:
-        super().__init__(message)
-        self.status = status
-        self.code = code
-        self.message = message
-        self.extra = extra
-
-
-def _error_response(err: HTTPError) -> JSONResponse:
-    body = {"error": {"status": err.status, "code": err.code, "message": err.message, **err.extra}}
-    resp = JSONResponse(body, status_code=err.status)
-    resp.tplog_code = err.code  # type: ignore[attr-defined]  # read by the error counter of /metrics
-    return resp
-
-
-def http_error(exc: BaseException) -> HTTPError:
-    """The HTTP shape of a tplog (or other) error."""
-    if isinstance(exc, HTTPError):
-        return exc
-    msg = str(exc)
-    if isinstance(exc, WrongExpectedVersionError):
-        return HTTPError(409, "version_conflict", msg, expected=exc.expected, actual=exc.actual)
-    if isinstance(exc, ConflictError):
-        return HTTPError(409, "conflict", msg)
-    if isinstance(exc, InvalidEventError):  # the thread's state does not allow it (e.g. a turn is open)
-        return HTTPError(409, "invalid_state", msg)
-    if isinstance(exc, InvalidInputError):
-        extra = {"path": exc.path} if exc.path is not None else {}
-        return HTTPError(422, "invalid_input", msg, **extra)
-    if isinstance(exc, NotFoundError):
-        return HTTPError(404, "not_found", msg)
-    if isinstance(exc, ThreadDeletedError):
-        return HTTPError(410, "thread_deleted", msg)
-    if isinstance(exc, ReadOnlyError):
-        return HTTPError(503, "read_only", msg)
-    if isinstance(exc, StorageFullError):
-        return HTTPError(507, "storage_full", msg)
-    if isinstance(exc, StoreClosedError):
-        return HTTPError(503, "unavailable", msg)
-    if isinstance(exc, TplogError):
-        return HTTPError(500, type(exc).__name__, msg)
-    return HTTPError(500, "internal_error", f"{type(exc).__name__}: {msg}")
 
 
 # --------------------------------------------------------------------------- metrics
@@ -262,7 +237,9 @@ class _Watcher:
         self.store = store
         self.loop = loop
         self.poll = poll
-        self.pos = store.last_position
+        # Several logs (PostgreSQL, P > 1): the sum of their positions grows with every commit.
+        self._logs = store.backend.logs
+        self.pos = store.last_position if self._logs == 1 else sum(store.backend.positions())
         self._event = asyncio.Event()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="tplog-tail-watcher", daemon=True)
@@ -273,7 +250,11 @@ class _Watcher:
     def _run(self) -> None:
         while not self._stop.is_set():
             try:
-                pos = self.store.wait_for_position(self.pos + 1, timeout=0.5, poll=self.poll)
+                if self._logs == 1:
+                    pos = self.store.wait_for_position(self.pos + 1, timeout=0.5, poll=self.poll)
+                else:
+                    cursor = self.store.backend.positions()
+                    pos = sum(cursor) if sum(cursor) > self.pos else sum(self.store.backend.wait(cursor, 0.5))
             except Exception:  # the store closed under us: stop
                 return
             if pos > self.pos:
@@ -311,6 +292,9 @@ class _Writer:
         self.first: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
         self.first_failed = False
         self.reason_override: str | None = None
+        self.ui_ids: tuple[str | None, str | None] = (None, None)  # the user and assistant UI message ids
+        self.turn_seq: int | None = None  # the seq of the run's AgentTurnStarted
+        self.live: LiveWriter | None = None
         self.append_seconds = 0.0
         self.appends = 0
 
@@ -349,6 +333,11 @@ class _Writer:
             self.server.prom.append(len(evs), dt, ok=True)
         self.prefix = []
         self.expected = res.last_seq
+        for i, e in enumerate(evs):
+            if isinstance(e, AgentTurnStarted):
+                self.turn_seq = res.first_seq + i
+                if self.live is not None and self.live.task is None:
+                    self.live.start(self.turn_seq)  # the turn is open: its stream becomes resumable
         if not self.first.done():
             self.first.set_result(res)
         if cancelled is not None:
@@ -362,6 +351,18 @@ def _with_reason(ev: Event, reason: str) -> Event:
     return ev
 
 
+def _with_ui_id(ev: Event, user_id: str | None, assistant_id: str | None) -> Event:
+    """The AI SDK UI message ids kept with the turns (``vercel:message_id``), so that ``/turns``, a
+    resumed stream and a reloaded chat agree on them."""
+    if isinstance(ev, UserTurnSubmitted) and user_id is not None:
+        return msgspec.structs.replace(
+            ev, turn=msgspec.structs.replace(ev.turn, extra={**ev.turn.extra, MESSAGE_ID_KEY: user_id})
+        )
+    if isinstance(ev, AgentTurnStarted) and assistant_id is not None:
+        return msgspec.structs.replace(ev, extra={**ev.extra, MESSAGE_ID_KEY: assistant_id})
+    return ev
+
+
 @functools.cache
 def _recorder_class(base: type[Any]) -> type[Any]:
     class _Recorder(base):  # type: ignore[misc]
@@ -370,6 +371,7 @@ def _recorder_class(base: type[Any]) -> type[Any]:
 
         async def emit(self, events: list[Event]) -> None:
             reason = self._append.reason_override
+            events = [_with_ui_id(e, *self._append.ui_ids) for e in events]
             await super().emit(events if reason is None else [_with_reason(e, reason) for e in events])
 
     return _Recorder
@@ -387,6 +389,11 @@ class _Run:
         self.attached = True
         self.task: asyncio.Task[None] | None = None
         self.started = time.perf_counter()
+        self.live: LiveWriter | None = None
+
+    def stop(self) -> None:
+        """Stop the run as a user would (recorded ``user_cancelled``): a new message came after a stop."""
+        self.token.cancel()
 
 
 class _Server:
@@ -405,12 +412,24 @@ class _Server:
         max_body: int,
         metrics: AppendTimings | None,
         metrics_path: str | None,
+        tp_chunks: TpChunks = "transient",
+        after_stop: AfterStop = "interrupt",
+        after_stop_wait: float = 30.0,
+        live_flush: float = 0.05,
+        resumable: bool = True,
     ) -> None:
         if on_disconnect not in ("finish", "interrupt"):
             raise ValueError(f"on_disconnect must be 'finish' or 'interrupt', not {on_disconnect!r}")
+        if tp_chunks not in ("transient", "parts"):
+            raise ValueError(f"tp_chunks must be 'transient' or 'parts', not {tp_chunks!r}")
+        if after_stop not in ("interrupt", "wait", "reject"):
+            raise ValueError(f"after_stop must be 'interrupt', 'wait' or 'reject', not {after_stop!r}")
+        if not after_stop_wait >= 0 or not live_flush >= 0:
+            raise ValueError("after_stop_wait and live_flush must be ≥ 0 seconds")
         if not agents:
             raise ValueError("create_app needs at least one agent")
         self.store_arg = store
+        self.history_cache: Any = None  # a pydantic_ai.HistoryCache, made on the first model call
         self.agents = dict(agents)
         self.default_agent = next(iter(self.agents))
         self.on_disconnect = on_disconnect
@@ -423,6 +442,13 @@ class _Server:
         self.max_body = max_body
         self.metrics = metrics
         self.metrics_path = metrics_path
+        self.tp_chunks = tp_chunks
+        self.after_stop: AfterStop = after_stop
+        self.after_stop_wait = after_stop_wait
+        self.live_flush = live_flush
+        self.resumable = resumable
+        self._live: LiveStreams | None = None
+        self.live_tasks: set[asyncio.Task[None]] = set()
         self._astore: AsyncStore | None = None
         self._watcher: _Watcher | None = None
         self.runs: set[_Run] = set()
@@ -439,6 +465,14 @@ class _Server:
     @property
     def store(self) -> Store:
         return self.astore.store
+
+    @property
+    def live(self) -> LiveStreams:
+        """The store's live table (in-flight stream chunks); a process-local one when the backend
+        has none (then only this worker can resume its streams)."""
+        if self._live is None:
+            self._live = live_streams(self.store.backend) or MemoryLive()
+        return self._live
 
     @property
     def watcher(self) -> _Watcher:
@@ -460,6 +494,8 @@ class _Server:
             owned = True
         self._watcher = _Watcher(self._astore.store, asyncio.get_running_loop(), self.tail_poll)
         self._watcher.start()
+        if self.resumable:
+            self.live_tasks.add(asyncio.get_running_loop().create_task(sweeper(self.live)))
         unhook = self._hook_signals(asyncio.get_running_loop())
         try:
             yield
@@ -468,6 +504,10 @@ class _Server:
             self.begin_shutdown()
             assert self._draining is not None
             await self._draining
+            for t in list(self.live_tasks):  # the sweeper, and live writers that did not finish
+                t.cancel()
+            if self.live_tasks:
+                await asyncio.wait(list(self.live_tasks), timeout=5)
             self._watcher.stop()
             if owned:
                 await self._astore.close()
@@ -560,16 +600,18 @@ class _Server:
         deferred: tuple[dict[str, Any], dict[str, Any]] | None,
         client_results: bool = False,
         metadata: dict[str, Any] | None = None,
+        ui_ids: tuple[str | None, str | None] = (None, None),
     ) -> _Run:
         """Check the thread, start the run, wait for its first append. Raises HTTPError.
 
         ``client_results``: the results in ``deferred`` are the tool parts of a UI message, which
         also holds the results of calls answered long ago: only those of pending calls count.
-        ``metadata``: the new thread's metadata (the AI SDK chat id).
+        ``metadata``: the new thread's metadata (the AI SDK chat id). ``ui_ids``: the UI message ids
+        of the user's message and of the assistant's (sent in ``start``), kept with the turns.
         """
         if self.closing:
             raise HTTPError(503, "shutting_down", "the server is shutting down")
-        from tplog.integrations.pydantic_ai import ThreadRecorder, history_from_thread
+        from tplog.integrations.pydantic_ai import HistoryCache, ThreadRecorder, history_from_thread
 
         store = self.store
         try:
@@ -578,6 +620,8 @@ class _Server:
             head = None
         if head is not None and head.status == "deleted":
             raise HTTPError(410, "thread_deleted", f"thread {thread_id} was deleted; its id cannot be reused")
+        if head is not None and head.open_turn_agent is not None:  # e.g. the user pressed stop, then sent this
+            head = await settle_open_turn(self, thread_id, head)
         version = head.version if head is not None else 0
         if if_match is not None and if_match != version:
             raise HTTPError(
@@ -586,13 +630,6 @@ class _Server:
                 f"thread {thread_id}: If-Match expected version {if_match}, but the thread is at version {version}",
                 expected=if_match,
                 actual=version,
-            )
-        if head is not None and head.open_turn_agent is not None:
-            raise HTTPError(
-                409,
-                "turn_open",
-                f"thread {thread_id}: the agent turn of {head.open_turn_agent!r} opened at seq {head.open_turn_seq} "
-                "is still running; wait for it (GET /threads/{id}/events) before sending another message",
             )
         prefix: list[Event] = []
         history: list[Any] | None = None
@@ -610,7 +647,9 @@ class _Server:
             registered: Mapping[str, Any] = {}
         else:
             thread = await asyncio.to_thread(store.thread, thread_id)
-            history = history_from_thread(thread) or None
+            if self.history_cache is None:  # converted messages kept: the next call converts only new ones
+                self.history_cache = HistoryCache()
+            history = history_from_thread(thread, cache=self.history_cache) or None
             registered = thread.agents
             waiting = await asyncio.to_thread(store.pending, thread_id)
             calls = [c for c in waiting.pending if c.state == "deferred"]
@@ -644,7 +683,12 @@ class _Server:
                 )
             )
         writer = _Writer(self, thread_id, version if head is not None else NO_STREAM, prefix)
+        writer.ui_ids = ui_ids
         run = _Run(writer)
+        if self.resumable:
+            run.live = writer.live = LiveWriter(
+                self.live, thread_id, interval=self.live_flush, on_stop=run.stop, tasks=self.live_tasks
+            )
         recorder = _recorder_class(ThreadRecorder)(writer, thread_id)
         kwargs: dict[str, Any] = {"cancellation_token": run.token}
         if history:
@@ -680,10 +724,19 @@ class _Server:
         error: BaseException | None = None
         try:
             async for line in recorded_vercel_stream(
-                recorder, agent, body, agent_id=agent_id, sdk_version=self.sdk_version, **kwargs
+                recorder,
+                agent,
+                body,
+                agent_id=agent_id,
+                sdk_version=self.sdk_version,
+                transient=self.tp_chunks == "transient",
+                message_id=run.writer.ui_ids[1],
+                **kwargs,
             ):
                 if run.attached:
                     run.queue.put_nowait(line)
+                if run.live is not None:
+                    run.live.push(line)
         except asyncio.CancelledError as exc:  # interrupted by us (disconnect / shutdown): recorded
             error = exc
         except Exception as exc:  # model/tool error: recorded as interrupted, sent as an `error` chunk
@@ -692,6 +745,8 @@ class _Server:
                 log.warning("run on thread %s ended with %s: %s", recorder.thread_id, type(exc).__name__, exc)
         finally:
             run.queue.put_nowait(None)
+            if run.live is not None:
+                run.live.close()
             w = run.writer
             if not w.first.done():
                 w.first.set_exception(
@@ -706,6 +761,8 @@ class _Server:
         if run.task is None or run.task.done():
             return
         run.attached = False
+        if run.live is not None:
+            run.live.detach()
         while not run.queue.empty():
             run.queue.get_nowait()
         if self.on_disconnect == "interrupt":
@@ -740,23 +797,22 @@ class _Server:
 async def _thread_for(srv: _Server, chat_id: str) -> str:
     """The thread an id names: a UUID names itself; any other id (an AI SDK chat id) names its
     :func:`~tplog.integrations.vercel.thread_id_for_chat` UUID -- unless a thread is stored under
-    exactly that id (made before chat ids were mapped), which keeps its id."""
+    exactly that id (made before chat ids were mapped), which keeps its id. The rest of the
+    request logs with that thread id (tplog.logs)."""
     tid = thread_id_for_chat(chat_id)
-    if tid == chat_id:
-        return tid
-    try:
-        await asyncio.to_thread(srv.store.head, chat_id)
-    except (NotFoundError, InvalidInputError):
-        return tid
-    return chat_id
+    if tid != chat_id:
+        try:
+            await asyncio.to_thread(srv.store.head, chat_id)
+        except (NotFoundError, InvalidInputError):
+            pass
+        else:
+            tid = chat_id
+    set_thread_id(tid)
+    return tid
 
 
 async def _path_thread(srv: _Server, request: Request) -> str:
     return await _thread_for(srv, request.path_params["thread_id"])
-
-
-def _header_safe(s: str) -> str:
-    return s if s.isascii() and s.isprintable() else json.dumps(s)
 
 
 def _check_decisions(thread_id: str, calls: list[Any], approvals: dict[str, Any], results: dict[str, Any]) -> None:
@@ -785,26 +841,9 @@ def _check_decisions(thread_id: str, calls: list[Any], approvals: dict[str, Any]
         )
 
 
-class _SSEResponse(StreamingResponse):
-    """A streaming response that notices a client going away even while idle (any ASGI spec
-    version), so a tail or a run stream is detached at once, not at its next write."""
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        async with anyio.create_task_group() as tg:
-
-            async def stream() -> None:
-                try:
-                    await self.stream_response(send)
-                except OSError:
-                    pass
-                finally:
-                    with contextlib.suppress(BaseException):
-                        await self.body_iterator.aclose()  # type: ignore[attr-defined]
-                    tg.cancel_scope.cancel()
-
-            tg.start_soon(stream)
-            await self.listen_for_disconnect(receive)
-            tg.cancel_scope.cancel()
+def _new_message_id() -> str:
+    """A server-made UI message id (for the assistant's message, sent in ``start``)."""
+    return f"msg-{uuid.uuid4().hex}"
 
 
 def _now() -> str:
@@ -836,6 +875,8 @@ async def _json_body(request: Request, limit: int) -> dict[str, Any]:
         data = json.loads(raw)
     except (ValueError, UnicodeDecodeError) as exc:
         raise HTTPError(400, "malformed_json", f"the body is not valid JSON: {exc}") from exc
+    except RecursionError:  # json's decoder recurses per nesting level
+        raise HTTPError(400, "malformed_json", "the body's JSON is nested too deeply") from None
     if not isinstance(data, dict):
         raise HTTPError(422, "invalid_body", f"the body must be a JSON object, not {type(data).__name__}")
     return data
@@ -853,7 +894,7 @@ def _if_match(request: Request) -> int | None:
 
 def _thread_filters(request: Request) -> dict[str, Any]:
     """``Store.threads`` filters from the query string (bad values: the store's InvalidInputError)."""
-    from tplog._lifecycle import parse_meta, parse_time
+    from tplog.lifecycle import parse_meta, parse_time
 
     q = request.query_params
     hc = q.get("has_children")
@@ -948,6 +989,11 @@ def create_app(
     max_body: int = 16 << 20,
     metrics: AppendTimings | None = None,
     metrics_path: str | None = None,
+    tp_chunks: TpChunks = "transient",
+    after_stop: AfterStop = "interrupt",
+    after_stop_wait: float = 30.0,
+    live_flush: float = 0.05,
+    resumable: bool = True,
 ) -> Starlette:
     """The ASGI app serving ``store`` (a directory, opened per worker in the lifespan, or an
     open ``Store``/``AsyncStore`` the caller keeps owning) with ``agents`` (name -> Pydantic AI agent).
@@ -963,6 +1009,22 @@ def create_app(
     its main thread with its own signal handlers (uvicorn does), else from the lifespan's end.
     Under your own uvicorn, set its ``timeout_graceful_shutdown`` above the grace (``serve`` uses
     grace + 15 s): uvicorn cuts the responses still open when it runs out.
+    ``tp_chunks``: ``"transient"`` (default) sends the ``data-tp-*`` chunks transient (the AI SDK
+    client passes them to ``onData`` and keeps them out of its messages, which it sends back with
+    every request); ``"parts"`` keeps them as data parts of the assistant message, for clients that
+    assemble the thread from stored UI messages.
+
+    Resumable streams (``GET /api/chat/{id}/stream``, ``useChat({resume: true})``): a run's UI
+    chunks are written to the store's live table beside the log (batched, at most one write per
+    ``live_flush`` seconds), so any worker can replay the open turn; ``resumable=False`` writes
+    none (the endpoint then always answers 204, and a stop request reaches only this worker's runs).
+    ``after_stop``: what a new message does while the thread's turn is still running with its
+    client gone (the user pressed stop, which aborts the request, and ``on_disconnect="finish"``
+    kept the run going):
+    ``"interrupt"`` (default) stops that run (recorded ``user_cancelled``) and then answers;
+    ``"wait"`` waits for it to end; either gives up after ``after_stop_wait`` seconds with 409
+    ``turn_open``, as ``"reject"`` does at once. A run whose client is still reading it is never
+    disturbed: the new message is a 409 ``turn_open``.
     """
     srv = _Server(
         store,
@@ -977,6 +1039,11 @@ def create_app(
         max_body=max_body,
         metrics=metrics,
         metrics_path=metrics_path,
+        tp_chunks=tp_chunks,
+        after_stop=after_stop,
+        after_stop_wait=after_stop_wait,
+        live_flush=live_flush,
+        resumable=resumable,
     )
 
     async def chat(request: Request) -> Response:
@@ -1014,9 +1081,12 @@ def create_app(
         deferred: tuple[dict[str, Any], dict[str, Any]] | None = None
         client_results = False
         user_text: str | None = None
+        ui_ids: tuple[str | None, str | None] = (None, None)
         if last is not None and last.role == "user":
             user_text = " ".join(getattr(p, "text", "") for p in last.parts if getattr(p, "type", "") == "text")
+            ui_ids = (last.id or None, _new_message_id())
         elif last is not None and last.role == "assistant":
+            ui_ids = (None, last.id or None)  # the run continues the message the client shows
             from pydantic_ai import ToolFailed
 
             adapter = VercelAIAdapter(agent=agent, run_input=run_input, sdk_version=6)
@@ -1058,6 +1128,7 @@ def create_app(
             deferred=deferred,
             client_results=client_results,
             metadata={CHAT_ID_KEY: chat_id} if chat_id != thread_id else None,
+            ui_ids=ui_ids,
         )
         return srv.stream(run)
 
@@ -1070,6 +1141,23 @@ def create_app(
         res = await srv.astore.fork(thread_id, body.get("at"), new_thread_id=body.get("thread_id"),  # type: ignore[arg-type]
                                     reason=body.get("reason"))
         return _json(res, status=201)
+    async def chat_messages(request: Request) -> Response:
+        from tplog.integrations.ui_messages import ui_messages
+
+        tid = await _path_thread(srv, request)
+        try:
+            res = await asyncio.to_thread(srv.store.load, tid)
+        except NotFoundError:  # a chat that has not sent anything yet
+            return _json([])
+        if res.deleted or res.thread is None:
+            raise HTTPError(410, "thread_deleted", f"thread {tid} was deleted")
+        return _json(await asyncio.to_thread(ui_messages, res.thread))
+
+    async def chat_stream(request: Request) -> Response:
+        tid = await _path_thread(srv, request)
+        if not srv.resumable:
+            return Response(status_code=204, headers={"x-tplog-worker": str(os.getpid())})
+        return await resume_response(srv, tid)
 
     async def approvals(request: Request) -> Response:
         thread_id = await _path_thread(srv, request)
@@ -1104,8 +1192,10 @@ def create_app(
         if res.deleted:
             raise HTTPError(410, "thread_deleted", f"thread {thread_id} was deleted")
         name = body.get("agent")
+        agent_turns = [t for t in res.thread.turns if isinstance(t, m.AgentTurn)] if res.thread is not None else []
+        # the continued run streams into the assistant message the previous run began
+        message_id = agent_turns[-1].extra.get(MESSAGE_ID_KEY) if agent_turns else None
         if name is None and res.thread is not None:
-            agent_turns = [t for t in res.thread.turns if isinstance(t, m.AgentTurn)]
             name = agent_turns[-1].agent_id if agent_turns else None
             if name not in srv.agents:
                 name = None
@@ -1119,6 +1209,7 @@ def create_app(
             if_match=_if_match(request),
             user_text=None,
             deferred=(appr, results),
+            ui_ids=(None, message_id if isinstance(message_id, str) else _new_message_id()),
         )
         return srv.stream(run)
 
@@ -1227,7 +1318,7 @@ def create_app(
             yield "retry: 1000\n\n"
             while True:
                 mark = watcher.pos
-                evs = await asyncio.to_thread(store.read, tid, start=last + 1, limit=_TAIL_PAGE)
+                evs = await asyncio.to_thread(store.read, tid, after=last, limit=_TAIL_PAGE)
                 for e in evs:
                     if e.seq <= last:  # pragma: no cover - reads are by seq
                         continue
@@ -1250,6 +1341,9 @@ def create_app(
 
     def guarded(fn: Callable[[Request], Any]) -> Callable[[Request], Any]:
         async def wrapper(request: Request) -> Response:
+            path_id = request.path_params.get("thread_id")
+            if isinstance(path_id, str):  # this request's log lines (uvicorn's access line too) name it
+                set_thread_id(path_id)
             resp = await handle(request)
             if resp.status_code >= 400 and srv.prom is not None:
                 srv.prom.error(resp.status_code, getattr(resp, "tplog_code", "error"))
@@ -1275,6 +1369,8 @@ def create_app(
 
     routes = [
         Route("/api/chat", guarded(chat), methods=["POST"]),
+        Route("/api/chat/{thread_id}/stream", guarded(chat_stream), methods=["GET"]),
+        Route("/api/chat/{thread_id}/messages", guarded(chat_messages), methods=["GET"]),
         Route("/health", guarded(health), methods=["GET"]),
         Route("/threads", guarded(threads), methods=["GET"]),
         Route("/threads/{thread_id}", guarded(thread), methods=["GET"]),
@@ -1464,6 +1560,8 @@ def app_from_env(agents: Mapping[str, Any] | None = None) -> Starlette:
     ``agents`` given here wins). ``TPLOG_SERVER_ON_DISCONNECT``: ``finish``/``interrupt``.
     ``TPLOG_SERVER_DURABILITY``: ``durable``/``relaxed``. ``TPLOG_SERVER_SHUTDOWN_GRACE``: seconds
     (default 30). ``TPLOG_SERVER_METRICS``: path prefix for per-worker append timings.
+    ``TPLOG_SERVER_TP_CHUNKS``: ``transient`` (default) / ``parts``. ``TPLOG_SERVER_AFTER_STOP``:
+    ``interrupt`` (default) / ``wait`` / ``reject``. ``TPLOG_SERVER_RESUMABLE``: ``1`` (default) / ``0``.
     """
     path = os.environ.get(ENV_STORE)
     if not path:
@@ -1472,6 +1570,15 @@ def app_from_env(agents: Mapping[str, Any] | None = None) -> Starlette:
     on_disc = os.environ.get(ENV_ON_DISCONNECT, "finish")
     if on_disc not in ("finish", "interrupt"):
         raise RuntimeError(f"{ENV_ON_DISCONNECT} must be finish or interrupt, not {on_disc!r}")
+    tp_chunks = os.environ.get(ENV_TP_CHUNKS) or "transient"
+    if tp_chunks not in ("transient", "parts"):
+        raise RuntimeError(f"{ENV_TP_CHUNKS} must be transient or parts, not {tp_chunks!r}")
+    after_stop = os.environ.get(ENV_AFTER_STOP) or "interrupt"
+    if after_stop not in ("interrupt", "wait", "reject"):
+        raise RuntimeError(f"{ENV_AFTER_STOP} must be interrupt, wait or reject, not {after_stop!r}")
+    resumable = os.environ.get(ENV_RESUMABLE) or "1"
+    if resumable not in ("0", "1"):
+        raise RuntimeError(f"{ENV_RESUMABLE} must be 1 or 0, not {resumable!r}")
     return create_app(
         path,
         agents if agents is not None else _load_agents(os.environ.get(ENV_AGENTS)),
@@ -1480,6 +1587,9 @@ def app_from_env(agents: Mapping[str, Any] | None = None) -> Starlette:
         store_options={"durability": os.environ.get(ENV_DURABILITY, "durable")},
         metrics=AppendTimings() if metrics_path else None,
         metrics_path=metrics_path,
+        tp_chunks=tp_chunks,  # type: ignore[arg-type]
+        after_stop=after_stop,  # type: ignore[arg-type]
+        resumable=resumable == "1",
     )
 
 
@@ -1512,6 +1622,7 @@ def serve(
     durability: str = "durable",
     log_level: str = "info",
     shutdown_grace: float = 30.0,
+    log_format: str = "text",
 ) -> None:
     """Serve ``store_path`` with uvicorn (``tplog serve``); blocks until stopped (SIGINT/SIGTERM).
 
@@ -1520,11 +1631,18 @@ def serve(
     anything starts. One worker runs in this process; with more, every worker builds the app
     with :func:`app_from_env` and opens the store after it started. At shutdown running runs get
     ``shutdown_grace`` seconds, then are recorded as interrupted (``server_shutdown``).
+    ``log_format="json"``: every log line (tplog's and uvicorn's, access lines included) is one
+    JSON object naming the thread it is about (:mod:`tplog.logs`); ``"text"``: uvicorn's default.
     """
     import uvicorn
 
+    if log_format not in ("text", "json"):
+        raise ServeError(f"the log format must be 'text' or 'json', not {log_format!r}")
+
     grace = _grace(str(shutdown_grace))
-    path = os.path.abspath(os.fspath(store_path))
+    path = os.fspath(store_path)
+    if "://" not in path or path.startswith("lmdb://"):  # a server's URL (postgresql://…) stays as it is
+        path = os.path.abspath(path.removeprefix("lmdb://"))
     loaded = _load_agents(agents)
     _check_address(host, port)
     Store(path, durability=durability).close()  # create it once, before the workers race to
@@ -1534,6 +1652,8 @@ def serve(
     os.environ[ENV_SHUTDOWN_GRACE] = repr(grace)
     if agents:
         os.environ[ENV_AGENTS] = agents
+    # text: uvicorn's own default configuration (passing log_config=None would turn it off)
+    logging_options: dict[str, Any] = {} if log_format == "text" else {"log_config": log_config(log_format, log_level)}
     uvicorn.run(
         app_from_env(loaded) if workers == 1 else "tplog.integrations.server:app_from_env",
         factory=workers != 1,
@@ -1541,6 +1661,7 @@ def serve(
         port=port,
         workers=workers,
         log_level=log_level,
+        **logging_options,
         # Runs end within the grace (the app starts it at the signal); this is only the
         # backstop for a response that ignores its cancellation.
         timeout_graceful_shutdown=int(grace) + 15,

@@ -118,9 +118,8 @@ from collections.abc import AsyncIterator, Callable, Iterable, Iterator
 from datetime import UTC
 from typing import Any, Final, cast
 
-from tplog import _model as m
-from tplog._errors import InvalidInputError, ValidationError
-from tplog._events import (
+from tplog.errors import InvalidInputError, ValidationError
+from tplog.events import (
     AgentRegistered,
     AgentTurnCompleted,
     AgentTurnInterrupted,
@@ -130,9 +129,10 @@ from tplog._events import (
     ThreadStarted,
     UserTurnSubmitted,
 )
-from tplog._fold import fold
-from tplog._json import from_builtins, to_builtins
-from tplog._validate import THREAD_ID_NAMESPACE, ValidationReport, thread_id_for, validate
+from tplog.projections.fold import fold
+from tplog.protocol import model as m
+from tplog.protocol.json import from_builtins, to_builtins
+from tplog.protocol.validate import THREAD_ID_NAMESPACE, ValidationReport, thread_id_for, validate
 
 __all__ = [
     "ChunkOrderError",
@@ -182,6 +182,10 @@ class UnknownToolCallError(VercelStreamError):
 CHAT_NAMESPACE: Final = THREAD_ID_NAMESPACE
 #: Thread metadata key holding the AI SDK chat id a thread was made for.
 CHAT_ID_KEY: Final = "vercel:chat_id"
+#: Key of a user turn and an agent turn (beside the protocol's fields) holding the AI SDK UI message
+#: id it was shown as: the user message's id the client made, the assistant message's id the server
+#: sent in ``start`` (a run that continues a message after approvals or tool results keeps its id).
+MESSAGE_ID_KEY: Final = "vercel:message_id"
 
 
 def thread_id_for_chat(chat_id: str) -> str:
@@ -601,11 +605,11 @@ def user_turn_from_body(body: dict[str, Any] | None, *, submitted_at: str) -> m.
     from pydantic_ai.ui.vercel_ai import VercelAIAdapter
     from pydantic_ai.ui.vercel_ai.request_types import UIMessage
 
-    from tplog.integrations.pydantic_ai import _is_user_request, user_turn_from_request
+    from tplog.integrations.pydantic_ai import is_user_request, user_turn_from_request
 
     ui = pydantic.TypeAdapter(UIMessage).validate_python(msg)
     loaded = VercelAIAdapter.load_messages([ui])
-    if not loaded or not _is_user_request(loaded[-1]):
+    if not loaded or not is_user_request(loaded[-1]):
         return None
     return user_turn_from_request(loaded[-1], submitted_at=submitted_at)  # type: ignore[arg-type]
 
@@ -1088,9 +1092,16 @@ async def recorded_vercel_stream(
     agent_id: str,
     user_prompt: Any = None,
     sdk_version: int = 6,
+    transient: bool = True,
+    message_id: str | None = None,
     **run_kwargs: Any,
 ) -> AsyncIterator[str]:
     """Run ``agent`` for a UI request, record it with ``recorder`` and yield the SSE stream with ``data-tp-*``.
+
+    ``transient`` (default): the ``data-tp-*`` chunks are sent ``"transient": true``, so the AI SDK
+    client hands them to ``onData`` and does not keep them as parts of the assistant message (which
+    it would otherwise send back with every request); ``False`` keeps them as message parts.
+    ``message_id``: the assistant message's id, sent in the ``start`` chunk (``messageId``).
 
     The user prompt is taken from the request body's last message when it is
     the user's (``user_prompt`` overrides); for a continuation (its last
@@ -1131,7 +1142,7 @@ async def recorded_vercel_stream(
         if approvals or calls:
             run_kwargs["deferred_tool_results"] = DeferredToolResults(approvals=approvals, calls=calls)
     body_parts = _body_parts(body)
-    stream = VercelAIEventStream(run_input, sdk_version=sdk_version)  # type: ignore[arg-type]
+    stream = VercelAIEventStream(run_input, sdk_version=sdk_version, server_message_id=message_id)  # type: ignore[arg-type]
     recorded: list[Event] = []
     ended = False
     state = _StreamState(lenient=True)
@@ -1162,6 +1173,8 @@ async def recorded_vercel_stream(
                     ):
                         flushed = True
                         for notice in _notices(recorded, state, body_parts):
+                            if transient:
+                                notice["transient"] = True
                             line = json.dumps(notice, separators=(",", ":"))
                             state.feed(json.loads(line))
                             yield f"data: {line}\n\n"

@@ -20,6 +20,21 @@ LMDB hazards handled here (see README "Operating tplog"):
 - **fork**: a handle used in a child process raises :class:`StoreClosedError`.
 - **stale reader slots** left by killed processes are cleared on open
   (``reader_check``).
+- **a writer killed while it waits**: LMDB's write lock is a robust process-shared
+  mutex, and when a waiter woken by its release is SIGKILLed before it takes it
+  while a third process takes it meanwhile, the other waiters are never woken
+  (the futex's "waiters" bit is lost with the killed waiter): they hang, the
+  lock free. So processes queue on an ``fcntl`` lock of their own
+  (``writer.lck``, which the kernel hands over and releases on death) around
+  every write transaction, and LMDB's mutex never has a waiter. (LMDB's reader-table mutex has the
+  same weakness: an engine's open clears dead readers' slots and takes its reader slot queued there.)
+- **a power cut while a new store is created** could keep its first commit's
+  data page but not the two meta pages LMDB writes unflushed when it creates
+  the file: a file LMDB refuses. A new store's file is built under a temporary
+  name, flushed, then renamed into place (:func:`_create`).
+- **damage**: LMDB's errors for a damaged file (and the ``MDB_BAD_TXN`` that
+  follows them in the same transaction) become :class:`CorruptionError`
+  naming the store, on open and on every read.
 
 Besides the tables, an engine offers named advisory locks (:meth:`Engine.try_lock`)
 that the kernel releases when their holder dies, however it dies: a projection
@@ -41,8 +56,10 @@ from contextlib import contextmanager
 from typing import Any, Protocol, TypeVar
 
 import lmdb
+import msgspec
 
-from tplog._errors import (
+from tplog.errors import (
+    CorruptionError,
     InvalidInputError,
     ReadOnlyError,
     StorageError,
@@ -248,7 +265,29 @@ def _disk_nearly_full(path: str) -> bool:
         return False
 
 
+# LMDB's errors for a file it cannot trust; MDB_BAD_TXN is what a transaction answers after one of them.
+_DAMAGE = (lmdb.CorruptedError, lmdb.PageNotFoundError, lmdb.InvalidError, lmdb.VersionMismatchError,
+           lmdb.IncompatibleError, lmdb.BadTxnError)
+
+
+def _undecodable(exc: msgspec.DecodeError, path: str) -> CorruptionError:
+    return CorruptionError(f"{path}: a stored row does not decode ({exc}); run `tplog verify`, or restore a backup")
+
+
+def _errno_of(exc: lmdb.Error) -> int | None:
+    """The errno of an LMDB error: py-lmdb keeps it in ``.code``; before 1.5 it raised a bare
+    ``lmdb.Error`` for EROFS/EACCES without it, so match the message's strerror then."""
+    code = getattr(exc, "errno", None) or getattr(exc, "code", None)
+    if isinstance(code, int):
+        return code
+    text = str(exc)
+    return next((e for e in (errno.EACCES, errno.EROFS) if os.strerror(e) in text), None)
+
+
 def _translate(exc: lmdb.Error, path: str) -> TplogError:
+    if isinstance(exc, _DAMAGE):
+        return CorruptionError(f"{path}: the store's LMDB file is damaged or not an LMDB file ({exc}); "
+                               "restore it from a backup")
     code = getattr(exc, "errno", None) or getattr(exc, "code", None)  # py-lmdb keeps the errno in .code
     # py-lmdb < 1.5 raises a bare lmdb.Error for EROFS/EACCES, without the errno: match its text
     text = str(exc)
@@ -294,9 +333,10 @@ class LmdbEngine:
         self._users = 1  # Stores sharing this engine (open_engine); the last close closes it
         self._rw = _RWLock()
         self._write_lock = threading.Lock()
+        self._wfd: int | None = None  # writer.lck (writable stores): queues the processes' write transactions
         try:
             if not readonly:
-                os.makedirs(self.path, exist_ok=True)
+                _create(self.path, map_size)
             for attempt in range(5):
                 try:
                     self._env = lmdb.open(
@@ -319,7 +359,7 @@ class LmdbEngine:
         except lmdb.Error as exc:
             if readonly and isinstance(exc, lmdb.Error) and "No such file" in str(exc):
                 raise StorageError(f"{self.path}: no store here (opened read-only, so none was created)") from exc
-            if readonly and getattr(exc, "code", None) == errno.EACCES:  # "open it read-only" would not help
+            if readonly and _errno_of(exc) == errno.EACCES:  # "open it read-only" would not help
                 raise ReadOnlyError(
                     f"{self.path}: cannot open the store, even read-only ({exc}): readers register in its lock "
                     "file lock.mdb, which this user may not write; give it write access to lock.mdb, or read a "
@@ -327,13 +367,38 @@ class LmdbEngine:
                 ) from exc
             raise _translate(exc, self.path) from exc
         except OSError as exc:
-            if exc.errno in (errno.EROFS, errno.EACCES):
+            if exc.errno in (errno.EROFS, errno.EACCES, errno.EPERM):
                 raise ReadOnlyError(
                     f"{self.path}: cannot create the store ({exc}); open it with readonly=True"
                 ) from exc
-            raise
-        with contextlib.suppress(lmdb.Error):  # best effort
-            self._env.reader_check()
+            if exc.errno in (errno.ENOSPC, errno.EDQUOT):
+                raise StorageFullError(exc.errno, f"{self.path}: the disk is full; cannot create the store ({exc})") \
+                    from exc
+            raise StorageError(f"{self.path}: cannot create the store: {exc}") from exc
+        if not readonly:
+            try:
+                self._wfd = os.open(os.path.join(self.path, "writer.lck"), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC,
+                                    0o644)
+            except OSError as exc:
+                # a directory LMDB's files can be written in but not created in: write as before,
+                # on LMDB's lock alone
+                if exc.errno not in (errno.EROFS, errno.EACCES, errno.EPERM):
+                    self._env.close()
+                    raise StorageError(f"{self.path}: cannot open writer.lck: {exc}") from exc
+        if self._wfd is None:
+            with contextlib.suppress(lmdb.Error):  # best effort
+                self._env.reader_check()
+        else:
+            # LMDB's reader-table mutex has the write mutex's weakness, and processes started
+            # together all take it at once: clearing dead readers' slots and taking the slot this
+            # process's reads reuse (py-lmdb keeps one reset transaction) is done queued here.
+            self._lock_writers()
+            try:
+                with contextlib.suppress(lmdb.Error):  # best effort
+                    self._env.reader_check()
+                    self._env.begin(buffers=False).abort()
+            finally:
+                self._unlock_writers()
         self._dbs: dict[str, Any] = {}
         for _attempt in range(5):
             try:
@@ -342,11 +407,30 @@ class LmdbEngine:
             except lmdb.MapResizedError:  # another process grew the map meanwhile: adopt it and retry
                 self._env.set_mapsize(0)
         else:  # pragma: no cover
-            self._env.close()
+            self._close_files()
             raise StorageError(f"{self.path}: the map kept being resized by another process while opening")
         if readonly and any(db is None for n, db in self._dbs.items() if n not in OPTIONAL_TABLES):
-            self._env.close()
+            self._close_files()
             raise StorageError(f"{self.path}: not a tplog store (tables missing)")
+
+    def _close_files(self) -> None:
+        self._env.close()
+        if self._wfd is not None:
+            fd, self._wfd = self._wfd, None
+            os.close(fd)
+
+    def _lock_writers(self) -> None:
+        """Queue behind other processes' write transactions (see the module's docstring).
+        Callers hold ``_write_lock``: an fcntl lock belongs to the process, not the thread."""
+        if self._wfd is not None:
+            try:
+                fcntl.lockf(self._wfd, fcntl.LOCK_EX)
+            except OSError as exc:  # pragma: no cover - EDEADLK/ENOLCK
+                raise StorageError(f"{self.path}: cannot lock writer.lck: {exc}") from exc
+
+    def _unlock_writers(self) -> None:
+        if self._wfd is not None:
+            fcntl.lockf(self._wfd, fcntl.LOCK_UN)
 
     def _open_tables(self, readonly: bool) -> None:
         try:
@@ -357,14 +441,21 @@ class LmdbEngine:
                     except lmdb.NotFoundError:
                         self._dbs[name] = None
             else:
-                with self._env.begin(write=True) as txn:
-                    for name in TABLES:
-                        self._dbs[name] = self._env.open_db(name.encode(), txn=txn)
+                self._lock_writers()
+                try:
+                    with self._env.begin(write=True) as txn:
+                        for name in TABLES:
+                            self._dbs[name] = self._env.open_db(name.encode(), txn=txn)
+                finally:
+                    self._unlock_writers()
         except lmdb.MapResizedError:
             raise
         except lmdb.Error as exc:
-            self._env.close()
+            self._close_files()
             raise _translate(exc, self.path) from exc
+        except BaseException:
+            self._close_files()
+            raise
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -388,7 +479,7 @@ class LmdbEngine:
         with self._write_lock, self._rw.exclusive():
             self._closed = True
             if os.getpid() == self._pid:
-                self._env.close()
+                self._close_files()
 
     # ------------------------------------------------------------------ transactions
 
@@ -402,9 +493,15 @@ class LmdbEngine:
                     txn = self._env.begin(buffers=False)
                 except lmdb.MapResizedError:
                     txn = None
+                except lmdb.Error as exc:
+                    raise _translate(exc, self.path) from exc
                 if txn is not None:
                     try:
                         yield _LmdbRead(txn, self._dbs)
+                    except lmdb.Error as exc:  # a read of a damaged page, in the caller's block
+                        raise _translate(exc, self.path) from exc
+                    except msgspec.DecodeError as exc:  # a row without a CRC of its own (heads, indexes)
+                        raise _undecodable(exc, self.path) from exc
                     finally:
                         txn.abort()
                     return
@@ -423,9 +520,17 @@ class LmdbEngine:
                 txn = None
                 try:
                     with self._rw.shared():
-                        txn = self._env.begin(write=True)
-                        result = fn(_LmdbWrite(txn, self._dbs))
-                        txn.commit()
+                        self._lock_writers()
+                        try:
+                            txn = self._env.begin(write=True)
+                            try:
+                                result = fn(_LmdbWrite(txn, self._dbs))
+                                txn.commit()
+                            except BaseException:
+                                txn.abort()  # before another process may go for LMDB's lock
+                                raise
+                        finally:
+                            self._unlock_writers()
                         return result
                 except lmdb.MapFullError:
                     if txn is not None:
@@ -439,6 +544,8 @@ class LmdbEngine:
                     if txn is not None:
                         txn.abort()
                     raise _translate(exc, self.path) from exc
+                except msgspec.DecodeError as exc:
+                    raise _undecodable(exc, self.path) from exc
                 except BaseException:
                     if txn is not None:
                         txn.abort()
@@ -467,7 +574,10 @@ class LmdbEngine:
     def sync(self) -> None:
         self._check()
         if not self.readonly:
-            self._env.sync(True)
+            try:
+                self._env.sync(True)
+            except lmdb.Error as exc:
+                raise _translate(exc, self.path) from exc
 
     def backup(self, dest: str, *, compact: bool = True) -> None:
         """A consistent hot copy into the empty directory ``dest`` (compacting by default);
@@ -476,26 +586,39 @@ class LmdbEngine:
         os.makedirs(dest, exist_ok=True)
         if os.listdir(dest):
             raise StorageError(f"backup destination {dest} is not empty")
-        try:
-            self._env.copy(dest, compact=compact)
-        except lmdb.Error as exc:
-            raise _translate(exc, dest) from exc
+        for attempt in range(5):
+            try:
+                # as a reader: a map resize in this process (remapping the file) waits for the copy
+                with self._rw.shared():
+                    self._env.copy(dest, compact=compact)
+                break
+            except lmdb.MapResizedError as exc:  # another process grew the map: adopt it, copy again
+                if attempt == 4:
+                    raise _translate(exc, dest) from exc
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(os.path.join(dest, "data.mdb"))
+                self._adopt_size()
+            except lmdb.Error as exc:
+                raise _translate(exc, dest) from exc
         _fsync_tree(dest)
 
     def info(self) -> dict[str, Any]:
         self._check()
-        info: dict[str, Any] = dict(self._env.info())
-        stat: dict[str, Any] = dict(self._env.stat())
         tables: dict[str, dict[str, int]] = {}
-        with self._rw.shared(), self._env.begin() as txn:
-            for name in TABLES:
-                db = self._dbs[name]
-                s = txn.stat(db)
-                tables[name] = {
-                    "entries": s["entries"],
-                    "pages": s["branch_pages"] + s["leaf_pages"] + s["overflow_pages"],
-                    "overflow_pages": s["overflow_pages"],
-                }
+        try:
+            info: dict[str, Any] = dict(self._env.info())
+            stat: dict[str, Any] = dict(self._env.stat())
+            with self._rw.shared(), self._env.begin() as txn:
+                for name in TABLES:
+                    db = self._dbs[name]
+                    s = txn.stat(db)
+                    tables[name] = {
+                        "entries": s["entries"],
+                        "pages": s["branch_pages"] + s["leaf_pages"] + s["overflow_pages"],
+                        "overflow_pages": s["overflow_pages"],
+                    }
+        except lmdb.Error as exc:
+            raise _translate(exc, self.path) from exc
         file = os.path.join(self.path, "data.mdb")
         return {
             "path": self.path,
@@ -589,6 +712,12 @@ class LmdbEngine:
                     finally:
                         if own:
                             raw.abort()
+            except lmdb.MapResizedError:
+                raise
+            except lmdb.Error as exc:
+                raise _translate(exc, self.path) from exc
+            except msgspec.DecodeError as exc:
+                raise _undecodable(exc, self.path) from exc
             finally:
                 if own:  # the release half of _RWLock.shared(): the last reader out wakes a resizer
                     cond.acquire()
@@ -640,21 +769,62 @@ def open_engine(
         return engine
 
 
+def _create(path: str, map_size: int) -> None:
+    """Make ``path`` a store directory holding an LMDB file, on disk before anything
+    is written to it. LMDB writes a new file's two meta pages unflushed, so a power
+    cut during the first commit could keep its data page but not them: a file LMDB
+    refuses (``MDB_INVALID``). So the file, with its empty tables, is built under a
+    temporary name, flushed, and renamed into place, under ``writer.lck`` (so that
+    two processes creating the same store at once do not both rename)."""
+    data = os.path.join(path, "data.mdb")
+    if os.path.exists(data):
+        return
+    parent = os.path.dirname(path) or "."
+    made = not os.path.isdir(path)
+    os.makedirs(path, exist_ok=True)
+    fd = os.open(os.path.join(path, "writer.lck"), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+    try:
+        fcntl.lockf(fd, fcntl.LOCK_EX)
+        if os.path.exists(data):  # another process created it meanwhile
+            return
+        tmp = data + ".new"  # one creator at a time: a leftover of a crashed one is rebuilt
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+        env = lmdb.open(tmp, subdir=False, lock=False, map_size=map_size, max_dbs=len(TABLES) + 4,
+                        readahead=False)
+        try:
+            with env.begin(write=True) as txn:
+                for name in TABLES:
+                    env.open_db(name.encode(), txn=txn)
+        finally:
+            env.close()
+        _fsync(tmp)
+        os.rename(tmp, data)
+        _fsync(path)
+        if made:
+            _fsync(parent)
+    finally:
+        os.close(fd)  # drops the lock
+
+
+def _fsync(name: str) -> None:
+    fd = os.open(name, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
 def _fsync_tree(dest: str) -> None:
     """Flush a finished backup: LMDB's copy only write()s it, so a power cut right
-    after ``backup`` returned could leave an empty or partial copy."""
+    after ``backup`` returned could leave an empty or partial copy. ``os.listdir``,
+    not ``os.walk``: the walk passes over a directory it fails to read (an I/O
+    error), and ``backup`` then returned with nothing flushed. The new directory's
+    entry in its parent is flushed too."""
     try:
-        for dirpath, _dirs, files in os.walk(dest):
-            for name in files:
-                fd = os.open(os.path.join(dirpath, name), os.O_RDONLY)
-                try:
-                    os.fsync(fd)
-                finally:
-                    os.close(fd)
-            fd = os.open(dirpath, os.O_RDONLY)
-            try:
-                os.fsync(fd)
-            finally:
-                os.close(fd)
+        for name in sorted(os.listdir(dest)):
+            _fsync(os.path.join(dest, name))
+        _fsync(dest)
+        _fsync(os.path.dirname(os.path.abspath(dest)))
     except OSError as exc:
         raise StorageError(f"backup {dest}: flushing the copy failed: {exc}") from exc

@@ -19,10 +19,10 @@ import heapq
 from collections.abc import Iterator
 from typing import Final
 
-from tplog._lifecycle import ACTIVITY_CODE, ThreadFilter
 from tplog.backends.contract import ThreadHead
 from tplog.backends.lmdb.engine import ReadTxn, WriteTxn
 from tplog.backends.lmdb.keys import u64
+from tplog.lifecycle import ACTIVITY_CODE, ThreadFilter
 
 __all__ = ["DONE", "candidates", "reindex"]
 

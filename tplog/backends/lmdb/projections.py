@@ -10,7 +10,7 @@ transaction (so, when live, they cover exactly the log's last position):
   thread carries is indexed: those declared in ``ThreadStarted.relationships``
   and ``LinkAdded`` events; deleted threads contribute nothing, and a deleted
   thread is nobody's child;
-- ``state``: per thread, the id-only fold state (:class:`~tplog._fold.ThreadState`:
+- ``state``: per thread, the id-only fold state (:class:`~tplog.projections.fold.ThreadState`:
   pending tool calls, interrupt facts) in table ``proj`` under
   ``b"state\\x00" + thread key``.
 
@@ -45,39 +45,12 @@ import bisect
 import contextlib
 import itertools
 import os
-import struct
 import time
-import zlib
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any, Final
 
 import msgspec
 
-from tplog._codec import (
-    F_BLOB,
-    F_COMPRESSED,
-    HEADER_CRC_SEED,
-    MSG_KIND,
-    PEEK_FACTS,
-    PREFIX,
-    PREFIX_SIZE,
-    Codec,
-    Header,
-    peek_header,
-)
-from tplog._errors import InvalidInputError, RebuildInProgressError, RebuildRequiredError
-from tplog._events import (
-    KIND_CODE,
-    AgentRegistered,
-    AgentTurnCompleted,
-    AgentTurnInterrupted,
-    AgentTurnStarted,
-    LinkAdded,
-    ThreadDeleted,
-    ThreadInfoChanged,
-    ThreadStarted,
-)
-from tplog._fold import Item, ThreadState, feed, step
 from tplog.backends.contract import DECLARED as DECLARED
 from tplog.backends.contract import LINKS as LINKS
 from tplog.backends.contract import PROJECTIONS as PROJECTIONS
@@ -88,6 +61,29 @@ from tplog.backends.contract import ThreadHead
 from tplog.backends.contract import outgoing as outgoing
 from tplog.backends.lmdb.engine import ReadTxn, WriteTxn
 from tplog.backends.lmdb.keys import TKEY_SIZE, from_u64, tkey, u64
+from tplog.codec import (
+    MSG_KIND,
+    PEEK_FACTS,
+    PREFIX_SIZE,
+    Codec,
+    Header,
+    header_end,
+    peek_header,
+    verified_header_end,
+)
+from tplog.errors import InvalidInputError, RebuildInProgressError, RebuildRequiredError
+from tplog.events import (
+    KIND_CODE,
+    AgentRegistered,
+    AgentTurnCompleted,
+    AgentTurnInterrupted,
+    AgentTurnStarted,
+    LinkAdded,
+    ThreadDeleted,
+    ThreadInfoChanged,
+    ThreadStarted,
+)
+from tplog.projections.fold import Item, ThreadState, feed, step
 
 __all__ = ["PROJECTIONS", "VERSIONS", "ProjectionInfo", "RebuildReport", "rebuild"]
 
@@ -103,7 +99,6 @@ _K_STARTED = KIND_CODE[ThreadStarted]
 BODY_KINDS: Final = frozenset(KIND_CODE[c] for c in (AgentTurnStarted, AgentTurnCompleted, AgentTurnInterrupted,
                                                      LinkAdded))
 _K_DELETED = KIND_CODE[ThreadDeleted]
-_FLAGS: Final = F_COMPRESSED | F_BLOB  # every flag bit a value may have
 #: The kinds no id-only fold reads (links come from LinkAdded events, spawn facts and the
 #: ThreadStarted's declared links): a rebuild passes over them by their header's kind byte.
 UNREAD_KINDS: Final = frozenset(KIND_CODE[c] for c in (ThreadStarted, AgentRegistered, ThreadInfoChanged))
@@ -381,7 +376,7 @@ def _scan_keys(txn: ReadTxn, codec: Codec, after: bytes, limit: int, do_links: b
     check, check_header, header = codec.check, codec.check_header, codec.header
     body_bytes, decode_event = codec.body_bytes, codec.decode_event
     header_decode = codec.header_decoder.decode
-    crc32, prefix, seed, peek = zlib.crc32, PREFIX.unpack_from, HEADER_CRC_SEED[3], peek_header
+    verified_end, peek = verified_header_end, peek_header
     skipped = SKIPPED_FOR_LINKS if do_links else SKIPPED
     current = key = b""
     st = ThreadState()
@@ -389,8 +384,8 @@ def _scan_keys(txn: ReadTxn, codec: Codec, after: bytes, limit: int, do_links: b
     scope: str | None = None
     n = 0
     rows = txn.range("events", after + b"\x00" if after else b"")
-    # The loop runs once per event of the log: the CRC check and header decode are
-    # inlined (on a mismatch, codec.check_header / codec.header raise the typed error).
+    # The loop runs once per event of the log: the header decode is inlined (on a
+    # mismatch, codec.check_header / codec.header raise the typed error).
     for n, (key, value) in enumerate(itertools.islice(rows, limit), 1):  # noqa: B007 (n, key: read after it)
         tk = key[:TKEY_SIZE]
         if tk != current:
@@ -401,22 +396,16 @@ def _scan_keys(txn: ReadTxn, codec: Codec, after: bytes, limit: int, do_links: b
             st = carry[1] if carry is not None and carry[0] == tk else ThreadState()
             if do_state:
                 states[tk] = st
-        # Inlined check_header for a format-3 value (an older format, or a mismatch: the method).
-        try:
-            fmt, flags, _, crc, hlen = prefix(value)
-        except struct.error:
-            check_header(key, value, where=(name, from_u64(key, TKEY_SIZE)))  # too short: raises
-            raise
-        hend = PREFIX_SIZE + hlen
-        if not (fmt == 3 and flags <= _FLAGS and hend <= len(value) - 4
-                and crc32(key, crc32(value[10:hend], seed)) == crc):
+        hend = verified_end(key, value)
+        if not hend:  # an older format (the method checks it) or damage (the method raises)
             check_header(key, value, where=(name, from_u64(key, TKEY_SIZE)))
+            hend = header_end(value)
         if peek(value) in skipped:  # see _items_in
             continue
         seq = int.from_bytes(key[TKEY_SIZE:], "big")
         try:
             hdr: Header = header_decode(value[PREFIX_SIZE:hend])
-        except (msgspec.DecodeError, UnicodeDecodeError):
+        except (msgspec.DecodeError, UnicodeDecodeError, TypeError):  # TypeError: see Codec.decode_event
             hdr = header(value, where=(name, seq))
         kind = hdr.kind
         if kind == _K_STARTED:  # read only for the links it may declare

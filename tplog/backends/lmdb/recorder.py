@@ -4,7 +4,7 @@ An append goes: check the events' types and limits → encode (msgpack, zstd,
 CRC) in the caller's thread → queue → one LMDB write transaction shared by
 every append waiting at that moment (group commit) that, per append, checks
 idempotency, the expected version and the thread's state (the order rules and,
-when the append asks, the validation rules of ``tplog._rules``), then writes the
+when the append asks, the validation rules of ``tplog.protocol.rules``), then writes the
 events, the global log, the event-id index, the link indexes and the thread
 head → one commit (one pair of fsyncs for the whole group) → each caller gets
 its own result or error.
@@ -22,8 +22,8 @@ threads about to append wait at a gate while the leader builds its
 transaction (they encode during its fsync instead); the callers of the group
 committed before are woken by the next leader only once its transaction is
 built (they too run during its fsync; a caller learns its result up to one
-transaction build later, and 16 writer threads append 15-25 % more events
-per second: see ``tools/group_commit_probe.py``); and the leader keeps its
+transaction build later, for more appends per second with many writers: see
+``tools/group_commit_probe.py`` and benchmarks/RESULTS.md); and the leader keeps its
 transaction's calls few: the rows it wrote in its
 last commit (heads, projection state, bookkeeping, the last position) are
 reused while the LMDB transaction id shows that no other write has committed
@@ -43,46 +43,6 @@ from typing import Any, Final
 
 import msgspec
 
-from tplog._codec import (
-    F_BLOB,
-    MSG_KIND,
-    Codec,
-    Encoded,
-    Header,
-    Limits,
-    blob_refcount,
-    blob_with_refcount,
-    stored_body,
-)
-from tplog._errors import (
-    HasForksError,
-    IdempotencyError,
-    InvalidEventError,
-    InvalidInputError,
-    NotFoundError,
-    StoreClosedError,
-    ThreadDeletedError,
-    TplogError,
-    WrongExpectedVersionError,
-)
-from tplog._events import (
-    KIND_CODE,
-    AgentRegistered,
-    AgentTurnCompleted,
-    AgentTurnInterrupted,
-    AgentTurnStarted,
-    Event,
-    LinkAdded,
-    MessageRecorded,
-    RecordedEvent,
-    ThreadDeleted,
-    ThreadInfoChanged,
-    ThreadStarted,
-    UserTurnSubmitted,
-)
-from tplog._fold import Item, ThreadState, feed
-from tplog._lifecycle import ThreadFilter, matches, note
-from tplog._rules import EventCheck, Tracker, advance_rules, check_event, exported_calls, rules_from_log
 from tplog.backends.contract import (
     EXISTS,
     NO_STREAM,
@@ -106,6 +66,46 @@ from tplog.backends.lmdb import finder
 from tplog.backends.lmdb import projections as proj
 from tplog.backends.lmdb.engine import Held, ReadTxn, WriteTxn, open_engine
 from tplog.backends.lmdb.keys import TKEY_SIZE, eid_key, event_key, from_u64, scope_tag, tkey, u64
+from tplog.codec import (
+    F_BLOB,
+    MSG_KIND,
+    Codec,
+    Encoded,
+    Header,
+    Limits,
+    blob_refcount,
+    blob_with_refcount,
+    stored_body,
+)
+from tplog.errors import (
+    HasForksError,
+    IdempotencyError,
+    InvalidEventError,
+    InvalidInputError,
+    NotFoundError,
+    StoreClosedError,
+    ThreadDeletedError,
+    TplogError,
+    WrongExpectedVersionError,
+)
+from tplog.events import (
+    KIND_CODE,
+    AgentRegistered,
+    AgentTurnCompleted,
+    AgentTurnInterrupted,
+    AgentTurnStarted,
+    Event,
+    LinkAdded,
+    MessageRecorded,
+    RecordedEvent,
+    ThreadDeleted,
+    ThreadInfoChanged,
+    ThreadStarted,
+    UserTurnSubmitted,
+)
+from tplog.lifecycle import ThreadFilter, matches, note
+from tplog.projections.fold import Item, ThreadState, feed
+from tplog.protocol.rules import EventCheck, Tracker, advance_rules, check_event, exported_calls, rules_from_log
 
 __all__ = ["LmdbRecorder"]
 
@@ -333,17 +333,21 @@ class LmdbRecorder:
         self._cond = self._gc.cond
         self._position_cond = threading.Condition(threading.Lock())
         self._leader: _AsyncLeader | None = None
-        self._load_dictionaries()
-        with self.engine.read() as txn:
-            last = txn.last("global")
-            self._gc.last_position = from_u64(last[0]) if last else 0
-        if not readonly:
-            empty = self._gc.last_position == 0
-            self.engine.run_write(lambda txn: proj.init_infos(txn, empty))
+        try:
+            self._load_dictionaries()
             with self.engine.read() as txn:
-                indexed = txn.get("meta", finder.DONE) is not None
-            if not indexed:
-                self.engine.run_write(_index_heads)
+                last = txn.last("global")
+                self._gc.last_position = from_u64(last[0]) if last else 0
+            if not readonly:
+                empty = self._gc.last_position == 0
+                self.engine.run_write(lambda txn: proj.init_infos(txn, empty))
+                with self.engine.read() as txn:
+                    indexed = txn.get("meta", finder.DONE) is not None
+                if not indexed:
+                    self.engine.run_write(_index_heads)
+        except BaseException:  # e.g. a damaged store: do not keep its engine (and files) open
+            self.engine.close()
+            raise
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -707,7 +711,7 @@ class LmdbRecorder:
     def _advance(self, thread_id: str, head: ThreadHead, encoded: list[Encoded], checks: list[EventCheck] | None,
                  state: ThreadState | None, txn: ReadTxn, tk: bytes) -> ThreadHead:
         """Check the events against the thread's state and (``checks`` given) the
-        validation rules (tplog._rules), and return the new head."""
+        validation rules (tplog.protocol.rules), and return the new head."""
         h = msgspec.structs.replace(head)
         tracker = None
         if checks is not None:

@@ -20,11 +20,11 @@ from typing import TYPE_CHECKING
 
 import msgspec
 
-from tplog._codec import F_BLOB, blob_refcount, stored_body
-from tplog._errors import CorruptionError, RebuildInProgressError
 from tplog.backends.contract import ThreadHead, VerifyReport
 from tplog.backends.lmdb.keys import TKEY_SIZE, eid_key, from_u64, scope_tag, tkey, u64
 from tplog.backends.lmdb.projections import is_live, read_info
+from tplog.codec import F_BLOB, blob_refcount, stored_body
+from tplog.errors import CorruptionError, RebuildInProgressError
 
 if TYPE_CHECKING:
     from tplog.backends.lmdb.recorder import LmdbRecorder

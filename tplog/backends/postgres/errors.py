@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from tplog._errors import ConflictError, StorageError
+from tplog.errors import ConflictError, StorageError
 
 __all__ = ["LockTimeoutError", "PostgresUnavailableError", "SchemaError"]
 

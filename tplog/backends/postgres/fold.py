@@ -6,9 +6,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, Final
 
-from tplog._codec import MSG_KIND, facts_of
-from tplog._fold import Item, ThreadState
 from tplog.backends.contract import ThreadHead, outgoing
+from tplog.codec import MSG_KIND, facts_of
+from tplog.projections.fold import Item, ThreadState
 
 __all__ = ["ORD_SHIFT", "Batch", "Thread", "index_links", "item_of"]
 

@@ -16,11 +16,11 @@ from typing import Any, Protocol
 import msgspec
 import psycopg
 
-from tplog._events import KIND_CODE, RecordedEvent, ThreadDeleted
-from tplog._fold import ThreadState, feed
 from tplog.backends.contract import RebuildReport
 from tplog.backends.memory import VERSIONS
 from tplog.backends.postgres.fold import Batch, index_links, item_of
+from tplog.events import KIND_CODE, RecordedEvent, ThreadDeleted
+from tplog.projections.fold import ThreadState, feed
 
 
 class Source(Protocol):
@@ -29,7 +29,8 @@ class Source(Protocol):
     def _event(self, conn: psycopg.Connection[Any], thread_id: str, log: int, tk: bytes, seq: int, position: int,
                event_id: str, value: bytes) -> RecordedEvent: ...
 
-    def _key(self, thread_id: str, scope: str | None) -> tuple[int, str, bytes]: ...
+    def _key(self, thread_id: str, scope: str | None,
+             conn: psycopg.Connection[Any] | None = None) -> tuple[int, str, bytes]: ...
 
 __all__ = ["rebuild"]
 
@@ -63,7 +64,8 @@ class _Fold:
                     self.forget(log, scope, tk)  # its events before the snapshot went with it
                     continue
                 it = item_of(seq, kind, ev)
-                index_links(self.b, self.rec._key, log, scope, tk, thread_id, seq, ev, it.facts)
+                index_links(self.b, lambda t, s: self.rec._key(t, s, conn), log, scope, tk, thread_id, seq, ev,
+                            it.facts)
                 feed(self.states.setdefault((log, scope, tk), ThreadState()), it)
 
     def drop_deleted_children(self, conn: psycopg.Connection[Any]) -> None:

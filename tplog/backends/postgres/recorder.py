@@ -5,9 +5,12 @@ counter row in ``logs``: the append transaction updates it last and holds its lo
 until COMMIT, so a log's transactions commit in position order and a reader polling
 ``position > cursor`` never passes a position that is still to commit (a sequence
 would let it: tests/postgres/test_log_order.py). This serializes a log's commits,
-so appends are batched: one writer thread per process joins every submission that
-queued meanwhile into one transaction (group commit), each caller still getting its
-own result or error.
+so appends are batched: a writer thread joins every submission that queued meanwhile
+into one transaction (group commit), each caller still getting its own result or error.
+Two writer threads (``writers``), each on its own connection: while one holds the log's
+counter row through COMMIT, the other runs its batch's first round trip and checks, so
+the counter is not left idle between transactions. They interleave as two processes'
+writers would (the row locks order them).
 
 One append transaction, two round trips (psycopg pipeline mode):
 
@@ -25,6 +28,8 @@ as its original result and an uncommitted one is written once.
 
 from __future__ import annotations
 
+import contextlib
+import hashlib
 import os
 import threading
 import time
@@ -40,22 +45,6 @@ import psycopg
 import psycopg.errors
 import psycopg_pool
 
-from tplog._codec import MSG_KIND, Codec, Encoded, Limits
-from tplog._errors import (
-    HasForksError,
-    IdempotencyError,
-    InvalidInputError,
-    NotFoundError,
-    RebuildInProgressError,
-    RebuildRequiredError,
-    StoreClosedError,
-    ThreadDeletedError,
-    TplogError,
-    WrongExpectedVersionError,
-)
-from tplog._events import KIND_CODE, RecordedEvent, ThreadDeleted
-from tplog._fold import Item, ThreadState, feed
-from tplog._lifecycle import ACTIVITY_CODE, ThreadFilter, matches
 from tplog.backends.contract import (
     EXISTS,
     NO_STREAM,
@@ -82,7 +71,24 @@ from tplog.backends.postgres.errors import LockTimeoutError, PostgresUnavailable
 from tplog.backends.postgres.fold import Batch as _Batch
 from tplog.backends.postgres.fold import Thread as _Thread
 from tplog.backends.postgres.fold import index_links, item_of
+from tplog.backends.postgres.placement import Placement
 from tplog.backends.postgres.schema import SCHEMA_VERSION, TABLES, check_schema_name, ddl
+from tplog.codec import MSG_KIND, Codec, Encoded, Limits
+from tplog.errors import (
+    HasForksError,
+    IdempotencyError,
+    InvalidInputError,
+    NotFoundError,
+    RebuildInProgressError,
+    RebuildRequiredError,
+    StoreClosedError,
+    ThreadDeletedError,
+    TplogError,
+    WrongExpectedVersionError,
+)
+from tplog.events import KIND_CODE, RecordedEvent, ThreadDeleted
+from tplog.lifecycle import ACTIVITY_CODE, ThreadFilter, matches
+from tplog.projections.fold import Item, ThreadState, feed
 
 __all__ = ["PostgresRecorder"]
 
@@ -90,6 +96,10 @@ P = ParamSpec("P")
 R = TypeVar("R")
 #: Submissions joined into one transaction at most (bounds its size and its lock time).
 MAX_BATCH: Final = 256
+#: Writer threads (each its own connection and transaction): while one holds its log's counter
+#: row through COMMIT, the next checks its batch and writes up to that row, so the log's
+#: lock is held back to back instead of idle during every other transaction's first round trip.
+WRITERS: Final = 2
 _head_enc = msgspec.msgpack.Encoder()
 _head_dec = msgspec.msgpack.Decoder(ThreadHead)
 _state_dec = msgspec.msgpack.Decoder(ThreadState)
@@ -113,12 +123,12 @@ def _scope(scope: str | None) -> str:
 
 
 def _parse_url(url: str) -> tuple[str, dict[str, str]]:
-    """The libpq URL without tplog's own query parameters (``schema``, ``logs``), and those."""
+    """The libpq URL without tplog's own query parameters (``schema``, ``logs``, ``writers``), and those."""
     parts = urllib.parse.urlsplit(url)
     if parts.scheme not in ("postgresql", "postgres"):
         raise InvalidInputError(f"not a PostgreSQL URL (postgresql://…): {_redact(url)!r}")
     query = urllib.parse.parse_qsl(parts.query, keep_blank_values=True)
-    ours = {k: v for k, v in query if k in ("schema", "logs")}
+    ours = {k: v for k, v in query if k in ("schema", "logs", "writers")}
     rest = urllib.parse.urlencode([(k, v) for k, v in query if k not in ours])
     return urllib.parse.urlunsplit(parts._replace(query=rest)), ours
 
@@ -154,6 +164,10 @@ class _Held:
         self._conn = conn
 
     def release(self) -> None:
+        # Unlocked before the close: a closed session's locks go only when its server process
+        # has exited, after close() returned (the next try_lock could still find it held).
+        with contextlib.suppress(psycopg.Error):
+            self._conn.execute("SELECT pg_advisory_unlock_all()")
         self._conn.close()
 
 
@@ -175,10 +189,12 @@ class PostgresRecorder:
     :class:`LockTimeoutError`. ``migrate``: upgrade an older schema on open (else
     :class:`SchemaError` names the command that does). ``clock``: nanoseconds for
     heads' times. ``settings``: server settings for every connection (``SET name = value``).
+    ``writers`` (or ``?writers=N``, default 2): threads committing this process's append
+    batches, each on its own connection.
     """
 
     def __init__(self, url: str, *, schema: str | None = None, logs: int | None = None, create: bool = True,
-                 migrate: bool = False, lock_timeout: float = 30.0, pool_size: int = 4,
+                 migrate: bool = False, lock_timeout: float = 30.0, pool_size: int = 4, writers: int | None = None,
                  settings: dict[str, str] | None = None,
                  clock: Callable[[], int] = time.time_ns, codec: Codec | None = None,
                  limits: Limits | None = None) -> None:
@@ -188,6 +204,13 @@ class PostgresRecorder:
         want_logs = logs if logs is not None else int(ours.get("logs", "1"))
         if isinstance(want_logs, bool) or not isinstance(want_logs, int) or not 1 <= want_logs <= 4096:
             raise InvalidInputError(f"logs must be an int in 1..4096, not {want_logs!r}")
+        if writers is None:
+            try:
+                writers = int(ours.get("writers", WRITERS))
+            except ValueError:
+                raise InvalidInputError(f"writers must be an int in 1..16, not {ours['writers']!r}") from None
+        if isinstance(writers, bool) or not isinstance(writers, int) or not 1 <= writers <= 16:
+            raise InvalidInputError(f"writers must be an int in 1..16, not {writers!r}")
         self._clock = clock
         self.codec = codec or Codec(limits)
         self._channel = f"tplog_{self.schema}"
@@ -206,6 +229,7 @@ class PostgresRecorder:
         with self._connect() as conn:
             self.logs = self._open_schema(conn, want_logs if logs is not None or "logs" in ours else None,
                                           create=create, migrate=migrate)
+        self._placement = Placement(self.schema, self.logs)
         self._pool: psycopg_pool.ConnectionPool[Any] = psycopg_pool.ConnectionPool(
             self._conninfo, kwargs=self._kwargs, min_size=1, max_size=max(1, pool_size), open=True,
             name=f"tplog-{self.schema}", reconnect_timeout=30.0)
@@ -217,9 +241,11 @@ class PostgresRecorder:
         self._live_until: dict[str, float] = {}
         #: Append transactions this process committed (submissions ÷ commits = the mean group).
         self.commits = 0
-        self._wconn: psycopg.Connection[Any] | None = None
-        self._writer = threading.Thread(target=self._write_loop, name=f"tplog-pg-writer-{self.schema}", daemon=True)
-        self._writer.start()
+        self._wlocal = threading.local()  # each writer thread's connection
+        self._writers = [threading.Thread(target=self._write_loop, name=f"tplog-pg-writer-{self.schema}-{i}",
+                                          daemon=True) for i in range(writers)]
+        for w in self._writers:
+            w.start()
 
     # ------------------------------------------------------------------ connections and schema
 
@@ -235,21 +261,29 @@ class PostgresRecorder:
     def _open_schema(self, conn: psycopg.Connection[Any], logs: int | None, *, create: bool, migrate: bool) -> int:
         """Check (or create) the schema; the number of logs it keeps."""
         exists = conn.execute("SELECT to_regclass(%s) IS NOT NULL", (f"{self.schema}.meta",)).fetchone()
+        #: Whether this open created the schema, and the version it found (what ``tplog migrate`` reports).
+        self.schema_created, self.schema_found = False, SCHEMA_VERSION
         if not (exists and exists[0]):
             if not create:
                 raise SchemaError(f"PostgreSQL database at {self.url} has no tplog schema {self.schema!r}; open it "
                                   f"with create=True (or `tplog migrate {self.url}`) to create it")
-            with conn.transaction():
-                # One creator at a time (two processes opening a new store at once).
-                conn.execute("SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))", (f"tplog-ddl:{self.schema}",))
-                again = conn.execute("SELECT to_regclass(%s) IS NOT NULL", (f"{self.schema}.meta",)).fetchone()
-                if not (again and again[0]):
-                    for stmt in ddl(self.schema, logs or 1):
-                        conn.execute(stmt.encode())
-                    conn.execute("INSERT INTO tracking VALUES ('links', 'live', %s), ('state', 'live', %s)",
-                                 (VERSIONS["links"], VERSIONS["state"]))
+            # One creator at a time (two processes opening a new store at once). A session lock taken
+            # before the transaction: its snapshot then sees the other creator's tables (catalog
+            # lookups inside a transaction that waited on an advisory lock may not).
+            conn.execute("SELECT pg_advisory_lock(hashtextextended(%s, 0))", (f"tplog-ddl:{self.schema}",))
+            try:
+                with conn.transaction():
+                    again = conn.execute("SELECT to_regclass(%s) IS NOT NULL", (f"{self.schema}.meta",)).fetchone()
+                    if not (again and again[0]):
+                        for stmt in ddl(self.schema, logs or 1):
+                            conn.execute(stmt.encode())
+                        self.schema_created = True
+                        conn.execute("INSERT INTO tracking VALUES ('links', 'live', %s), ('state', 'live', %s)",
+                                     (VERSIONS["links"], VERSIONS["state"]))
+            finally:
+                conn.execute("SELECT pg_advisory_unlock(hashtextextended(%s, 0))", (f"tplog-ddl:{self.schema}",))
         meta = dict(conn.execute("SELECT key, value FROM meta").fetchall())
-        version = int(meta.get("schema_version", 0))
+        version = self.schema_found = int(meta.get("schema_version", 0))
         if version > SCHEMA_VERSION:
             raise SchemaError(f"tplog schema {self.schema!r} at {self.url} is version {version}, newer than this "
                               f"tplog understands ({SCHEMA_VERSION}); upgrade tplog")
@@ -268,6 +302,11 @@ class PostgresRecorder:
         from tplog.backends.postgres.schema import MIGRATIONS
 
         with conn.transaction():
+            # One migrator at a time; another may have upgraded the schema meanwhile.
+            conn.execute("SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))", (f"tplog-ddl:{self.schema}",))
+            row = conn.execute(f"SELECT value FROM {self.schema}.meta WHERE key = 'schema_version'".encode()
+                               ).fetchone()
+            version = int(row[0]) if row else version
             while version < SCHEMA_VERSION:
                 steps = MIGRATIONS.get(version)
                 if steps is None:
@@ -294,13 +333,32 @@ class PostgresRecorder:
             raise StoreClosedError(f"PostgreSQL store {self.url} (schema {self.schema}) has been closed")
 
     def log_of(self, thread_id: str, *, scope: str | None = None) -> int:
-        if self.logs == 1:
-            return 0
-        # The reference backend's function: the same thread lands in the same log on both.
-        return int.from_bytes(thread_key(thread_id, scope)[:4], "big") % self.logs
+        """With several logs: the stored thread's log (a spawned child's is its parent's, see
+        ``placement.py``), else the one its id hashes to."""
+        return self._key(thread_id, scope)[0]
 
-    def _key(self, thread_id: str, scope: str | None) -> tuple[int, str, bytes]:
-        return self.log_of(thread_id, scope=scope), _scope(scope), thread_key(thread_id, scope)
+    def _key(self, thread_id: str, scope: str | None,
+             conn: psycopg.Connection[Any] | None = None) -> tuple[int, str, bytes]:
+        sc, tk = _scope(scope), thread_key(thread_id, scope)
+        if self.logs == 1:
+            return 0, sc, tk
+        log = self._placement.known((sc, tk))
+        if log is None:
+            if conn is not None:
+                log = self._placement.log(conn, (sc, tk))
+            else:
+                with self._read() as c:
+                    log = self._placement.log(c, (sc, tk))
+        return log, sc, tk
+
+    def _wkey(self, thread_id: str, scope: str | None) -> tuple[int, str, bytes]:
+        """``_key`` in the writer's transaction: the logs its batch planned."""
+        if self.logs > 1:
+            sc, tk = _scope(scope), thread_key(thread_id, scope)
+            log = getattr(self._wlocal, "wlogs", {}).get((sc, tk))  # this writer thread's batch
+            if log is not None:
+                return log, sc, tk
+        return self._key(thread_id, scope, getattr(self._wlocal, "conn", None))
 
     # ------------------------------------------------------------------ writes
 
@@ -344,8 +402,9 @@ class PostgresRecorder:
                     while self._queue and self._queue[0].append is not None and len(batch) < MAX_BATCH:
                         batch.append(self._queue.popleft())
             self._run(batch)
-        if self._wconn is not None:
-            self._wconn.close()
+        conn = getattr(self._wlocal, "conn", None)
+        if conn is not None:
+            conn.close()
 
     def _run(self, batch: list[_Job]) -> None:
         try:
@@ -401,30 +460,43 @@ class PostgresRecorder:
                                         f"{str(exc).strip()}; the outcome is unknown, retry with the same event ids")
 
     def _writer_conn(self) -> psycopg.Connection[Any]:
-        if self._wconn is None or self._wconn.closed:
-            self._wconn = self._connect()
-        return self._wconn
+        conn: psycopg.Connection[Any] | None = getattr(self._wlocal, "conn", None)
+        if conn is None or conn.closed:
+            conn = self._wlocal.conn = self._connect()
+        return conn
 
     def _drop_writer(self) -> None:
-        if self._wconn is not None:
+        conn = getattr(self._wlocal, "conn", None)
+        if conn is not None:
             try:
-                self._wconn.close()
+                conn.close()
             finally:
-                self._wconn = None
+                self._wlocal.conn = None
 
     def _append_txn(self, conn: psycopg.Connection[Any], jobs: list[_Job], *, lookup_all: bool) -> list[Any]:
+        try:
+            return self._append_txn_placed(conn, jobs, lookup_all=lookup_all)
+        finally:
+            self._wlocal.wlogs = {}
+
+    def _append_txn_placed(self, conn: psycopg.Connection[Any], jobs: list[_Job], *, lookup_all: bool) -> list[Any]:
         b = _Batch()
         spelled: dict[tuple[int, str, bytes], str] = {}
         lookups: list[tuple[int, str, str]] = []
-        for job in jobs:
-            assert job.append is not None
-            for part in job.append:
-                key = self._key(part.thread_id, part.scope)
-                spelled.setdefault(key, part.thread_id)
-                if lookup_all or not part.fresh_ids:
-                    lookups += [(key[0], key[1], e.event_id) for e in part.events]
-        keys = sorted(spelled)
         with conn.pipeline(), conn.transaction():
+            moves: list[Any] = []
+            if self.logs > 1:  # which log each thread lives in (one more round trip while some are new)
+                self._wlocal.wlogs, moves = self._placement.plan(conn, [j.append for j in jobs if j.append is not None])
+            for job in jobs:
+                assert job.append is not None
+                for part in job.append:
+                    key = self._wkey(part.thread_id, part.scope)
+                    spelled.setdefault(key, part.thread_id)
+                    if lookup_all or not part.fresh_ids:
+                        lookups += [(key[0], key[1], e.event_id) for e in part.events]
+            keys = sorted(spelled)
+            if lookups and self.logs > 1:
+                self._lock_ids(conn, lookups)
             heads = conn.execute(
                 "INSERT INTO heads (log_id, scope, tk, thread_id) SELECT * FROM unnest(%s::int[], %s::text[], "
                 "%s::bytea[], %s::text[]) ORDER BY 1, 2, 3 ON CONFLICT (log_id, scope, tk) DO UPDATE "
@@ -448,10 +520,18 @@ class PostgresRecorder:
                 b.found[(log, scope, eid)] = (bytes(tk), seq, pos)
             live = {n: s == "live" and v == VERSIONS.get(n) for n, s, v in tracking.fetchall()}
             b.live_links, b.live_state = live.get("links", False), live.get("state", False)
+            new = {k for k, t in b.threads.items() if t.head is None}
             plans = [self._plan(conn, b, job.append, lookup_all) for job in jobs if job.append is not None]
+            if moves:  # threads this batch created in their parent's log: the rows already naming them follow
+                Placement.move(conn, [m for m in moves if (m[2], *m[0]) in new and b.threads[(m[2], *m[0])].written])
             bases = self._write_rows(conn, b, keys)
         base = {log: cur.fetchone()[0] for log, cur in bases.items()}
-        self.commits += 1
+        if self.logs > 1:  # committed: the threads this batch created live where it put them, for good
+            for k in new:
+                if b.threads[k].written:
+                    self._placement.remember((k[1], k[2]), k[0])
+        with self._cond:
+            self.commits += 1
         out: list[Any] = []
         for plan in plans:
             if isinstance(plan, BaseException):
@@ -465,6 +545,16 @@ class PostgresRecorder:
             self._notify_local()
         return out
 
+    def _lock_ids(self, conn: psycopg.Connection[Any], lookups: list[tuple[int, str, str]]) -> None:
+        """An event id names one event per scope, in any log; the UNIQUE constraint only guards one
+        log (Citus: a UNIQUE must hold the distribution column). So appends bringing their own ids
+        lock each id (a transaction advisory lock, in one global order: no deadlocks) before looking
+        it up: of two appends storing one id in two logs, the second then finds the first's."""
+        keys = sorted({int.from_bytes(hashlib.blake2b(f"{self.schema}\0{s}\0{eid}".encode(), digest_size=8).digest(),
+                                      "big", signed=True) for _, s, eid in lookups})
+        conn.execute("SELECT pg_advisory_xact_lock(x.k) FROM unnest(%s::bigint[]) WITH ORDINALITY AS x(k, i) "
+                     "ORDER BY x.i", (keys,))
+
     def _plan(self, conn: psycopg.Connection[Any], b: _Batch, append: Append, lookup_all: bool) -> Any:
         """Check one submission against the batch so far; if it passes, add its rows.
         Returns its results (positions as (log, offset) until the counters are read) or its error."""
@@ -472,7 +562,7 @@ class PostgresRecorder:
         out: list[Any] = []
         try:
             for part in append:
-                key = self._key(part.thread_id, part.scope)
+                key = self._wkey(part.thread_id, part.scope)
                 t = b.threads[key]
                 if t.head is not None and t.head.thread_id.lower() != part.thread_id.lower():
                     raise InvalidInputError(
@@ -498,12 +588,15 @@ class PostgresRecorder:
                         prow = conn.execute("SELECT head FROM heads WHERE log_id = %s AND scope = %s AND tk = %s "
                                             "AND head IS NOT NULL FOR SHARE", pkey).fetchone()
                         check_fork_parent(part.fork, None if prow is None else _head_dec.decode(prow[0]))
-                stored: list[Any] | None = None
-                if part.check_rules:  # the validation rules compare against the thread's events
-                    if t.stored is None:
-                        t.stored = self._history(conn, part.thread_id, part.scope, head)
-                    stored = t.stored + t.staged
-                staged.append((part, t, _advance(part.thread_id, head, part.events, stored)))
+                stored: Callable[[], list[Any]] | None = None
+                state = None
+                if part.check_rules:  # the validation rules compare against the thread's state
+                    stored = self._stored_reader(conn, t, part.thread_id, part.scope, head)
+                    if b.live_state and t.state is None:
+                        t.state = ThreadState() if t.loaded_state is None else _state_dec.decode(t.loaded_state)
+                    # a fork's state row lacks its parent's prefix: the rules take the slow path
+                    state = None if head.fork_of else t.state
+                staged.append((part, t, _advance(part.thread_id, head, part.events, stored, state)))
                 out.append(None)
         except TplogError as exc:
             return exc
@@ -528,6 +621,20 @@ class PostgresRecorder:
         prefix = (self._history(conn, head.fork_of, scope, _head_dec.decode(prow[0]))[1:head.fork_at]
                   if prow is not None else [])
         return [*own[:1], *prefix, *own[1:]]
+
+    def _stored_reader(self, conn: psycopg.Connection[Any], t: _Thread, thread_id: str, scope: str | None,
+                       head: ThreadHead | None) -> Callable[[], list[Any]]:
+        """What reads the thread's events (once; a fork's with its parent's prefix), for the
+        rules' slow paths only: a head written before the rules' values were kept, a tool
+        return the state cannot place. Reading them for every checked append cost a round
+        trip and a decode per event."""
+
+        def load() -> list[Any]:
+            if t.stored is None:
+                t.stored = self._history(conn, thread_id, scope, head)
+            return t.stored + t.staged
+
+        return load
 
     def _duplicate(self, b: _Batch, part: ThreadAppend, key: tuple[int, str, bytes], lookup_all: bool) -> Any:
         if part.fresh_ids and not lookup_all:
@@ -594,7 +701,7 @@ class PostgresRecorder:
 
     def _index_links(self, b: _Batch, log: int, scope: str, tk: bytes, name: str, seq: int, ev: Any,
                      facts: Any) -> None:
-        index_links(b, self._key, log, scope, tk, name, seq, ev, facts)
+        index_links(b, self._wkey, log, scope, tk, name, seq, ev, facts)
 
     def _write_rows(self, conn: psycopg.Connection[Any], b: _Batch, keys: list[tuple[int, str, bytes]]) -> dict[
             int, Any]:
@@ -679,7 +786,7 @@ class PostgresRecorder:
 
     def _delete_txn(self, conn: psycopg.Connection[Any], thread_id: str, tomb: Encoded, scope: str | None, *,
                     retrying: bool = False) -> AppendResult:
-        log, sc, tk = self._key(thread_id, scope)
+        log, sc, tk = self._key(thread_id, scope, conn)
         with conn.transaction():
             row = conn.execute("SELECT head, last_position FROM heads WHERE log_id = %s AND scope = %s AND tk = %s "
                                "AND head IS NOT NULL FOR UPDATE", (log, sc, tk)).fetchone()
@@ -749,7 +856,7 @@ class PostgresRecorder:
     def head(self, thread_id: str, *, scope: str | None = None) -> ThreadHead | None:
         with self._read() as conn:
             row = conn.execute("SELECT head, last_position FROM heads WHERE log_id = %s AND scope = %s AND tk = %s "
-                               "AND head IS NOT NULL", self._key(thread_id, scope)).fetchone()
+                               "AND head IS NOT NULL", self._key(thread_id, scope, conn)).fetchone()
         return None if row is None else msgspec.structs.replace(_head_dec.decode(row[0]), last_position=row[1])
 
     @_retried
@@ -965,7 +1072,7 @@ class PostgresRecorder:
             live = self._require_live(conn, "state")
             row = conn.execute("SELECT s.state, h.head FROM heads h LEFT JOIN states s ON s.log_id = h.log_id AND "
                                "s.scope = h.scope AND s.tk = h.tk WHERE h.log_id = %s AND h.scope = %s AND "
-                               "h.tk = %s AND h.head IS NOT NULL", self._key(thread_id, scope)).fetchone()
+                               "h.tk = %s AND h.head IS NOT NULL", self._key(thread_id, scope, conn)).fetchone()
         if row is None:
             raise NotFoundError(f"thread {thread_id} does not exist")
         if not live or _head_dec.decode(row[1]).fork_of is not None:
@@ -1016,7 +1123,7 @@ class PostgresRecorder:
                     if ck not in seen:
                         seen.add(ck)
                         out.append((child_id, depth))
-                        nxt.append(self._key(child_id, scope))
+                        nxt.append(self._key(child_id, scope, conn))
                 frontier = nxt
         return out
 
@@ -1143,7 +1250,8 @@ class PostgresRecorder:
                 return
             self._closing = True
             self._cond.notify_all()
-        self._writer.join()
+        for w in self._writers:
+            w.join()
         self._pool.close()
         self._closed = True
 

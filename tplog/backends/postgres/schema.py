@@ -16,7 +16,7 @@ from typing import Any, Final
 __all__ = ["SCHEMA_VERSION", "TABLES", "DISTRIBUTED", "ddl", "citus_ddl", "check_schema_name"]
 
 #: Bumped with every change to the DDL; an older schema is upgraded by ``migrate``.
-SCHEMA_VERSION: Final = 2
+SCHEMA_VERSION: Final = 3
 
 _NAME = re.compile(r"^[a-z_][a-z0-9_]{0,62}$")
 
@@ -25,21 +25,34 @@ DISTRIBUTED: Final = ("events", "heads", "logs", "links", "children", "states", 
 TABLES: Final = ("meta", "tracking", *DISTRIBUTED)
 
 
-def check_schema_name(name: str) -> str:
-    from tplog._errors import InvalidInputError
-
-    if not isinstance(name, str) or not _NAME.match(name):
-        raise InvalidInputError(f"PostgreSQL schema name must match {_NAME.pattern}, not {name!r}")
-    return name
-
-
-#: Threads by activity and by agent (what filtered listings use; tplog._lifecycle): the
+#: Threads by activity and by agent (what filtered listings use; tplog.lifecycle): the
 #: head's activity code and agent ids, kept beside it by every head write.
 _FINDER: Final = [
     "ALTER TABLE heads ADD COLUMN activity smallint NOT NULL DEFAULT 0, ADD COLUMN agents text[] NOT NULL DEFAULT '{}'",
     "CREATE INDEX heads_activity ON heads (scope, activity, updated_ns DESC, tk DESC)",
     "CREATE INDEX heads_agents ON heads USING gin (agents)",
 ]
+
+
+#: Upgrades: the statements taking version N to N + 1 (run with ``search_path`` set to the schema).
+#: A new schema gets them from :func:`ddl` too, so both ways end with the same tables.
+MIGRATIONS: Final[dict[int, list[str]]] = {
+    # 2: where a thread lives, whatever its log (a child inherits its parent's log, so the
+    # log is no longer a function of the id alone; looked up once per thread and cached).
+    1: ["CREATE INDEX heads_tk ON heads (scope, tk)"],
+    # 3: the finder columns (threads written before list as idle with no agents until their next append).
+    2: list(_FINDER),
+}
+
+
+def check_schema_name(name: str) -> str:
+    from tplog.errors import InvalidInputError
+
+    if not isinstance(name, str) or not _NAME.match(name):
+        raise InvalidInputError(f"PostgreSQL schema name must match {_NAME.pattern}, not {name!r}")
+    return name
+
+
 
 
 def ddl(schema: str, logs: int) -> list[str]:
@@ -54,7 +67,7 @@ def ddl(schema: str, logs: int) -> list[str]:
         " seq int NOT NULL, event_id text NOT NULL, value bytea NOT NULL, PRIMARY KEY (log_id, position),"
         " UNIQUE (log_id, scope, tk, seq), UNIQUE (log_id, scope, event_id))",
         # Idempotency lookups search every log (an id names one event per scope); the UNIQUE above
-        # only guards one log, so two logs racing to store one id are not stopped (P > 1 only).
+        # only guards one log: with P > 1 the recorder locks each given id first (recorder._lock_ids).
         "CREATE INDEX events_ids ON events (scope, event_id)",
         # head IS NULL only inside an appending transaction (the row is its lock); never committed.
         "CREATE TABLE heads (log_id int NOT NULL, scope text NOT NULL, tk bytea NOT NULL, thread_id text NOT NULL,"
@@ -62,7 +75,8 @@ def ddl(schema: str, logs: int) -> list[str]:
         " DEFAULT false, head bytea,"
         " PRIMARY KEY (log_id, scope, tk))",
         "CREATE INDEX heads_updated ON heads (scope, updated_ns DESC, tk DESC)",
-        *_FINDER,
+        *MIGRATIONS[1],
+        *MIGRATIONS[2],
         # Incoming links, in the target's log; relation as bytes so it orders as UTF-8 bytes everywhere.
         # ord: the contract's link ordinal (seq, or DECLARED | i) shifted by -2**63 to fit a bigint.
         "CREATE TABLE links (log_id int NOT NULL, scope text NOT NULL, target bytea NOT NULL, relation bytea NOT NULL,"
@@ -96,9 +110,6 @@ def citus_ddl() -> list[str]:
             "END IF; END $$"]
 
 
-#: Upgrades: from version N to N + 1. 1 → 2: the finder columns (threads written before
-#: list as idle with no agents until their next append).
-MIGRATIONS: Final[dict[int, list[str]]] = {1: list(_FINDER)}
 
 
 def describe(rows: dict[str, Any]) -> str:

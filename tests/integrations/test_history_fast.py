@@ -1,0 +1,263 @@
+"""``history_from_thread`` builds Pydantic AI messages directly; the validating path is the reference.
+
+Every recorded fixture, the imported histories and a slice of the benchmark corpus
+are converted both ways and must dump to the same JSON; the direct path must carry
+the common shapes (or the speed-up silently disappears); and a ``HistoryCache``
+converts only what was appended since the last call.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+import msgspec
+import pytest
+from integ_helpers import FIXTURE_FILES, load_fixture
+from pydantic_ai import messages as pm
+from pydantic_ai.messages import ModelMessagesTypeAdapter
+
+from tplog import InvalidInputError, Store
+from tplog.integrations import pydantic_ai_fast as _pai_fast
+from tplog.integrations.pydantic_ai import (
+    HistoryCache,
+    _message_validated,
+    events_from_messages,
+    history_from_thread,
+    load_history,
+    message_to_tp,
+    request_from_user_turn,
+)
+from tplog.projections.fold import fold
+from tplog.protocol import model as m
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repo root: benchmarks/
+from benchmarks._data import make_corpus
+
+FIXTURES = {p.stem: p for p in FIXTURE_FILES}
+
+
+def _reference(thread: m.Thread, viewing_agent_id: str | None = None) -> list[pm.ModelMessage]:
+    """The validating path for every message (what history_from_thread did before)."""
+    out: list[pm.ModelMessage] = []
+    for turn in thread.turns:
+        if isinstance(turn, m.UserTurn):
+            out.append(request_from_user_turn(turn))
+            continue
+        other = viewing_agent_id is not None and turn.agent_id != viewing_agent_id
+        for msg in turn.messages:
+            if isinstance(msg, m.SystemMessage):
+                continue
+            drop = other and msg.agent_id != viewing_agent_id
+            if drop and all(isinstance(p, m.ThinkingPart) for p in msg.parts):
+                continue
+            out.append(_message_validated(msg, drop))
+    return out
+
+
+def _dump(msgs: list[pm.ModelMessage]) -> bytes:
+    return ModelMessagesTypeAdapter.dump_json(msgs)
+
+
+def _untimed(msgs: list[pm.ModelMessage]) -> list[Any]:
+    out = ModelMessagesTypeAdapter.dump_python(msgs, mode="json")
+    for d in out:
+        for p in d["parts"]:
+            p.pop("timestamp", None)
+    return out
+
+
+def _threads() -> list[tuple[str, m.Thread]]:
+    out = []
+    for name, path in sorted(FIXTURES.items()):
+        fx = load_fixture(path)
+        th = fold(fx["events"]).thread
+        assert th is not None
+        out.append((f"recorded:{name}", th))
+        msgs = ModelMessagesTypeAdapter.validate_python(fx["history"])
+        th = fold(events_from_messages(msgs, agent_id="agent-1", thread_id="imported")).thread
+        assert th is not None
+        out.append((f"imported:{name}", th))
+    return out
+
+
+THREADS = _threads()
+
+
+@pytest.mark.parametrize(("name", "thread"), THREADS, ids=[n for n, _ in THREADS])
+def test_direct_history_equals_the_validating_path(name: str, thread: m.Thread) -> None:
+    fast = history_from_thread(thread)
+    assert _dump(fast) == _dump(_reference(thread))
+    assert fast == _reference(thread)
+    agents = {t.agent_id for t in thread.turns if isinstance(t, m.AgentTurn)} | {"someone-else"}
+    for viewer in sorted(agents):
+        assert _dump(history_from_thread(thread, viewer)) == _dump(_reference(thread, viewer)), viewer
+
+
+def test_direct_path_carries_the_common_shapes() -> None:
+    """Recorded runs (part timestamps, run ids, raw args, failed tools, usage) take the direct path."""
+    direct = total = 0
+    for _, thread in THREADS:
+        for turn in thread.turns:
+            msgs = [turn] if isinstance(turn, m.UserTurn) else [x for x in turn.messages if not isinstance(
+                x, m.SystemMessage)]
+            for msg in msgs:
+                total += 1
+                built = _pai_fast.fast_user_turn(msg) if isinstance(msg, m.UserTurn) else _pai_fast.fast_message(msg)
+                direct += built is not None
+    assert total > 100
+    assert direct / total > 0.9, (direct, total)
+
+
+def test_benchmark_corpus_history_is_equal_and_direct() -> None:
+    for t in make_corpus(12, seed=7, cache=False).threads:
+        th = fold(t.events).thread
+        assert th is not None
+        # The generator's request parts carry no timestamp: Pydantic AI stamps them now, on either path.
+        assert _untimed(history_from_thread(th)) == _untimed(_reference(th))
+        for turn in th.turns:
+            if isinstance(turn, m.AgentTurn):
+                for msg in turn.messages:
+                    if not isinstance(msg, m.SystemMessage):
+                        assert _pai_fast.fast_message(msg) is not None, msg
+
+
+def _odd_message() -> m.ResponseMessage:
+    return m.ResponseMessage(
+        timestamp="2025-06-01T10:00:00Z",
+        agent_id="a",
+        parts=[
+            m.TextPart(content="x", extra={"pydantic_ai": {"citations": None, "provider_name": "p"}}),
+            m.ToolCallPart(tool_name="t", tool_call_id="c1", args={"q": 1}, extra={"pydantic_ai": {"tool_kind": None}}),
+        ],
+        usage=m.Usage(input_tokens=3, output_tokens=4, thinking_tokens=1, extra={"cache_read_tokens": 2}),
+        extra={"pydantic_ai": {"run_id": "r", "provider_details": {"k": [1, 2]}, "model_id": "mid"}},
+    )
+
+
+def test_shapes_outside_the_direct_path_fall_back_with_equal_results() -> None:
+    msg = _odd_message()
+    assert _pai_fast.fast_message(msg) is None  # `citations` and `tool_kind` leftovers: validating path
+    th = m.Thread(
+        version="0.0.4", thread_id="t", created_at="2025-06-01T10:00:00Z", updated_at="2025-06-01T10:00:00Z", agents={},
+        turns=[m.AgentTurn(agent_id="a", started_at="2025-06-01T10:00:00Z", messages=[msg])],
+    )
+    assert _dump(history_from_thread(th)) == _dump(_reference(th))
+    plain = m.ResponseMessage(
+        timestamp="2025-06-01T10:00:00Z", agent_id="a", parts=[m.TextPart(content="x")],
+        usage=m.Usage(input_tokens=3, output_tokens=4, thinking_tokens=1, extra={"cache_read_tokens": 2}),
+        extra={"pydantic_ai": {"run_id": "r", "provider_details": {"k": [1, 2]}, "model_id": "mid"}},
+    )
+    built = _pai_fast.fast_message(plain)
+    assert built is not None
+    assert _dump([built]) == _dump([_message_validated(plain, False)])
+    assert json.loads(_dump([built]))[0]["usage"]["output_reasoning_tokens"] == 1
+
+
+def test_history_cache_converts_only_new_messages(tmp_path: Path) -> None:
+    fx = load_fixture(FIXTURES["multi_turn"] if "multi_turn" in FIXTURES else FIXTURE_FILES[0])
+    events = fx["events"]
+    tid = next(e.thread_id for e in events if type(e).__name__ == "ThreadStarted")
+    cut = max(i for i, e in enumerate(events) if type(e).__name__ == "MessageRecorded")
+    cache = HistoryCache()
+    with Store(tmp_path / "s", durability="relaxed", check_rules=False) as store:
+        store.append(tid, events[:cut])
+        first = load_history(store, tid, cache=cache)
+        assert cache.hits == 0 and cache.misses == len(first) > 0
+        again = load_history(store, tid, cache=cache)
+        assert again == first and again is not first
+        assert cache.misses == len(first) and cache.hits == len(first)
+        store.append(tid, events[cut:])
+        hits, misses = cache.hits, cache.misses
+        full = load_history(store, tid, cache=cache)
+        assert _dump(full) == _dump(_reference(store.thread(tid)))
+        assert cache.misses - misses <= 2  # the new message (and a turn re-folded around it), not the whole thread
+        assert cache.hits - hits >= len(first) - 2
+
+
+def test_history_cache_is_bounded_and_checks_its_argument() -> None:
+    cache = HistoryCache(max_messages=3)
+    th = THREADS[0][1]
+    history_from_thread(th, cache=cache)
+    assert len(cache) <= 3
+    with pytest.raises(InvalidInputError, match="max_messages"):
+        HistoryCache(max_messages=-1)
+    off = HistoryCache(max_messages=0)
+    history_from_thread(th, cache=off)
+    assert len(off) == 0
+
+
+
+
+def test_tool_return_content_with_multimodal_items_is_rebuilt_as_pydantic_does() -> None:
+    content = {"items": [{"kind": "image-url", "url": "https://example.com/a.png", "media_type": "image/png"}], "n": 1}
+    msg = m.RequestMessage(
+        timestamp="2025-06-01T10:00:00Z",
+        agent_id="a",
+        parts=[m.ToolReturnPart(tool_name="t", tool_call_id="c1", status="success", content=content,
+                                extra={"pydantic_ai": {"timestamp": "2025-06-01T10:00:01Z"}})],
+    )
+    assert _pai_fast.fast_message(msg) is None  # a mapping with a `kind`: the validating path decides
+    th = m.Thread(
+        version="0.0.4", thread_id="t", created_at="2025-06-01T10:00:00Z", updated_at="2025-06-01T10:00:00Z", agents={},
+        turns=[m.AgentTurn(agent_id="a", started_at="2025-06-01T10:00:00Z", messages=[msg])],
+    )
+    assert _dump(history_from_thread(th)) == _dump(_reference(th))
+    plain = msgspec.structs.replace(
+        msg, parts=[msgspec.structs.replace(msg.parts[0], content={"n": [1, {"a": "b"}]}, extra={
+            "pydantic_ai": {"timestamp": "2025-06-01T10:00:01Z", "content_file_digests": []}})]
+    )
+    built = _pai_fast.fast_message(plain)
+    assert built is not None
+    assert _dump([built]) == _dump([_message_validated(plain, False)])
+
+
+# --------------------------------------------------------------------------- recording: Pydantic AI -> protocol
+
+
+def _slow_to_tp(msg: pm.ModelMessage, default_timestamp: str) -> Any:
+    """message_to_tp's pydantic-dump path, with the direct path switched off."""
+    orig = _pai_fast.fast_message_to_tp
+    _pai_fast_mod = sys.modules["tplog.integrations.pydantic_ai"]
+    _pai_fast_mod.fast_message_to_tp = lambda *a: None  # type: ignore[attr-defined]
+    try:
+        return message_to_tp(msg, "agent-1", default_timestamp=default_timestamp)
+    finally:
+        _pai_fast_mod.fast_message_to_tp = orig  # type: ignore[attr-defined]
+
+
+def _pai_histories() -> list[tuple[str, list[pm.ModelMessage]]]:
+    out = [(f"fixture:{n}", ModelMessagesTypeAdapter.validate_python(load_fixture(p)["history"]))
+           for n, p in sorted(FIXTURES.items())]
+    for t in make_corpus(8, seed=11, cache=False).threads:
+        th = fold(t.events).thread
+        assert th is not None
+        out.append((f"corpus:{t.thread_id}", history_from_thread(th)))
+    return out
+
+
+PAI_HISTORIES = _pai_histories()
+
+
+@pytest.mark.parametrize(("name", "msgs"), PAI_HISTORIES, ids=[n for n, _ in PAI_HISTORIES])
+def test_direct_recording_equals_the_dump_path(name: str, msgs: list[pm.ModelMessage]) -> None:
+    """Byte-equal protocol messages (leftover fields in the same order: stored bytes and hashes stay)."""
+    enc = msgspec.msgpack.encode
+    for msg in msgs:
+        if any(getattr(p, "part_kind", None) == "system-prompt" for p in msg.parts) and len(msg.parts) == 1:
+            continue
+        fast = message_to_tp(msg, "agent-1", default_timestamp="2025-01-01T00:00:00Z")
+        slow = _slow_to_tp(msg, "2025-01-01T00:00:00Z")
+        assert enc(fast) == enc(slow), (name, msg)
+
+
+def test_direct_recording_covers_recorded_runs() -> None:
+    assert _pai_fast.RECORDING_FAST  # the pinned Pydantic AI's fields are the ones the mapping knows
+    direct = total = 0
+    for _, msgs in PAI_HISTORIES:
+        for msg in msgs:
+            total += 1
+            direct += _pai_fast.fast_message_to_tp(msg, "a", lambda d: "x", lambda: "y") is not None
+    assert direct / total > 0.85, (direct, total)

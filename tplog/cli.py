@@ -1,0 +1,690 @@
+"""The ``tplog`` command line. Each command is a thin call of one library method.
+
+Output is JSON on stdout (one document, or JSON lines for event streams) when
+stdout is not a terminal or with ``--json``; on a terminal the same result is
+shown as tables and trees (tplog._render, printed by tplog._console);
+errors go to stderr as ``error: <message>`` with exit status 2 (1 for a
+validation report with errors); Ctrl-C prints ``tplog: interrupted`` and exits
+130. Run ``tplog COMMAND --help`` for each.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import os
+import sys
+from collections.abc import Callable, Iterator, Sequence
+from typing import TYPE_CHECKING, Any
+
+import msgspec
+
+from tplog.errors import InvalidInputError, TplogError, WrongExpectedVersionError
+
+if TYPE_CHECKING:
+    from tplog.events import Event
+
+__all__ = ["main"]
+
+_out = msgspec.json.Encoder()
+
+#: The command whose result is shown to a person (stdout is a terminal, no --json), else None: JSON.
+_human: str | None = None
+
+
+def _emit(obj: Any) -> None:
+    from tplog.protocol.json import to_builtins
+
+    builtins = to_builtins(_objects(obj) if _is_plain(obj) else obj)
+    if _human is not None:
+        from tplog._console import print_blocks
+        from tplog._render import render
+
+        print_blocks(render(_human, builtins))
+        return
+    data = msgspec.json.format(_out.encode(builtins), indent=2)
+    sys.stdout.write(data.decode() + "\n")
+
+
+def _objects(obj: Any) -> Any:
+    """Result structs as JSON objects (heads are msgpack arrays on disk, objects on screen)."""
+    if isinstance(obj, msgspec.Struct):
+        return {f: _objects(getattr(obj, f)) for f in obj.__struct_fields__}
+    if isinstance(obj, (list, tuple)):
+        return [_objects(o) for o in obj]
+    if isinstance(obj, dict):
+        return {k: _objects(v) for k, v in obj.items()}
+    return msgspec.to_builtins(obj)
+
+
+def _is_plain(obj: Any) -> bool:
+    """Result structs (heads, pages, pending...) are not protocol objects: encode them as msgspec does."""
+    from tplog.protocol import model as m
+
+    if isinstance(obj, (m._Base,)):
+        return False
+    if isinstance(obj, list):
+        return all(_is_plain(o) for o in obj)
+    return True
+
+
+def _read_input(path: str) -> bytes:
+    if path == "-":
+        return sys.stdin.buffer.read()
+    try:
+        with open(path, "rb") as f:
+            return f.read()
+    except OSError as exc:
+        raise InvalidInputError(f"cannot read {path}: {exc.strerror}") from exc
+
+
+@contextlib.contextmanager
+def _input_named(path: str) -> Iterator[None]:
+    """Errors about the input's content name the input (``<stdin>`` for ``-``)."""
+    try:
+        yield
+    except InvalidInputError as exc:
+        exc.args = (f"{'<stdin>' if path == '-' else path}: {exc.args[0] if exc.args else ''}", *exc.args[1:])
+        raise
+
+
+def _is_url(target: str) -> bool:
+    return target == "memory:" or ("://" in target and not target.startswith("lmdb://"))
+
+
+def _store(args: argparse.Namespace, *, readonly: bool = True, create: bool = False) -> Any:
+    from tplog.store import Store
+
+    if _is_url(args.store):  # a server's store (postgresql://): opened as it is; it has no read-only mode
+        return Store(args.store)
+    path = args.store.removeprefix("lmdb://")
+    if os.path.exists(path) and not os.path.isdir(path):
+        raise InvalidInputError(f"{args.store}: is a file, not a store directory")
+    if not create and not os.path.exists(os.path.join(path, "data.mdb")):
+        raise InvalidInputError(f"{args.store}: no tplog store here")
+    return Store(args.store, readonly=readonly)
+
+
+# --------------------------------------------------------------------------- commands
+
+
+def cmd_validate(args: argparse.Namespace) -> int:
+    from tplog.protocol.validate import validate_json
+
+    report = validate_json(_read_input(args.file))
+    _emit(report)
+    return 0 if report.ok else 1
+
+
+def cmd_hash(args: argparse.Namespace) -> int:
+    from tplog.protocol.canonical import hash_json
+
+    data = _read_input(args.file)
+    with _input_named(args.file):
+        digest = hash_json(data, exclude_noncanonical=not args.include_noncanonical)
+    _emit({"hash": digest, "include_noncanonical": args.include_noncanonical})
+    return 0
+
+
+def cmd_stat(args: argparse.Namespace) -> int:
+    with _store(args) as s:
+        _emit(s.stats())
+    return 0
+
+
+def cmd_backup(args: argparse.Namespace) -> int:
+    with _store(args) as s:
+        s.backup(args.dest, compact=not args.no_compact)
+    # LMDB writes data.mdb; PostgreSQL one COPY file per table
+    size = sum(e.stat().st_size for e in os.scandir(args.dest) if e.is_file())
+    _emit({"dest": args.dest, "compact": not args.no_compact, "bytes": size})
+    return 0
+
+
+def _import_events(args: argparse.Namespace) -> list[list[Event]]:
+    """Each thread of the input as the history events to append: the one conversion of every format.
+
+    ``threadprotocol`` documents (v0.0.3 upgraded first) give
+    ``events_from_thread`` (what ``Store.import_thread`` appends); the foreign
+    formats give ``importers.load_events`` as they are. They are never folded
+    into a document and converted back: that would drop what only events hold,
+    such as ``AgentTurnCompleted.deferred`` (the approval / external kind of
+    each deferred tool call, which ``tplog pending`` reports).
+    """
+    data = _read_input(args.file)
+    if args.format == "threadprotocol":
+        from tplog.projections.fold import events_from_thread
+        from tplog.protocol import model as m
+        from tplog.protocol.json import from_json
+        from tplog.protocol.versions import upgrade
+
+        if args.request is not None:
+            raise InvalidInputError("--request only goes with --format vercel-ui")
+        from tplog.protocol.validate import validate
+
+        with _input_named(args.file), _format_hint(data, args.format):
+            thread = from_json(data, m.Thread)
+            # the report `tplog validate FILE` prints: an import succeeds exactly when it has no errors ...
+            validate(thread).raise_for_errors(f"thread {thread.thread_id}: ")
+            upgraded = upgrade(thread)
+            if upgraded is not thread:  # ... but for a v0.0.3 document that breaks a v0.0.4-only rule once upgraded
+                validate(upgraded).raise_for_errors(f"thread {thread.thread_id}, upgraded to v0.0.4: ")
+            return [events_from_thread(upgraded)]
+    try:
+        from tplog.integrations.importers import load_events
+    except ModuleNotFoundError as exc:
+        raise InvalidInputError(
+            f"--format {args.format} needs the Pydantic AI integration: pip install 'tplog[pydantic-ai]' ({exc})"
+        ) from exc
+    request = _read_input(args.request) if args.request is not None else None
+    named = args.file if args.request is None else f"{args.file} (with --request {args.request})"
+    with _input_named(named), _format_hint(data, args.format):
+        return [list(events) for events in load_events(args.format, data, request=request)]
+
+
+def _guess_format(data: bytes) -> str | None:
+    """Which ``--format`` the input looks like (by its outer shape only), or None."""
+    head = data.lstrip()[:64]
+    if head.startswith((b"data:", b"event:", b"id:", b":")):
+        return "vercel-ui"  # an SSE stream
+    try:
+        doc = msgspec.json.decode(data)
+    except msgspec.DecodeError:
+        lines = [ln for ln in data.splitlines() if ln.strip()]
+        return "vercel-ui" if len(lines) > 1 and all(ln.lstrip().startswith(b"{") for ln in lines) else None
+    if isinstance(doc, dict) and "thread_id" in doc and "turns" in doc:
+        return "threadprotocol"
+    if isinstance(doc, list) and doc and all(isinstance(x, dict) for x in doc):
+        if all(x.get("kind") in ("request", "response") and "parts" in x for x in doc):
+            return "pydantic-ai"  # ModelMessagesTypeAdapter JSON
+        if all("role" in x and "parts" in x for x in doc):
+            return "vercel-ui"  # a stored UIMessage array
+    return None
+
+
+@contextlib.contextmanager
+def _format_hint(data: bytes, fmt: str) -> Iterator[None]:
+    """An input that fails to parse in ``fmt`` but looks like another format says which ``--format`` to use."""
+    try:
+        yield
+    except InvalidInputError as exc:
+        guess = _guess_format(data)
+        if guess is not None and guess != fmt:
+            looks = {"threadprotocol": "a ThreadProtocol document", "pydantic-ai": "a Pydantic AI message history",
+                     "vercel-ui": "a Vercel AI UI stream or message array"}[guess]
+            flag = "--format threadprotocol (the default)" if guess == "threadprotocol" else f"--format {guess}"
+            exc.args = (f"{exc.args[0] if exc.args else ''} (this looks like {looks}: import it with {flag})",
+                        *exc.args[1:])
+        raise
+
+
+def cmd_import(args: argparse.Namespace) -> int:
+    from tplog._console import progress
+    from tplog.events import ThreadStarted
+    from tplog.store import NO_STREAM
+
+    threads = _import_events(args)
+    with _store(args, readonly=False, create=True) as s, progress() as update:
+        for i, events in enumerate(threads, 1):
+            update("import", i, len(threads))
+            first = events[0] if events else None
+            if not isinstance(first, ThreadStarted):  # pragma: no cover - both conversions start with it
+                raise InvalidInputError("the input converts to no thread (no ThreadStarted event)")
+            try:
+                res = s.append(first.thread_id, events, expected_version=NO_STREAM)
+            except WrongExpectedVersionError as exc:  # the library's advice (expected_version=...) is for API users
+                raise InvalidInputError(
+                    f"thread {first.thread_id} is already in {args.store} (version {exc.actual}); import never "
+                    "changes a stored thread (and a deleted thread's id stays taken): import into another store, "
+                    "or give the document another thread_id"
+                ) from exc
+            _emit(res)
+    return 0
+
+
+def cmd_export(args: argparse.Namespace) -> int:
+    from tplog.protocol.json import to_json
+
+    with _store(args) as s:
+        thread = s.export(args.thread)
+    if args.version == "0.0.3":
+        from tplog.protocol.versions import downgrade
+
+        thread = downgrade(thread)
+    sys.stdout.write(to_json(thread, indent=2).decode() + "\n")
+    return 0
+
+
+def cmd_read(args: argparse.Namespace) -> int:
+    from tplog.protocol.json import to_builtins
+
+    with _store(args) as s:
+        events = s.read(args.thread, after=args.after, limit=args.limit,
+                        direction="backward" if args.backward else "forward")
+    for e in events:
+        row = {"seq": e.seq, "position": e.position, "event_id": e.event_id, "recorded_at": e.recorded_at,
+               "type": e.event.__struct_config__.tag, "event": to_builtins(e.event)}
+        _emit_line(row, thread=False)
+    return 0
+
+
+def _emit_line(row: dict[str, Any], *, thread: bool) -> None:
+    """One event of a stream: a JSON line, or on a terminal one line of text."""
+    if _human is not None:
+        from tplog._render import event_line
+
+        sys.stdout.write(event_line(row, thread=thread) + "\n")
+    else:
+        sys.stdout.write(_out.encode(row).decode() + "\n")
+    sys.stdout.flush()  # a follower (tplog tail | ...) sees each event as it comes
+
+
+def cmd_tail(args: argparse.Namespace) -> int:
+    from tplog._cli_views import follow
+
+    with _store(args) as s:
+        for row in follow(s, args.thread, after=args.after, limit=args.limit, timeout=args.timeout):
+            _emit_line(row, thread=args.thread is None)
+    return 0
+
+
+def cmd_threads(args: argparse.Namespace) -> int:
+    from tplog.lifecycle import parse_meta, parse_time
+
+    with _store(args) as s:
+        if args.scope is not None:
+            s = s.scoped(args.scope)
+        _emit(s.threads(
+            limit=args.limit, after=args.after, include_deleted=args.include_deleted, status=args.status,
+            agent=args.agent, title=args.title, metadata=parse_meta("--meta", args.meta),
+            created_after=parse_time("--created-after", args.created_after),
+            created_before=parse_time("--created-before", args.created_before),
+            updated_after=parse_time("--updated-after", args.updated_after),
+            updated_before=parse_time("--updated-before", args.updated_before),
+            roots=args.roots, has_children=args.has_children))
+    return 0
+
+
+def cmd_turns(args: argparse.Namespace) -> int:
+    from tplog.protocol.json import to_builtins
+
+    with _store(args) as s:
+        res = s.load(args.thread)
+    if res.thread is None:
+        raise InvalidInputError(f"thread {args.thread} has no document (deleted: {res.deleted})")
+    _emit({"thread_id": res.thread.thread_id, "turns": to_builtins(res.thread.turns),
+           "in_progress": to_builtins(res.in_progress) if res.in_progress is not None else None})
+    return 0
+
+
+def cmd_pending(args: argparse.Namespace) -> int:
+    with _store(args) as s:
+        _emit(s.pending(args.thread))
+    return 0
+
+
+def cmd_interrupts(args: argparse.Namespace) -> int:
+    with _store(args) as s:
+        _emit(s.interrupts(args.thread))
+    return 0
+
+
+def cmd_children(args: argparse.Namespace) -> int:
+    with _store(args) as s:
+        if args.recursive or args.max_depth is not None:
+            rows = s.descendants(args.thread, max_depth=args.max_depth)
+            _emit([{"thread_id": t, "depth": d} for t, d in rows])
+        else:
+            _emit(s.children(args.thread, limit=args.limit, after=args.after))
+    return 0
+
+
+def cmd_tree(args: argparse.Namespace) -> int:
+    from tplog._cli_views import descendants_tree
+
+    with _store(args) as s:
+        _emit(descendants_tree(s, args.thread, max_depth=args.max_depth))
+    return 0
+
+
+def cmd_links(args: argparse.Namespace) -> int:
+    from tplog.protocol.json import to_builtins
+
+    with _store(args) as s:
+        if args.incoming:
+            after = tuple(args.after) if args.after is not None else None
+            rows = s.incoming(args.thread, relation=args.relation, limit=args.limit, after=after)
+            _emit([{"thread_id": t, "relation": r} for t, r in rows])
+        elif args.limit is not None or args.after is not None:
+            raise InvalidInputError("--limit and --after page the --incoming list; outgoing links are not paged")
+        else:
+            links = [lk for lk in s.links(args.thread) if args.relation is None or lk.relation == args.relation]
+            _emit(to_builtins(links))
+    return 0
+
+
+def cmd_delete(args: argparse.Namespace) -> int:
+    with _store(args, readonly=False) as s:
+        _emit(s.delete_thread(args.thread, reason=args.reason))
+    return 0
+
+
+def cmd_fork(args: argparse.Namespace) -> int:
+    with _store(args, readonly=False) as s:
+        _emit(s.fork(args.thread, args.at, new_thread_id=args.new_id, reason=args.reason))
+    return 0
+
+
+def cmd_prune(args: argparse.Namespace) -> int:
+    import datetime as dt
+
+    from tplog.retire import RetentionPolicy
+
+    age = None
+    if args.max_age is not None:
+        units = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
+        text = args.max_age.strip().lower()
+        num, unit = (text[:-1], text[-1]) if text and text[-1] in units else (text, "s")
+        try:
+            age = dt.timedelta(seconds=float(num) * units[unit])
+        except ValueError as exc:
+            raise InvalidInputError(f"--max-age: {args.max_age!r} is not a duration like 90d, 12h, 30m") from exc
+    policy = RetentionPolicy(max_age=age, max_threads=args.max_threads, keep_if_linked=not args.no_keep_linked)
+    with _store(args, readonly=args.dry_run) as s:
+        if args.scope is not None:
+            s = s.scoped(args.scope)
+        _emit(s.prune(policy, dry_run=args.dry_run, confirm_all=args.confirm_all))
+    return 0
+
+
+def cmd_prune_reports(args: argparse.Namespace) -> int:
+    with _store(args) as s:
+        if args.scope is not None:
+            s = s.scoped(args.scope)
+        reports, cursor = s.prune_reports(after=args.after, limit=args.limit)
+    _emit({"reports": reports, "cursor": cursor})
+    return 0
+
+
+def cmd_train(args: argparse.Namespace) -> int:
+    with _store(args, readonly=False) as s:
+        new_id = s.train_dictionary(samples=args.samples)
+    _emit({"dictionary_id": new_id, "trained": new_id != 0})
+    return 0
+
+
+def cmd_rebuild(args: argparse.Namespace) -> int:
+    from tplog._console import progress
+
+    chunk = {} if args.chunk is None else {"chunk": args.chunk}
+    with _store(args, readonly=False) as s, progress() as update:
+        reports = s.rebuild(args.projection, verify=args.verify, force=args.force,
+                            progress=lambda name, done, total: update(f"rebuild {name}", done, total), **chunk)
+    _emit([{"projection": r.projection, "verify": r.verify, "events": r.events, "seconds": round(r.seconds, 3),
+            "events_per_second": round(r.events_per_second), "position": r.position,
+            "differences": r.differences} for r in reports])
+    return 1 if any(r.differences for r in reports) else 0
+
+
+def cmd_verify(args: argparse.Namespace) -> int:
+    from tplog._console import progress
+    from tplog.verify import verify_store
+
+    with _store(args, readonly=False) as s, progress() as update:
+        update("verify", 0, None)  # the backend reports no steps: an activity bar while it works
+        rep = verify_store(s, projections=not args.no_projections)
+    _emit({"ok": rep.ok, "threads": rep.threads, "events": rep.events, "blobs": rep.blobs, "problems": rep.problems,
+           "skipped": rep.skipped})
+    return 0 if rep.ok else 1
+
+
+def cmd_copy(args: argparse.Namespace) -> int:
+    from tplog.copy import copy_store, open_store
+
+    if args.chunk is not None and args.chunk < 1:
+        raise InvalidInputError(f"--chunk must be ≥ 1, not {args.chunk}")
+    with open_store(args.src, source=True) as src, open_store(args.dest) as dest, _progress_bar() as progress:
+        rep = copy_store(src, dest, chunk=args.chunk or 256, verify=not args.no_verify,
+                         check_rules=args.check_rules, progress=progress)
+    _emit({"source": args.src, "dest": args.dest, "threads": rep.threads, "tombstones": rep.tombstones,
+           "events": rep.events, "skipped": rep.skipped, "seconds": round(rep.seconds, 3), "verified": rep.verified,
+           "mismatches": [{"thread_id": m.thread_id, "source": m.source, "dest": m.dest} for m in rep.mismatches]})
+    return 0 if rep.ok else 1
+
+
+@contextlib.contextmanager
+def _progress_bar() -> Iterator[Callable[[str, int, int], None] | None]:
+    """A rich progress bar on stderr when it is a terminal (and rich is installed), else None."""
+    if not sys.stderr.isatty():
+        yield None
+        return
+    try:
+        from rich.console import Console
+        from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
+    except ImportError:  # pragma: no cover - rich is in the cli extra
+        sys.stderr.write("tplog: no progress bar without rich: pip install 'tplog[cli]'\n")
+        yield None
+        return
+    with Progress(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
+                  TimeRemainingColumn(), console=Console(stderr=True), transient=True) as bar:
+        tasks: dict[str, Any] = {}
+
+        def progress(phase: str, done: int, total: int) -> None:
+            if phase not in tasks:
+                tasks[phase] = bar.add_task(phase, total=total)
+            bar.update(tasks[phase], completed=done, total=total)
+
+        yield progress
+
+
+def cmd_migrate(args: argparse.Namespace) -> int:
+    if not args.url.startswith(("postgresql://", "postgres://")):
+        raise InvalidInputError(f"tplog migrate takes a PostgreSQL URL (postgresql://…), not {args.url!r}")
+    try:
+        from tplog.backends.postgres.migrate import migrate
+    except ImportError as exc:
+        raise InvalidInputError(f"PostgreSQL stores need psycopg: pip install 'tplog[postgres]' ({exc})") from exc
+    _emit(migrate(args.url))
+    return 0
+
+
+def cmd_serve(args: argparse.Namespace) -> int:
+    try:
+        from tplog.integrations.server import serve
+    except ImportError as exc:
+        raise InvalidInputError(f"tplog serve needs the server extra: pip install 'tplog[server]' ({exc})") from exc
+    if not _is_url(args.store) and os.path.exists(args.store) and not os.path.isdir(args.store):
+        raise InvalidInputError(f"{args.store}: is a file, not a store directory")
+    if args.shutdown_grace < 0:
+        raise InvalidInputError(f"--shutdown-grace must be ≥ 0 seconds, not {args.shutdown_grace}")
+    serve(args.store, host=args.host, port=args.port, workers=args.workers, agents=args.agents,
+          on_disconnect=args.on_disconnect, durability=args.durability, shutdown_grace=args.shutdown_grace,
+          log_format=args.log_format, log_level=args.log_level)
+    return 0
+
+
+# --------------------------------------------------------------------------- parser
+
+
+def build_parser() -> argparse.ArgumentParser:
+    from tplog import __version__
+
+    p = argparse.ArgumentParser(prog="tplog", description="An append-only LMDB log store for ThreadProtocol threads.")
+    p.add_argument("--version", action="version", version=f"tplog {__version__}")
+    sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    def add(name: str, fn: Callable[[argparse.Namespace], int], help: str, *, store: bool = True,
+            thread: bool = False) -> argparse.ArgumentParser:
+        sp = sub.add_parser(name, help=help, description=help)
+        if store:
+            sp.add_argument("store", metavar="STORE", help="the store's directory")
+        if thread:
+            sp.add_argument("thread", metavar="THREAD_ID", help="the thread's id")
+        if name not in ("export", "serve"):  # export prints the document itself; serve prints nothing
+            sp.add_argument("--json", action="store_true",
+                            help="print JSON even on a terminal (it is the output whenever stdout is not one)")
+        sp.set_defaults(fn=fn)
+        return sp
+
+    sp = add("validate", cmd_validate, "Validate a ThreadProtocol JSON file; exit 1 if it has errors.", store=False)
+    sp.add_argument("file", metavar="FILE", help="JSON file ('-' for stdin)")
+    sp = add("hash", cmd_hash, "Print the canonical SHA-256 hash of a ThreadProtocol JSON file.", store=False)
+    sp.add_argument("file", metavar="FILE", help="JSON file ('-' for stdin)")
+    sp.add_argument("--include-noncanonical", action="store_true",
+                    help="also hash meta:* content and data-sys-* events (excluded by default)")
+    add("stat", cmd_stat, "Counts, sizes and per-table entries of a store.")
+    sp = add("backup", cmd_backup, "Consistent hot copy of a live store into an empty directory.")
+    sp.add_argument("dest", metavar="DEST", help="an empty or new directory")
+    sp.add_argument("--no-compact", action="store_true", help="copy pages as they are (faster, no compaction)")
+    sp = add("import", cmd_import, "Import a thread into a store (v0.0.3 documents are upgraded).")
+    sp.add_argument("file", metavar="FILE", help="input file ('-' for stdin)")
+    sp.add_argument("--format", choices=["threadprotocol", "pydantic-ai", "vercel-ui"], default="threadprotocol",
+                    help="input format (default threadprotocol)")
+    sp.add_argument("--request", metavar="FILE", help="vercel-ui: the UI request body the client sent")
+    sp = add("export", cmd_export, "Print a thread as ThreadProtocol JSON.", thread=True)
+    sp.add_argument("--version", choices=["0.0.4", "0.0.3"], default="0.0.4", help="protocol version to write")
+    sp = add("read", cmd_read, "Print a thread's raw history events as JSON lines.", thread=True)
+    sp.add_argument("--after", type=int, default=None,
+                    help="page on: the last seq seen (exclusive; default: from the first, or the last with --backward)")
+    sp.add_argument("--limit", type=int, default=None, help="at most this many events")
+    sp.add_argument("--backward", action="store_true", help="newest first")
+    sp = add("threads", cmd_threads, "List threads, most recently updated first, one page at a time.")
+    sp.add_argument("--limit", type=int, default=50, help="threads per page (default 50)")
+    sp.add_argument("--after", default=None, help="the cursor a previous page returned")
+    sp.add_argument("--include-deleted", action="store_true", help="list tombstones too")
+    sp.add_argument("--scope", default=None, help="list this scope's threads (default: unscoped)")
+    sp.add_argument("--status", action="append", default=None,
+                    choices=["active", "interrupted", "waiting_tools", "waiting_approval", "idle"],
+                    help="only threads in this state (repeat for any of several)")
+    sp.add_argument("--agent", default=None, help="only threads this agent id registered or ran a turn in")
+    sp.add_argument("--title", default=None, help="only threads whose title contains this (any case)")
+    sp.add_argument("--meta", action="append", default=None, metavar="KEY=VALUE",
+                    help="only threads whose metadata has KEY equal to VALUE (JSON, else a string); repeatable")
+    for name in ("created-after", "created-before", "updated-after", "updated-before"):
+        sp.add_argument(f"--{name}", default=None, metavar="TIME",
+                        help="ISO 8601 date-time (UTC if no zone) or ns; after inclusive, before exclusive")
+    sp.add_argument("--roots", action="store_true", help="only threads with no spawned_from link")
+    sp.add_argument("--has-children", dest="has_children", action="store_true", default=None,
+                    help="only threads with spawned children")
+    sp.add_argument("--no-children", dest="has_children", action="store_false",
+                    help="only threads without spawned children")
+    add("turns", cmd_turns, "A thread's canonical turns and the agent turn in progress.", thread=True)
+    add("pending", cmd_pending, "A thread's tool calls without a return (deferred, executing, abandoned).",
+        thread=True)
+    add("interrupts", cmd_interrupts, "Whether and where a thread was interrupted.", thread=True)
+    sp = add("children", cmd_children, "Threads spawned from a thread.", thread=True)
+    sp.add_argument("--recursive", action="store_true", help="all descendants, breadth-first (cycle-safe)")
+    sp.add_argument("--max-depth", type=int, default=None, help="with --recursive: how deep to go")
+    sp.add_argument("--limit", type=int, default=None, help="at most this many children")
+    sp.add_argument("--after", default=None, help="page on: the last child id of the previous page")
+    sp = add("tree", cmd_tree, "A thread's descendants (spawned children, recursively) as a tree.", thread=True)
+    sp.add_argument("--max-depth", type=int, default=None, help="how deep to go (default: all the way)")
+    sp = add("tail", cmd_tail, "Follow new events as they are appended (the whole store, or one thread) until "
+             "Ctrl-C: JSON lines, or one line per event on a terminal.")
+    sp.add_argument("thread", metavar="THREAD_ID", nargs="?", default=None, help="only this thread's events")
+    sp.add_argument("--after", type=int, default=None,
+                    help="start after this log position (with THREAD_ID: this seq); default: the current end, "
+                         "so only new events; 0 replays everything first")
+    sp.add_argument("--limit", type=int, default=None, help="stop after this many events")
+    sp.add_argument("--timeout", type=float, default=None, metavar="SECONDS",
+                    help="stop when no new event came for this long (default: follow until Ctrl-C)")
+    sp = add("links", cmd_links, "A thread's outgoing links, or with --incoming the threads linking to it.",
+             thread=True)
+    sp.add_argument("--incoming", action="store_true", help="threads that link to this one")
+    sp.add_argument("--relation", default=None, help="only links of this relation")
+    sp.add_argument("--limit", type=int, default=None, help="with --incoming: at most this many (see README)")
+    sp.add_argument("--after", nargs=2, default=None, metavar=("SOURCE_ID", "RELATION"),
+                    help="with --incoming, page on: the last pair of the previous page")
+    sp = add("delete", cmd_delete, "Hard-delete a thread (a tombstone keeps its id from reuse).", thread=True)
+    sp.add_argument("--reason", default=None, help="recorded in the tombstone")
+    sp = add("fork", cmd_fork, "Fork a thread at a turn boundary: a new thread with its history up to --at and "
+             "a spawned_from link carrying the branch point.", thread=True)
+    sp.add_argument("--at", type=int, required=True, help="the last seq the fork keeps (a turn boundary)")
+    sp.add_argument("--new-id", default=None, help="the fork's thread id (default: a new UUID)")
+    sp.add_argument("--reason", default=None, help="recorded in the spawned_from link's metadata")
+    sp = add("prune", cmd_prune, "Remove the threads a retention policy retires (each leaves a tombstone saying "
+             "why and when; the report is kept: tplog prune-reports).")
+    sp.add_argument("--max-age", default=None, metavar="DURATION",
+                    help="retire threads not updated for this long (90d, 12h, 30m, 45s)")
+    sp.add_argument("--max-threads", type=int, default=None, metavar="N",
+                    help="keep only the newest N threads of the scope")
+    sp.add_argument("--no-keep-linked", action="store_true",
+                    help="retire threads other threads link to or spawned from too (the report lists the "
+                         "children left dangling)")
+    sp.add_argument("--dry-run", action="store_true", help="report what would go; write nothing")
+    sp.add_argument("--confirm-all", action="store_true", help="allow a policy that removes every thread")
+    sp.add_argument("--scope", default=None, help="prune this scope's threads (default: unscoped)")
+    sp = add("prune-reports", cmd_prune_reports, "The kept prune reports, newest first.")
+    sp.add_argument("--after", default=None, help="the cursor a previous page returned")
+    sp.add_argument("--limit", type=int, default=50, help="reports per page (default 50)")
+    sp.add_argument("--scope", default=None, help="this scope's reports (default: unscoped)")
+    sp = add("serve", cmd_serve, "Serve the store over HTTP: Vercel AI chat (demo agent by default), thread "
+             "reads, resumable live event tails (needs tplog[server]).")
+    sp.add_argument("--host", default="127.0.0.1", help="interface to listen on (default 127.0.0.1)")
+    sp.add_argument("--port", type=int, default=8000, help="TCP port (default 8000)")
+    sp.add_argument("--workers", type=int, default=1, help="worker processes (default 1)")
+    sp.add_argument("--agents", default=None, metavar="MODULE:ATTR",
+                    help="a dict of Pydantic AI agents, or a callable returning one (default: the scripted demo agent)")
+    sp.add_argument("--on-disconnect", choices=["finish", "interrupt"], default="finish",
+                    help="when a chat client goes away: finish the run and record it (default), or interrupt it")
+    sp.add_argument("--durability", choices=["durable", "relaxed"], default="durable",
+                    help="fsync policy of the store (default durable)")
+    sp.add_argument("--shutdown-grace", type=float, default=30.0, metavar="SECONDS",
+                    help="on SIGTERM/Ctrl-C, how long running chats get to finish before they are recorded as "
+                         "interrupted (server_shutdown) (default 30)")
+    sp.add_argument("--log-format", choices=["text", "json"], default="text",
+                    help="json: one JSON object per log line, with the thread id it is about (default text)")
+    sp.add_argument("--log-level", choices=["debug", "info", "warning", "error"], default="info",
+                    help="the least severe log lines printed (default info; debug adds one line per append)")
+    sp = add("copy", cmd_copy, "Copy every thread (events, links, metadata, tombstones) from one store to another, "
+             "between any backends; resumable (run it again after an interruption); then compare every thread's "
+             "export hash (exit 1 on a mismatch).", store=False)
+    sp.add_argument("src", metavar="SRC", help="the source store: a directory, lmdb:///dir or postgresql://…")
+    sp.add_argument("dest", metavar="DEST", help="the destination store (created if missing)")
+    sp.add_argument("--chunk", type=int, default=None, metavar="N",
+                    help="source events read per page and appended per transaction (default 256)")
+    sp.add_argument("--no-verify", action="store_true", help="skip comparing the export hashes at the end")
+    sp.add_argument("--check-rules", action="store_true",
+                    help="apply the validation rules to the copied events (off: the source holds them already)")
+    sp = add("migrate", cmd_migrate, "Create or upgrade the tplog schema of a PostgreSQL store to this version's.",
+             store=False)
+    sp.add_argument("url", metavar="URL", help="postgresql://… (?schema=NAME, default tplog)")
+    sp = add("train", cmd_train, "Train a zstd dictionary on the store's events; new values use it. Trains nothing "
+             "(\"trained\": false) below 64 events: zstd's trainer needs that many samples to find what recurs.")
+    sp.add_argument("--samples", type=int, default=2000, help="how many recent events to sample (at least 64 train)")
+    sp = add("rebuild", cmd_rebuild, "Rebuild projections from the log (safe while others append).")
+    sp.add_argument("--projection", choices=["links", "state"], default=None, help="only this projection")
+    sp.add_argument("--verify", action="store_true",
+                    help="rebuild into a shadow copy and report every difference from the live projection; "
+                         "exit 1 if any")
+    sp.add_argument("--force", action="store_true",
+                    help="take over the claim of another rebuild that still holds its lock (e.g. a stopped or stuck "
+                         "process); that rebuild then stops without swapping anything in")
+    sp.add_argument("--chunk", type=int, default=None, metavar="N",
+                    help="events folded per read snapshot and per commit (default 20,000): smaller keeps "
+                         "appends waiting less and memory lower, larger commits less often")
+    sp = add("verify", cmd_verify, "Check every value, the indexes and the projections; exit 1 on any problem.")
+    sp.add_argument("--no-projections", action="store_true", help="skip comparing projections with a rebuild")
+    return p
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    global _human
+    try:
+        args = build_parser().parse_args(argv)
+        from tplog._console import is_terminal
+
+        _human = args.command if not getattr(args, "json", True) and is_terminal(sys.stdout) else None
+        return int(args.fn(args))
+    except TplogError as exc:
+        sys.stderr.write(f"error: {exc}\n")
+        return 2
+    except KeyboardInterrupt:  # Ctrl-C: the shell's convention (128 + SIGINT), no traceback
+        sys.stderr.write("tplog: interrupted\n")
+        return 130
+    except BrokenPipeError:  # pragma: no cover
+        return 0
+
+
+if __name__ == "__main__":  # pragma: no cover
+    raise SystemExit(main())

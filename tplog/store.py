@@ -1,0 +1,1081 @@
+"""The store: the facade users call (``Store``, ``AsyncStore``).
+
+It checks arguments, encodes events (in the caller's thread, outside any
+writer), confines scoped views, keeps the fold cache and turns a thread's log
+into documents; everything stored goes through a backend implementing
+:mod:`tplog.backends.contract` (LMDB by default, the in-memory reference for
+``"memory:"``). An append: check and encode here → ``backend.submit`` (one
+future-like handle, awaited by the sync and the async API alike) → the
+backend's transaction (LMDB: group commit, see ``tplog.backends.lmdb.recorder``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+import logging
+import os
+import threading
+import time
+from collections import OrderedDict
+from collections.abc import AsyncIterator, Callable, Iterator, Sequence
+from typing import Any, Final, Literal, cast
+
+import msgspec
+
+from tplog import fork as _fork
+from tplog import retire as _retire
+from tplog.backends import contract
+from tplog.backends.contract import (
+    ANY,
+    EXISTS,
+    NO_STREAM,
+    PROJECTIONS,
+    AppendResult,
+    RebuildReport,
+    Recorder,
+    ThreadAppend,
+    ThreadHead,
+    ThreadPage,
+    VerifyReport,
+    outgoing,
+    thread_key,
+)
+from tplog.backends.lmdb import LmdbRecorder  # the default backend, imported with the facade
+from tplog.codec import Codec, Encoded, Header, Limits
+from tplog.errors import InvalidInputError, NotFoundError, ThreadDeletedError, TplogError
+from tplog.events import KIND_CODE, Event, LinkAdded, RecordedEvent, ThreadDeleted, ThreadStarted
+from tplog.lifecycle import check_filter
+from tplog.projections.fold import (
+    Folder,
+    FoldResult,
+    InterruptState,
+    Item,
+    PendingState,
+    ThreadState,
+    events_from_thread,
+    interrupts_of,
+    pending_of,
+    state_of,
+)
+from tplog.protocol import model as m
+from tplog.retire import PruneReport, RetentionPolicy
+
+__all__ = ["ANY", "EXISTS", "NO_STREAM", "AppendResult", "AsyncStore", "ExpectedVersion", "Store", "ThreadHead",
+           "ThreadPage"]
+
+ExpectedVersion = contract.ExpectedVersion  # the types live in the backend contract; re-exported here
+
+_EVENT_CLASSES = tuple(KIND_CODE)
+_LINKING = (LinkAdded, ThreadStarted)  # the events that may record links (outgoing)
+MAX_RELATION_BYTES: Final = 400  # keeps LMDB's link keys under its 511-byte key limit
+CHUNK: Final = 20_000  # events a rebuild folds per snapshot and per commit (see Store.rebuild)
+MEMORY: Final = "memory:"
+
+
+log = logging.getLogger("tplog.store")
+
+
+def _log_appended(res: AppendResult) -> None:
+    if log.isEnabledFor(logging.DEBUG):  # one per append: built only when someone reads it
+        log.debug("appended" if not res.duplicate else "append repeated (idempotent retry, nothing written)",
+                  extra={"thread_id": res.thread_id, "first_seq": res.first_seq, "last_seq": res.last_seq,
+                         "first_position": res.first_position, "last_position": res.last_position})
+
+
+def _log_refused(thread_id: str, exc: TplogError) -> None:
+    log.info("append refused: %s", exc, extra={"thread_id": thread_id, "error": type(exc).__name__})
+
+
+class _FoldCache:
+    """Folders of recently loaded threads (LRU), bounded by the events they cover.
+
+    Shared by a store and its scoped views (keys are scoped thread keys). An
+    entry is taken out while a load extends it, so two loads of one thread never
+    feed the same folder."""
+
+    def __init__(self, budget: int) -> None:
+        self.budget = budget
+        self.events = 0
+        self.entries: OrderedDict[bytes, Folder] = OrderedDict()
+        self.lock = threading.Lock()
+        self.hits = 0  # takes that found the thread's fold (/metrics: tplog_fold_cache_hits_total)
+        self.misses = 0
+
+    def take(self, tk: bytes) -> Folder | None:
+        with self.lock:
+            f = self.entries.pop(tk, None)
+            if f is not None:
+                self.events -= f.seq
+                self.hits += 1
+            else:
+                self.misses += 1
+            return f
+
+    def give(self, tk: bytes, f: Folder) -> None:
+        if f.seq > self.budget:
+            return
+        with self.lock:
+            old = self.entries.pop(tk, None)
+            if old is not None:
+                self.events -= old.seq
+            self.entries[tk] = f
+            self.events += f.seq
+            while self.events > self.budget:
+                _, out = self.entries.popitem(last=False)
+                self.events -= out.seq
+
+
+def _check_page_limit(limit: object) -> None:
+    if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 0):
+        raise InvalidInputError(f"limit must be None or an int ≥ 0, not {limit!r}")
+
+
+def _check_position(after: object) -> None:
+    if isinstance(after, bool) or not isinstance(after, int) or after < 0:
+        raise InvalidInputError(f"after must be a log position (an int ≥ 0), not {after!r}")
+
+
+def _now_ns() -> int:
+    return time.time_ns()
+
+
+def open_backend(target: str | os.PathLike[str], **options: Any) -> Recorder:
+    """The backend a store path or URL names: ``"memory:"`` → the reference backend
+    (``"memory:DIR"``: loaded from a memory store's backup in DIR), ``postgresql://…`` →
+    PostgreSQL (``tplog[postgres]``), ``lmdb:///dir`` or a directory path → LMDB (options
+    pass through)."""
+    if isinstance(target, str) and target.startswith(MEMORY):
+        from tplog.backends.memory import MemoryRecorder
+
+        if options.get("readonly"):
+            raise InvalidInputError("a memory: store cannot be opened read-only: it lives in this process only")
+        source = target[len(MEMORY):]
+        if source:  # memory:DIR: a copy of what a memory store's backup wrote into DIR
+            return MemoryRecorder.restore(source, limits=options.get("limits"))
+        return MemoryRecorder(limits=options.get("limits"))
+    if isinstance(target, str) and target.startswith(("postgresql://", "postgres://")):
+        if options.get("readonly"):
+            raise InvalidInputError("a PostgreSQL store cannot be opened read-only (use a read-only role instead)")
+        try:
+            from tplog.backends.postgres import PostgresRecorder
+        except ImportError as exc:
+            raise InvalidInputError(f"{target.split('://')[0]}:// stores need psycopg: pip install 'tplog[postgres]'"
+                                    f" ({exc})") from exc
+        return PostgresRecorder(target, limits=options.get("limits"))
+    path = os.fspath(target)
+    if isinstance(path, str) and path.startswith("lmdb://"):
+        path = path[len("lmdb://"):]
+        if not path:
+            raise InvalidInputError("an lmdb:// URL needs a directory: lmdb:///path/to/store")
+    elif isinstance(path, str) and "://" in path:
+        raise InvalidInputError(f"{path!r}: unknown store URL scheme (known: lmdb://, postgresql://, memory:)")
+    return LmdbRecorder(path, **options)
+
+
+class _Entropy(threading.local):
+    """Per-thread random bytes from ``os.urandom``, drawn 4 KB at a time: each
+    ``os.urandom`` call releases the GIL, and with many appending threads every
+    release is a thread switch (measured: benchmarks/RESULTS.md). Refilled, never
+    shared, and dropped in a forked child."""
+
+    def __init__(self) -> None:
+        self.buf = b""
+        self.at = 0
+
+    def take(self, n: int) -> bytes:
+        if self.at + n > len(self.buf):
+            self.buf, self.at = os.urandom(4096), 0
+        self.at += n
+        return self.buf[self.at - n : self.at]
+
+
+_entropy = _Entropy()
+_head_dec = msgspec.msgpack.Decoder(ThreadHead)  # a stored head, as the LMDB backend writes it
+
+
+def _fresh_entropy() -> None:  # a child must not reuse its parent's random bytes
+    global _entropy
+    _entropy = _Entropy()
+
+
+os.register_at_fork(after_in_child=_fresh_entropy)
+
+
+def new_event_id() -> str:
+    """A new event id: a UUIDv7 (RFC 9562) string, time-ordered, so that new ids
+    land at the end of the ``eventids`` index (a random UUIDv4 dirties a random
+    leaf page per event, which made each commit's fsync measurably longer). Its
+    12 ``rand_a`` bits carry the time below the millisecond (RFC 9562 §6.2,
+    method 3: ~244 ns steps), so the ids of one millisecond are in order too and
+    fill the index's pages (LMDB splits a page in the middle unless the new key
+    goes last: ids in random order within a millisecond left it about half
+    full). Its 62 random bits come from ``os.urandom`` (see :class:`_Entropy`)."""
+    ms, sub = divmod(time.time_ns(), 1_000_000)
+    r = int.from_bytes(_entropy.take(8), "big")
+    n = (ms & 0xFFFF_FFFF_FFFF) << 80 | 0x7 << 76 | (sub * 4096 // 1_000_000) << 64 | 0b10 << 62 | (r >> 2)
+    h = f"{n:032x}"
+    return f"{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:]}"
+
+
+class Store:
+    """A tplog store: in the directory ``path`` (created if missing; ``lmdb:///dir``
+    names one too), or ``"memory:"`` for the in-memory reference backend (its
+    content lives as long as the object; handy in tests; ``"memory:DIR"`` starts
+    from what :meth:`backup` of a memory store wrote into DIR).
+
+    Thread-safe; several processes may open the same directory (LMDB allows
+    one writer at a time; readers are never blocked). Options:
+
+    - ``durability``: ``"durable"`` (default) — an acknowledged append has been
+      fsynced; ``"relaxed"`` — one fsync per commit instead of two: an OS crash
+      or power loss may undo the last committed group, never corrupts.
+    - ``readonly``: open without write access (appends raise ReadOnlyError).
+    - ``map_size``: the initial LMDB map; it grows by itself (doubling) up to
+      ``max_map_size``.
+    - ``limits``: :class:`~tplog.codec.Limits` on event size, parts, depth,
+      decompressed size and the blob threshold.
+    - ``auto_dictionary``: once the log holds this many events and the store
+      has no zstd dictionary, one is trained from its latest events in a
+      background thread (:meth:`train_dictionary`); new values use it, old ones
+      keep theirs. 0 turns it off.
+    - ``check_rules``: ``True`` (default) — every append is checked against the
+      validation rules of ``tplog.validate`` (``tplog.protocol.rules``), so what the
+      store accepts, ``validate`` accepts; ``False`` — only the order rules:
+      a raw log of well-ordered events (replaying logs recorded without the
+      rules, tests of storage mechanics with toy ids).
+    - ``fold_cache``: how many folded events :meth:`load` keeps in memory (the
+      turns of recently loaded threads, each with the seq it covers), so a
+      later load folds only what was appended since; 0 turns it off. A folded
+      event holds several KB of Python objects (see benchmarks/README.md).
+    """
+
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        *,
+        readonly: bool = False,
+        durability: str = "durable",
+        map_size: int = 64 << 20,
+        max_map_size: int = 1 << 40,
+        limits: Limits | None = None,
+        fold_cache: int = 20_000,
+        auto_dictionary: int = 1000,
+        check_rules: bool = True,
+    ) -> None:
+        if not isinstance(check_rules, bool):
+            raise InvalidInputError(f"check_rules must be True or False, not {check_rules!r}")
+        if isinstance(fold_cache, bool) or not isinstance(fold_cache, int) or fold_cache < 0:
+            raise InvalidInputError(f"fold_cache must be an int ≥ 0 (events), not {fold_cache!r}")
+        self.path = path if isinstance(path, str) and path.startswith(MEMORY) else os.fspath(path)
+        self.backend: Recorder = open_backend(
+            path, readonly=readonly, durability=durability, map_size=map_size, max_map_size=max_map_size,
+            limits=limits, auto_dictionary=auto_dictionary)
+        if isinstance(self.path, str) and self.path.startswith("lmdb://"):
+            self.path = self.path[len("lmdb://"):]
+        self.codec: Codec = self.backend.codec
+        self._folds = _FoldCache(fold_cache)
+        self.readonly = readonly
+        self.check_rules = check_rules
+        self._scope: str | None = None
+        self._view = False
+
+    @property
+    def engine(self) -> Any:
+        """The LMDB backend's key/value engine (an LMDB store only: maintenance and tests)."""
+        return cast(Any, self.backend).engine
+
+    # ------------------------------------------------------------------ lifecycle
+
+    def __enter__(self) -> Store:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def scoped(self, scope: str) -> Store:
+        """A view of this store confined to ``scope`` (a tenant).
+
+        Thread ids, event ids, listings and link queries of the view live in the
+        scope's own key space: a view of scope A never sees scope B's threads,
+        events or links, whatever ids it names (the same id in two scopes is two
+        threads). Views share the store's backend (and its group commit); closing
+        a view does nothing, close the store itself.
+        """
+        if not isinstance(scope, str) or not scope or len(scope.encode()) > 256:
+            raise InvalidInputError(f"scope must be a non-empty string of at most 256 bytes, not {scope!r}")
+        view = copy.copy(self)
+        view._scope = scope
+        view._view = True
+        return view
+
+    @property
+    def scope(self) -> str | None:
+        """The scope of this view, or ``None`` for the unscoped store."""
+        return self._scope
+
+    def _tk(self, thread_id: str) -> bytes:
+        return thread_key(thread_id, self._scope)
+
+    def close(self) -> None:
+        """Close the store. Pending appends finish first; later calls raise StoreClosedError."""
+        if self._view:
+            return
+        self.backend.close()
+
+    def _check_open(self) -> None:
+        self.backend.check_open()
+
+    # ------------------------------------------------------------------ append
+
+    def _encode(self, thread_id: str, events: Sequence[Event], event_ids: Sequence[str] | None,
+                bodies: Sequence[bytes] | None = None) -> list[Encoded]:
+        """Check and encode an append's events (``bodies``: their msgpack bodies, if known)."""
+        self._check_open()
+        if not isinstance(thread_id, str) or not thread_id or len(thread_id.encode()) > 512:
+            raise InvalidInputError(f"thread id must be a non-empty string of at most 512 bytes, not {thread_id!r}")
+        if isinstance(events, (str, bytes)) or not isinstance(events, Sequence):
+            raise InvalidInputError("events must be a sequence of tplog events")
+        if not events:
+            raise InvalidInputError(f"thread {thread_id}: append needs at least one event")
+        if event_ids is not None and len(event_ids) != len(events):
+            raise InvalidInputError(
+                f"thread {thread_id}: {len(event_ids)} event ids for {len(events)} events"
+            )
+        now = _now_ns()
+        out: list[Encoded] = []
+        for i, ev in enumerate(events):
+            if not isinstance(ev, _EVENT_CLASSES):
+                raise InvalidInputError(
+                    f"thread {thread_id}: events[{i}] is a {type(ev).__name__}, not a tplog event "
+                    f"(one of {', '.join(c.__name__ for c in _EVENT_CLASSES)})"
+                )
+            for j, (_, lk) in enumerate(outgoing(0, ev) if isinstance(ev, _LINKING) else ()):
+                # The relation is part of the links_in key (NUL-terminated, under LMDB's key limit).
+                at = "link" if isinstance(ev, LinkAdded) else f"relationships.links[{j}]"
+                if "\x00" in lk.relation:
+                    raise InvalidInputError(f"thread {thread_id}: events[{i}] {at} relation contains a NUL character")
+                if len(lk.relation.encode()) > MAX_RELATION_BYTES:
+                    raise InvalidInputError(
+                        f"thread {thread_id}: events[{i}] {at} relation is {len(lk.relation.encode())} bytes; "
+                        f"at most {MAX_RELATION_BYTES} are allowed"
+                    )
+            eid = new_event_id() if event_ids is None else event_ids[i]
+            if not isinstance(eid, str) or not eid or len(eid.encode()) > 256:
+                raise InvalidInputError(f"thread {thread_id}: event_ids[{i}] must be a non-empty string ≤ 256 bytes")
+            try:
+                out.append(self.codec.encode(ev, eid, now, None if bodies is None else bodies[i]))
+            except InvalidInputError as exc:
+                if exc.path is None or type(exc) is not InvalidInputError:
+                    raise
+                base = str(exc.args[0]).removesuffix(f" (at {exc.path})")
+                raise InvalidInputError(f"thread {thread_id}: events[{i}]: {base}", path=exc.path) from exc
+        if event_ids is not None and len(set(event_ids)) != len(event_ids):
+            raise InvalidInputError(f"thread {thread_id}: the same event id appears twice in one append")
+        return out
+
+    def append(
+        self,
+        thread_id: str,
+        events: Sequence[Event],
+        *,
+        expected_version: ExpectedVersion = ANY,
+        event_ids: Sequence[str] | None = None,
+    ) -> AppendResult:
+        """Append ``events`` to a thread, atomically: all of them or none.
+
+        ``expected_version``: ``"any"`` (default); ``"no_stream"`` — the thread
+        must have no events; ``"exists"`` — it must have some; an int — its
+        version (last seq) must be exactly that. A mismatch raises
+        :class:`WrongExpectedVersionError` and writes nothing.
+
+        ``event_ids``: one id per event (default: new UUIDs). Re-appending
+        events whose ids are all stored already, in the same order, returns the
+        original result with ``duplicate=True`` and writes nothing — safe to
+        retry after a lost acknowledgement. Ids stored elsewhere or for only
+        some of the events raise :class:`IdempotencyError`.
+
+        Returns once the commit is durable (see ``durability``).
+        """
+        backend = self.backend
+        backend.gate()
+        encoded = self._encode(thread_id, events, event_ids)
+        self._check_expected(expected_version)
+        part = ThreadAppend(thread_id=thread_id, events=encoded, expected=expected_version, scope=self._scope,
+                            fresh_ids=event_ids is None, check_rules=self.check_rules)
+        try:
+            res: AppendResult = backend.submit((part,)).result()[0]
+        except TplogError as exc:
+            _log_refused(thread_id, exc)
+            raise
+        _log_appended(res)
+        return res
+
+    @staticmethod
+    def _check_expected(expected: object) -> None:
+        if isinstance(expected, bool) or not (
+            (isinstance(expected, int) and expected >= 0) or expected in (ANY, NO_STREAM, EXISTS)
+        ):
+            raise InvalidInputError(
+                f"expected_version must be 'any', 'no_stream', 'exists' or an int ≥ 0, not {expected!r}"
+            )
+
+    # ------------------------------------------------------------------ fork
+
+    def fork(self, thread_id: str, at: int, *, new_thread_id: str | None = None,
+             reason: str | None = None) -> AppendResult:
+        """A new thread whose history is this thread's events up to seq ``at`` (a turn
+        boundary: no agent turn open there), started by a ``ThreadStarted`` declaring
+        ``spawned_from`` → ``thread_id`` with ``{"branch_point": "turn_N", "seq": at,
+        "reason": reason}`` as the link's metadata; title, metadata and other links as
+        the parent's start. ``new_thread_id`` defaults to a new UUID (the result's
+        ``thread_id``). Copy-on-write (see ``tplog.fork``): the fork stores its own
+        ThreadStarted and what is appended to it later, and reads seqs 2..``at`` from
+        the parent; reads, loads, exports, hashes, pending tools and interrupts answer as
+        for a copied thread. It is listed among the parent's children; the parent
+        cannot be deleted while it lives (``delete_thread(..., cascade=True)``).
+
+        Errors, nothing written: a parent never stored (:class:`NotFoundError`) or
+        deleted (:class:`ThreadDeletedError`); ``at`` not a turn boundary or past the
+        parent's end (:class:`InvalidInputError`); ``new_thread_id`` already used
+        (:class:`WrongExpectedVersionError`, or :class:`ThreadDeletedError` for a
+        deleted one)."""
+        return _fork.fork(self, thread_id, at, new_thread_id=new_thread_id, reason=reason)
+
+    # ------------------------------------------------------------------ retention
+
+    def prune(self, policy: RetentionPolicy, *, dry_run: bool = False, confirm_all: bool = False,
+              now: Any = None) -> PruneReport:
+        """Remove the threads ``policy`` retires (see ``tplog.retire``): each leaves a
+        tombstone saying why and when, the report is kept (:meth:`prune_reports`) and
+        names every live child left with a ``spawned_from`` target that is gone.
+        ``dry_run``: the report of what would go, nothing written. A policy that would
+        remove every thread raises :class:`ConfirmationRequiredError` unless ``confirm_all``.
+        ``now`` (aware datetime or ns): the time ``max_age`` counts back from (default: now)."""
+        return _retire.prune(self, policy, dry_run=dry_run, confirm_all=confirm_all, now=now)
+
+    def prune_reports(self, *, after: str | None = None, limit: int = 50) -> tuple[list[PruneReport], str | None]:
+        """The kept prune reports, newest first, and the ``after`` cursor of the next page."""
+        return _retire.prune_reports(self, after=after, limit=limit)
+
+    # ------------------------------------------------------------------ delete
+
+    def delete_thread(self, thread_id: str, *, reason: str | None = None, cascade: bool = False) -> AppendResult:
+        """Hard-delete a thread: its events and index entries are removed, shared blobs
+        released, and a ``ThreadDeleted`` tombstone kept so the id is never reused.
+        Space is reused by later writes; ``tplog backup`` (compacting) shrinks the file.
+
+        A thread whose events live forks read (see :meth:`fork`) raises
+        :class:`HasForksError` (naming them) and nothing is deleted; with ``cascade``
+        its forks, and theirs, are deleted first (each its own deletion, deepest first)."""
+        if not isinstance(cascade, bool):
+            raise InvalidInputError(f"cascade must be True or False, not {cascade!r}")
+        if cascade:
+            for f in _fork.forks_of(self, thread_id):
+                self.delete_thread(f, reason=reason, cascade=True)
+        tomb = ThreadDeleted(reason=reason if reason is not None else msgspec.UNSET)
+        enc = self._encode(thread_id, [tomb], None)[0]
+        res: AppendResult = self.backend.delete_thread(thread_id, enc, scope=self._scope).result()
+        log.info("thread deleted", extra={"thread_id": thread_id, "reason": reason, "seq": res.last_seq})
+        return res
+
+    # ------------------------------------------------------------------ read
+
+    def head(self, thread_id: str) -> ThreadHead:
+        """The thread's head record; :class:`NotFoundError` if it has none."""
+        head = self.backend.head(thread_id, scope=self._scope)
+        if head is None:
+            raise NotFoundError(f"thread {thread_id} does not exist")
+        return head
+
+    def exists(self, thread_id: str) -> bool:
+        head = self.backend.head(thread_id, scope=self._scope)
+        return head is not None and head.status == "active"
+
+    def read(
+        self,
+        thread_id: str,
+        *,
+        after: int | None = None,
+        limit: int | None = None,
+        direction: Literal["forward", "backward"] = "forward",
+    ) -> list[RecordedEvent]:
+        """A thread's events after seq ``after`` (exclusive), forward or backward.
+
+        Forward: seqs above ``after``, oldest first; backward: seqs below it,
+        newest first. ``after=None`` starts at the first (forward) or last
+        (backward) event, so a page continues with ``after=page[-1].seq`` either
+        way. ``limit`` caps how many are returned. Each value's CRC is verified; a
+        mismatch raises :class:`CorruptionError` naming the thread and seq.
+        Raises :class:`NotFoundError` for a thread the store never had.
+        """
+        if direction not in ("forward", "backward"):
+            raise InvalidInputError(f"direction must be 'forward' or 'backward', not {direction!r}")
+        for name, value in (("after", after), ("limit", limit)):
+            if value is not None and (isinstance(value, bool) or not isinstance(value, int)):
+                raise InvalidInputError(f"{name} must be None or an int, not {value!r}")
+            if value is not None and value < 0:
+                raise InvalidInputError(f"{name} must be ≥ 0, not {value}")
+        return _fork.read(self, thread_id, after=after, limit=limit, direction=direction)
+
+    def iter_thread_values(self, thread_id: str) -> Iterator[tuple[int, Header, bytes]]:
+        """(seq, header, raw value) for a thread, without decoding bodies (LMDB only)."""
+        return cast(Any, self.backend).iter_thread_values(thread_id, scope=self._scope)  # type: ignore[no-any-return]
+
+    def read_all(self, *, after: int = 0, limit: int | None = None) -> list[RecordedEvent]:
+        """The store-wide log after ``position`` ``after`` (exclusive) in commit order
+        (catch-up readers: continue with ``after=page[-1].position``).
+
+        Positions are gap-free at commit; events of a deleted thread leave gaps
+        (their positions are skipped), except its ``ThreadDeleted`` tombstone.
+        """
+        _check_position(after)
+        _check_page_limit(limit)
+        return self.backend.read_log(0, after=after, limit=limit, scope=self._scope)
+
+    def iter_all(self, *, after: int = 0, chunk: int = 64) -> Iterator[RecordedEvent]:
+        """The store-wide log after position ``after``, streamed: what :meth:`read_all`
+        returns, read ``chunk`` events per read transaction, so memory and the time a
+        read transaction is held stay bounded on a store of any size.
+
+        Runs to the end of the log as each chunk finds it: events committed while
+        iterating are included once their positions are reached. Each chunk is its own
+        snapshot: a thread deleted between chunks leaves the rest of its events out.
+        """
+        _check_position(after)
+        _check_chunk(chunk)
+        self._check_open()
+        return self._iter_all(after, chunk)
+
+    def _iter_all(self, pos: int, chunk: int) -> Iterator[RecordedEvent]:
+        while page := self.read_all(after=pos, limit=chunk):
+            pos = page[-1].position
+            yield from _drain(page)
+
+    @property
+    def last_position(self) -> int:
+        """The newest position in the store-wide log (re-read from disk)."""
+        return self.backend.positions()[0]
+
+    def wait_for_position(self, position: int, timeout: float | None = None, *, poll: float = 0.05) -> int:
+        """Block until the log holds ``position`` (or the timeout passes); returns the last position.
+
+        On timeout it returns the last position it saw, which is then below
+        ``position`` (no exception): compare the result with ``position`` to
+        tell a timeout from a wake-up. Appends in this process wake waiters at
+        once; appends by other processes are seen by polling every ``poll`` seconds.
+        """
+        wait = getattr(self.backend, "wait_for_position", None)
+        if wait is not None:
+            return wait(position, timeout, poll=poll)  # type: ignore[no-any-return]
+        return self.backend.wait((position - 1,), timeout)[0]
+
+    def threads(
+        self,
+        *,
+        after: str | None = None,
+        limit: int = 50,
+        include_deleted: bool = False,
+        status: str | Sequence[str] | None = None,
+        agent: str | None = None,
+        title: str | None = None,
+        metadata: dict[str, Any] | None = None,
+        created_after: Any = None,
+        created_before: Any = None,
+        updated_after: Any = None,
+        updated_before: Any = None,
+        roots: bool = False,
+        has_children: bool | None = None,
+    ) -> ThreadPage:
+        """Threads by last update, newest first, ``limit`` per page; pass the page's
+        ``cursor`` as ``after`` for the next. Filters (all given must hold):
+
+        - ``status``: ``"active"`` (an agent turn is open), ``"interrupted"``,
+          ``"waiting_tools"``, ``"waiting_approval"`` (the last agent turn ended on
+          deferred tool calls) or ``"idle"``; one or a list (see ``tplog.lifecycle``);
+        - ``agent``: an agent id that registered or ran a turn in the thread;
+        - ``title``: a substring of the title (case-insensitive);
+        - ``metadata``: ``{key: value}`` pairs the thread's metadata holds (equal values);
+        - ``created_after``/``created_before``, ``updated_after``/``updated_before``:
+          aware datetimes or the store's nanoseconds (after inclusive, before exclusive);
+        - ``roots``: only threads with no ``spawned_from`` link; ``has_children``:
+          only threads with (True) or without (False) spawned children.
+
+        Scope: a :meth:`scoped` view lists its scope's threads only. Status, agent
+        and update range are answered from indexes. A bad value raises
+        :class:`InvalidInputError` naming the filter."""
+        _check_page_limit(limit)
+        if limit is None or limit <= 0:
+            raise InvalidInputError("limit must be > 0")
+        if after is not None and (not isinstance(after, str) or not after):
+            raise InvalidInputError(f"after must be the cursor of a previous page, not {after!r}")
+        where = check_filter(status=status, agent=agent, title=title, metadata=metadata,  # type: ignore[arg-type]
+                             created_after=created_after, created_before=created_before,
+                             updated_after=updated_after, updated_before=updated_before, roots=roots,
+                             has_children=has_children)
+        return self.backend.threads(scope=self._scope, after=after, limit=limit, include_deleted=include_deleted,
+                                    where=None if where.empty else where)
+
+    # ------------------------------------------------------------------ links (exact indexes)
+
+    def incoming(
+        self,
+        thread_id: str,
+        *,
+        relation: str | None = None,
+        limit: int | None = None,
+        after: tuple[str, str] | None = None,
+    ) -> list[tuple[str, str]]:
+        """Threads that link to ``thread_id``: ``(source_thread_id, relation)`` pairs,
+        one per link, declared at the source's start or added since (a thread that
+        carries the same link twice is listed twice), ordered by relation, then by
+        source key. Deleted sources are not listed; a deleted ``thread_id`` is still
+        answered (its live sources' links are their history), as is one stored
+        elsewhere that a stored thread links to; one neither stored nor linked to
+        raises :class:`NotFoundError`.
+
+        Page with ``limit`` and ``after=<the last pair of the previous page>``: the
+        next page starts after every link of that pair, so a page never ends
+        between two links of one pair (it holds more than ``limit`` pairs then)."""
+        _check_page_limit(limit)
+        if after is not None:
+            if (not isinstance(after, tuple) or len(after) != 2
+                    or not all(isinstance(x, str) and x for x in after)):
+                raise InvalidInputError(f"after must be a (source_thread_id, relation) pair, not {after!r}")
+            if relation is not None and after[1] != relation:
+                raise InvalidInputError(f"after names relation {after[1]!r}, but relation={relation!r} was asked")
+        return self.backend.incoming(thread_id, scope=self._scope, relation=relation, after=after, limit=limit)
+
+    def children(self, thread_id: str, *, limit: int | None = None, after: str | None = None) -> list[str]:
+        """Threads spawned from ``thread_id`` (by their ``spawned_from`` link or the
+        parent's thread_spawn event), ordered by key; page with ``after=<last child id>``.
+        A deleted thread is nobody's child (whatever spawned it); the children of a
+        deleted parent are those live threads whose own ``spawned_from`` link names it.
+        A ``thread_id`` neither stored nor linked to raises :class:`NotFoundError`."""
+        _check_page_limit(limit)
+        return self.backend.children(thread_id, scope=self._scope, after=after, limit=limit)
+
+    # ------------------------------------------------------------------ projections (folds)
+
+    def load(self, thread_id: str) -> FoldResult:
+        """Fold the thread's log: its v0.0.4 document and the agent turn in progress.
+
+        The fold of a recently loaded thread is kept in memory with the seq it
+        covers (see ``fold_cache``): a later load reads and folds only the events
+        appended since (by any process: the head says how far the log goes). A
+        deleted thread is folded from its log (the tombstone alone). Treat the
+        result as read-only: its turns are shared with the cache."""
+        tk = self._tk(thread_id)
+        cache = self._folds
+        folder = cache.take(tk) if cache.budget else None
+        after = folder.seq if folder is not None else 0
+        head, events = _fork.thread_events(self, thread_id, after)
+        if folder is None or head.status != "active" or folder.seq > head.version:
+            folder = Folder()
+        feed_one = folder.feed
+        for ev in events:
+            feed_one(ev)
+        res = folder.result()
+        if cache.budget and head.status == "active":
+            cache.give(tk, folder)
+        return res
+
+    def thread(self, thread_id: str) -> m.Thread:
+        """The thread as a ThreadProtocol v0.0.4 document (canonical turns only)."""
+        res = self.load(thread_id)
+        if res.deleted:
+            raise ThreadDeletedError(f"thread {thread_id} was deleted")
+        if res.thread is None:  # pragma: no cover - ThreadStarted is always first
+            raise NotFoundError(f"thread {thread_id} has no ThreadStarted event")
+        return res.thread
+
+    def _items(self, thread_id: str) -> list[Item]:
+        return _fork.items(self, thread_id)
+
+    def _state(self, thread_id: str) -> ThreadState:
+        """The thread's id-only fold state: from the ``state`` projection when live,
+        else folded from the thread's headers."""
+        st = self.backend.thread_state(thread_id, scope=self._scope)
+        return st if st is not None else state_of(self._items(thread_id))
+
+    def pending(self, thread_id: str) -> PendingState:
+        """Tool calls still waiting (deferred / executing) and those abandoned by an interruption."""
+        return pending_of(self._state(thread_id))
+
+    def interrupts(self, thread_id: str) -> InterruptState:
+        """Whether and where the thread was interrupted, from recorded facts only."""
+        return interrupts_of(self._state(thread_id))
+
+    def rebuild(
+        self,
+        projection: str | None = None,
+        *,
+        verify: bool = False,
+        progress: Callable[[str, int, int], None] | None = None,
+        force: bool = False,
+        chunk: int = CHUNK,
+    ) -> list[RebuildReport]:
+        """Rebuild one projection (or all) from the log; safe while other threads and
+        processes append. With ``verify`` the live projection is left alone and every
+        difference from a fresh rebuild is reported instead. One rebuild of a projection
+        runs at a time (:class:`RebuildInProgressError` otherwise; the claim of one
+        that died, however it died, is taken over); ``force`` takes over the claim of
+        another one that still runs (e.g. stuck), which then stops without swapping
+        anything in. ``chunk``: events folded
+        per read snapshot and per write transaction (bounds memory and how long an
+        append waits behind the rebuild; each chunk costs one commit)."""
+        self._check_open()
+        names = [projection] if projection is not None else list(PROJECTIONS)
+        label = "+".join(names)
+        cb = None if progress is None else (lambda done, total: progress(label, done, total))
+        return self.backend.rebuild(names, verify=verify, progress=cb, force=force, chunk=chunk)
+
+    def projections(self) -> dict[str, dict[str, Any]]:
+        """Each projection's fold version, status and the log position it covers."""
+        return {t.name: {"code_version": t.code_version, "version": t.version, "status": t.status,
+                         "position": t.position[0]} for t in self.backend.tracking()}
+
+    def links(self, thread_id: str) -> list[m.ThreadLink]:
+        """The thread's outgoing links, in the order its export lists them: those declared
+        in its ``ThreadStarted.relationships``, then those added (``LinkAdded``). A link
+        to a thread deleted since stays listed (it is the source's history); a deleted
+        thread has none."""
+        return _fork.links(self, thread_id)
+
+    def descendants(self, thread_id: str, *, max_depth: int | None = None) -> list[tuple[str, int]]:
+        """Every thread spawned from ``thread_id``, transitively: ``(thread_id, depth)``,
+        breadth-first; each thread once, so cycles end. ``max_depth`` limits the depth
+        (0: no walk, no query). As :meth:`children`: deleted threads are nobody's child,
+        a ``thread_id`` neither stored nor linked to raises :class:`NotFoundError`."""
+        return self.backend.descendants(thread_id, scope=self._scope, max_depth=max_depth)
+
+    def import_thread(self, thread: m.Thread, *, expected_version: ExpectedVersion = NO_STREAM) -> AppendResult:
+        """Store a ThreadProtocol document as its history events (upgrade v0.0.3 first).
+
+        The document is validated first (``tplog.validate``; unless the store was
+        opened with ``check_rules=False``): one with errors raises
+        :class:`ValidationError` (its ``report`` lists every finding) and nothing is
+        written, so an import succeeds exactly when ``validate`` reports no error.
+        By default the thread must not exist yet. ``export(thread_id)`` gives back a
+        document with the same canonical hash.
+        """
+        from tplog.protocol.validate import validate
+
+        if not isinstance(thread, m.Thread):
+            raise InvalidInputError(f"import_thread takes a tplog.Thread, not a {type(thread).__name__}")
+        if self.check_rules:
+            validate(thread).raise_for_errors(f"thread {thread.thread_id}: ")
+        return self.append(thread.thread_id, events_from_thread(thread), expected_version=expected_version)
+
+    def export(self, thread_id: str) -> m.Thread:
+        """The thread as a v0.0.4 document (same as :meth:`thread`)."""
+        return self.thread(thread_id)
+
+    # ------------------------------------------------------------------ maintenance
+
+    def backup(self, dest: str, *, compact: bool = True) -> None:
+        """A consistent copy of the live store into the empty directory ``dest``."""
+        self._check_open()
+        self.backend.backup(dest, compact=compact)
+
+    def sync(self) -> None:
+        """Force everything committed so far to disk (useful in ``relaxed`` mode)."""
+        self.backend.sync()
+
+    def train_dictionary(self, *, samples: int = 2000, size: int = 64 << 10) -> int:
+        """Train a zstd dictionary on up to ``samples`` stored event bodies; new values use it.
+
+        Returns the new dictionary id (old values keep theirs). Returns 0 and
+        trains nothing when the store holds fewer than 64 event bodies (of at
+        most 64 KiB each): zstd's trainer needs many samples to find what recurs
+        across values; from fewer it fails or gives a dictionary that does not help.
+        """
+        return self.backend.train_dictionary(samples=samples, size=size)
+
+    def stats(self) -> dict[str, Any]:
+        """Counts and sizes: threads, events, bytes, map size, per-table entries."""
+        return self.backend.stats()
+
+    def fold_cache_stats(self) -> dict[str, int]:
+        """This process's fold cache (shared with the scoped views): ``hits`` and ``misses``
+        (loads that found a thread's fold in it, or not), the ``events`` its folds cover
+        and its ``budget`` (``fold_cache``). With ``fold_cache=0`` nothing is counted."""
+        c = self._folds
+        with c.lock:
+            return {"hits": c.hits, "misses": c.misses, "events": c.events, "budget": c.budget}
+
+    def verify(self, *, projections: bool = True) -> VerifyReport:
+        """Check the whole store against itself (``tplog verify``)."""
+        return self.backend.verify(projections=projections)
+
+
+#: An async append whose events encode to more msgpack bytes than this is checked,
+#: compressed and hashed in a worker thread; smaller ones on the loop (there a thread
+#: hop costs more than the work).
+ASYNC_INLINE_BYTES = 64 << 10
+
+
+def _bodies(codec: Codec, events: object) -> list[bytes] | None:
+    """The events' msgpack bodies (msgspec's encoding is cheap enough for the loop), or
+    ``None`` if they are not all encodable events (``Store._encode`` then raises the
+    error, naming the thread and the event)."""
+    if isinstance(events, (str, bytes)) or not isinstance(events, Sequence):
+        return None
+    out: list[bytes] = []
+    for ev in events:
+        if not isinstance(ev, _EVENT_CLASSES):
+            return None
+        try:
+            out.append(codec.encode_body(cast(Event, ev)))
+        except TplogError:
+            return None
+    return out
+
+
+def _check_chunk(chunk: object) -> None:
+    if isinstance(chunk, bool) or not isinstance(chunk, int) or chunk <= 0:
+        raise InvalidInputError(f"chunk must be an int > 0, not {chunk!r}")
+
+
+def _drain(page: list[RecordedEvent]) -> Iterator[RecordedEvent]:
+    """``page``'s events in order, each dropped from the list as it is handed over
+    (the caller decides how long an event lives, not the chunk)."""
+    page.reverse()
+    while page:
+        yield page.pop()
+
+
+class AsyncStore:
+    """The same verbs as :class:`Store`, for asyncio. Never blocks the event loop.
+
+    Appends join the same group commit as threads (led by a background
+    thread); reads run in the default executor. An append's events are encoded
+    to msgpack on the loop; when that is over :data:`ASYNC_INLINE_BYTES`, the
+    rest of their encoding (schema check, compression, hashing) runs in a worker
+    thread. Open with ``await
+    AsyncStore.open(path, **options)`` or wrap an existing ``Store``.
+    """
+
+    def __init__(self, store: Store) -> None:
+        self.store = store
+        self._view = False
+
+    @classmethod
+    async def open(cls, path: str | os.PathLike[str], **options: Any) -> AsyncStore:
+        store = await asyncio.to_thread(Store, path, **options)
+        return cls(store)
+
+    def scoped(self, scope: str) -> AsyncStore:
+        """As :meth:`Store.scoped`: a view confined to ``scope``, sharing this
+        store's connection, group commit and leader thread; closing a view does
+        nothing, close the store itself."""
+        view = copy.copy(self)
+        view.store = self.store.scoped(scope)
+        view._view = True
+        return view
+
+    @property
+    def scope(self) -> str | None:
+        """The scope of this view, or ``None`` for the unscoped store."""
+        return self.store.scope
+
+    async def append(
+        self,
+        thread_id: str,
+        events: Sequence[Event],
+        *,
+        expected_version: ExpectedVersion = ANY,
+        event_ids: Sequence[str] | None = None,
+    ) -> AppendResult:
+        """As :meth:`Store.append`; awaits the group commit without blocking the loop.
+
+        Cancelling the awaiting task does not cancel the append: once queued it
+        commits, and the caller only loses the result. Retry with the same
+        ``event_ids`` to learn it (an idempotent retry returns it), or shield
+        the call."""
+        s = self.store
+        bodies = _bodies(s.codec, events)
+        if bodies is not None and sum(map(len, bodies)) > ASYNC_INLINE_BYTES:
+            # The checks, compression and hashing of a large event take long enough
+            # to stall other tasks: not on the loop.
+            encoded = await asyncio.to_thread(s._encode, thread_id, events, event_ids, bodies)
+        else:
+            encoded = s._encode(thread_id, events, event_ids, bodies)
+        s._check_expected(expected_version)
+        part = ThreadAppend(thread_id=thread_id, events=encoded, expected=expected_version, scope=s._scope,
+                            fresh_ids=event_ids is None, check_rules=s.check_rules)
+        handle = s.backend.submit((part,), lead=False)
+        try:
+            res: AppendResult = (await asyncio.wrap_future(handle))[0]  # type: ignore[arg-type]
+        except TplogError as exc:
+            _log_refused(thread_id, exc)
+            raise
+        _log_appended(res)
+        return res
+
+    async def read(
+        self,
+        thread_id: str,
+        *,
+        after: int | None = None,
+        limit: int | None = None,
+        direction: Literal["forward", "backward"] = "forward",
+    ) -> list[RecordedEvent]:
+        return await asyncio.to_thread(self.store.read, thread_id, after=after, limit=limit, direction=direction)
+
+    async def read_all(self, *, after: int = 0, limit: int | None = None) -> list[RecordedEvent]:
+        return await asyncio.to_thread(self.store.read_all, after=after, limit=limit)
+
+    def iter_all(self, *, after: int = 0, chunk: int = 64) -> AsyncIterator[RecordedEvent]:
+        """As :meth:`Store.iter_all` (``async for``): each chunk is read in the default executor."""
+        _check_position(after)
+        _check_chunk(chunk)
+        self.store._check_open()
+        return self._iter_all(after, chunk)
+
+    async def _iter_all(self, pos: int, chunk: int) -> AsyncIterator[RecordedEvent]:
+        while page := await asyncio.to_thread(self.store.read_all, after=pos, limit=chunk):
+            pos = page[-1].position
+            for ev in _drain(page):
+                yield ev
+
+    async def head(self, thread_id: str) -> ThreadHead:
+        return await asyncio.to_thread(self.store.head, thread_id)
+
+    async def threads(
+        self,
+        *,
+        after: str | None = None,
+        limit: int = 50,
+        include_deleted: bool = False,
+        status: str | Sequence[str] | None = None,
+        agent: str | None = None,
+        title: str | None = None,
+        metadata: dict[str, Any] | None = None,
+        created_after: Any = None,
+        created_before: Any = None,
+        updated_after: Any = None,
+        updated_before: Any = None,
+        roots: bool = False,
+        has_children: bool | None = None,
+    ) -> ThreadPage:
+        """As :meth:`Store.threads` (same filters)."""
+        return await asyncio.to_thread(
+            self.store.threads, after=after, limit=limit, include_deleted=include_deleted, status=status,
+            agent=agent, title=title, metadata=metadata, created_after=created_after, created_before=created_before,
+            updated_after=updated_after, updated_before=updated_before, roots=roots, has_children=has_children)
+
+    async def fork(self, thread_id: str, at: int, *, new_thread_id: str | None = None,
+                   reason: str | None = None) -> AppendResult:
+        """As :meth:`Store.fork`."""
+        return await asyncio.to_thread(self.store.fork, thread_id, at, new_thread_id=new_thread_id, reason=reason)
+
+    async def prune(self, policy: RetentionPolicy, *, dry_run: bool = False, confirm_all: bool = False,
+                    now: Any = None) -> PruneReport:
+        """As :meth:`Store.prune`."""
+        return await asyncio.to_thread(self.store.prune, policy, dry_run=dry_run, confirm_all=confirm_all, now=now)
+
+    async def prune_reports(self, *, after: str | None = None,
+                            limit: int = 50) -> tuple[list[PruneReport], str | None]:
+        return await asyncio.to_thread(self.store.prune_reports, after=after, limit=limit)
+
+    async def delete_thread(self, thread_id: str, *, reason: str | None = None, cascade: bool = False) -> AppendResult:
+        return await asyncio.to_thread(self.store.delete_thread, thread_id, reason=reason, cascade=cascade)
+
+    async def wait_for_position(self, position: int, timeout: float | None = None, *, poll: float = 0.05) -> int:
+        """As :meth:`Store.wait_for_position`. Each waiter holds a default-executor
+        thread while it waits: for many live tails, run one watcher thread that
+        waits and fans out (as ``tplog.integrations.server`` does)."""
+        return await asyncio.to_thread(self.store.wait_for_position, position, timeout, poll=poll)
+
+    async def exists(self, thread_id: str) -> bool:
+        return await asyncio.to_thread(self.store.exists, thread_id)
+
+    async def load(self, thread_id: str) -> FoldResult:
+        return await asyncio.to_thread(self.store.load, thread_id)
+
+    async def thread(self, thread_id: str) -> m.Thread:
+        return await asyncio.to_thread(self.store.thread, thread_id)
+
+    async def export(self, thread_id: str) -> m.Thread:
+        return await asyncio.to_thread(self.store.export, thread_id)
+
+    async def import_thread(self, thread: m.Thread, *, expected_version: ExpectedVersion = NO_STREAM) -> AppendResult:
+        return await asyncio.to_thread(self.store.import_thread, thread, expected_version=expected_version)
+
+    async def pending(self, thread_id: str) -> PendingState:
+        return await asyncio.to_thread(self.store.pending, thread_id)
+
+    async def interrupts(self, thread_id: str) -> InterruptState:
+        return await asyncio.to_thread(self.store.interrupts, thread_id)
+
+    async def links(self, thread_id: str) -> list[m.ThreadLink]:
+        return await asyncio.to_thread(self.store.links, thread_id)
+
+    async def incoming(
+        self,
+        thread_id: str,
+        *,
+        relation: str | None = None,
+        limit: int | None = None,
+        after: tuple[str, str] | None = None,
+    ) -> list[tuple[str, str]]:
+        return await asyncio.to_thread(self.store.incoming, thread_id, relation=relation, limit=limit, after=after)
+
+    async def children(self, thread_id: str, *, limit: int | None = None, after: str | None = None) -> list[str]:
+        return await asyncio.to_thread(self.store.children, thread_id, limit=limit, after=after)
+
+    async def descendants(self, thread_id: str, *, max_depth: int | None = None) -> list[tuple[str, int]]:
+        return await asyncio.to_thread(self.store.descendants, thread_id, max_depth=max_depth)
+
+    async def last_position(self) -> int:
+        """As the :attr:`Store.last_position` property (a coroutine here: it reads the store)."""
+        return await asyncio.to_thread(lambda: self.store.last_position)
+
+    async def stats(self) -> dict[str, Any]:
+        return await asyncio.to_thread(self.store.stats)
+
+    async def fold_cache_stats(self) -> dict[str, int]:
+        return self.store.fold_cache_stats()  # in memory, under a short lock: no thread needed
+
+    async def projections(self) -> dict[str, dict[str, Any]]:
+        return await asyncio.to_thread(self.store.projections)
+
+    async def rebuild(
+        self,
+        projection: str | None = None,
+        *,
+        verify: bool = False,
+        progress: Callable[[str, int, int], None] | None = None,
+        force: bool = False,
+        chunk: int = CHUNK,
+    ) -> list[RebuildReport]:
+        """As :meth:`Store.rebuild`, in a worker thread (``progress`` is called from it)."""
+        return await asyncio.to_thread(
+            self.store.rebuild, projection, verify=verify, progress=progress, force=force, chunk=chunk
+        )
+
+    async def backup(self, dest: str, *, compact: bool = True) -> None:
+        await asyncio.to_thread(self.store.backup, dest, compact=compact)
+
+    async def sync(self) -> None:
+        await asyncio.to_thread(self.store.sync)
+
+    async def train_dictionary(self, *, samples: int = 2000, size: int = 64 << 10) -> int:
+        return await asyncio.to_thread(self.store.train_dictionary, samples=samples, size=size)
+
+    async def verify(self, *, projections: bool = True) -> VerifyReport:
+        return await asyncio.to_thread(self.store.verify, projections=projections)
+
+    async def close(self) -> None:
+        """Close the store (pending appends finish first); on a view, nothing."""
+        if self._view:
+            return
+        await asyncio.to_thread(self.store.close)
+
+    async def __aenter__(self) -> AsyncStore:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
