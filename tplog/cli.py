@@ -378,6 +378,7 @@ def cmd_fork(args: argparse.Namespace) -> int:
 def cmd_prune(args: argparse.Namespace) -> int:
     import datetime as dt
 
+    from tplog._console import progress
     from tplog.retire import RetentionPolicy
 
     age = None
@@ -390,10 +391,11 @@ def cmd_prune(args: argparse.Namespace) -> int:
         except ValueError as exc:
             raise InvalidInputError(f"--max-age: {args.max_age!r} is not a duration like 90d, 12h, 30m") from exc
     policy = RetentionPolicy(max_age=age, max_threads=args.max_threads, keep_if_linked=not args.no_keep_linked)
-    with _store(args, readonly=args.dry_run) as s:
+    with _store(args, readonly=args.dry_run) as s, progress() as update:
         if args.scope is not None:
             s = s.scoped(args.scope)
-        _emit(s.prune(policy, dry_run=args.dry_run, confirm_all=args.confirm_all))
+        report = s.prune(policy, dry_run=args.dry_run, confirm_all=args.confirm_all, progress=update)
+    _emit(report)  # after the bars are gone
     return 0
 
 

@@ -24,6 +24,7 @@ from __future__ import annotations
 import datetime as dt
 import time
 import uuid
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import msgspec
@@ -106,8 +107,9 @@ def _iso(ns: int) -> str:
 
 
 def prune(store: Store, policy: RetentionPolicy, *, dry_run: bool = False, confirm_all: bool = False,
-          now: Any = None) -> PruneReport:
+          now: Any = None, progress: Callable[[str, int, int | None], None] | None = None) -> PruneReport:
     """See :meth:`Store.prune`."""
+    step = progress if progress is not None else (lambda _desc, _done, _total: None)
     if not isinstance(policy, RetentionPolicy):
         raise InvalidInputError(f"prune takes a RetentionPolicy, not {type(policy).__name__}")
     age = policy.check()
@@ -125,6 +127,7 @@ def prune(store: Store, policy: RetentionPolicy, *, dry_run: bool = False, confi
     while True:
         page = store.threads(after=after, limit=_PAGE)
         heads += [h for h in page.threads if not _is_report(h)]
+        step("prune: list threads", len(heads), None)
         if page.cursor is None:
             break
         after = page.cursor
@@ -146,7 +149,9 @@ def prune(store: Store, policy: RetentionPolicy, *, dry_run: bool = False, confi
     changed = True
     while changed:
         changed = False
-        for tid in list(why):
+        candidates = list(why)
+        for n, tid in enumerate(candidates, 1):
+            step("prune: check links", n, len(candidates))
             kept = None
             forks = [f for f in _forks(store, tid) if f not in why]
             if forks:
@@ -175,13 +180,15 @@ def prune(store: Store, policy: RetentionPolicy, *, dry_run: bool = False, confi
     if dry_run:
         return report
     done: list[Removed] = []
-    for r in report.removed:
+    for n, r in enumerate(report.removed):
+        step("prune: delete", n, len(report.removed))
         try:
             store.delete_thread(r.thread_id, reason=f"retention: {r.why}")
         except (HasForksError, ThreadDeletedError) as exc:  # changed since the plan: say so, go on
             report.failed.append(Kept(thread_id=r.thread_id, why=str(exc)))
             continue
         done.append(r)
+    step("prune: delete", len(report.removed), len(report.removed))
     report.removed = done
     report.report_thread_id = _keep(store, report)
     return report

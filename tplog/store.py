@@ -445,14 +445,16 @@ class Store:
     # ------------------------------------------------------------------ retention
 
     def prune(self, policy: RetentionPolicy, *, dry_run: bool = False, confirm_all: bool = False,
-              now: Any = None) -> PruneReport:
+              now: Any = None, progress: Callable[[str, int, int | None], None] | None = None) -> PruneReport:
         """Remove the threads ``policy`` retires (see ``tplog.retire``): each leaves a
         tombstone saying why and when, the report is kept (:meth:`prune_reports`) and
         names every live child left with a ``spawned_from`` target that is gone.
         ``dry_run``: the report of what would go, nothing written. A policy that would
         remove every thread raises :class:`ConfirmationRequiredError` unless ``confirm_all``.
-        ``now`` (aware datetime or ns): the time ``max_age`` counts back from (default: now)."""
-        return _retire.prune(self, policy, dry_run=dry_run, confirm_all=confirm_all, now=now)
+        ``now`` (aware datetime or ns): the time ``max_age`` counts back from (default: now).
+        ``progress(step, done, total)`` is called as it lists, checks and deletes threads
+        (``total`` None while the listing's size is unknown)."""
+        return _retire.prune(self, policy, dry_run=dry_run, confirm_all=confirm_all, now=now, progress=progress)
 
     def prune_reports(self, *, after: str | None = None, limit: int = 50) -> tuple[list[PruneReport], str | None]:
         """The kept prune reports, newest first, and the ``after`` cursor of the next page."""
@@ -971,9 +973,10 @@ class AsyncStore:
         return await asyncio.to_thread(self.store.fork, thread_id, at, new_thread_id=new_thread_id, reason=reason)
 
     async def prune(self, policy: RetentionPolicy, *, dry_run: bool = False, confirm_all: bool = False,
-                    now: Any = None) -> PruneReport:
-        """As :meth:`Store.prune`."""
-        return await asyncio.to_thread(self.store.prune, policy, dry_run=dry_run, confirm_all=confirm_all, now=now)
+                    now: Any = None, progress: Callable[[str, int, int | None], None] | None = None) -> PruneReport:
+        """As :meth:`Store.prune`, in a worker thread (``progress`` is called from it)."""
+        return await asyncio.to_thread(self.store.prune, policy, dry_run=dry_run, confirm_all=confirm_all, now=now,
+                                       progress=progress)
 
     async def prune_reports(self, *, after: str | None = None,
                             limit: int = 50) -> tuple[list[PruneReport], str | None]:

@@ -424,9 +424,12 @@ def test_prune_by_age_and_count_leaves_tombstones_and_a_report(store: Store) -> 
         tomb = store.read(t)[-1].event
         assert tomb.reason.startswith("retention: not updated since")  # type: ignore[union-attr]
     assert all(store.exists(t) for t in new)
-    # max_threads: the newest 2 stay.
-    rep2 = store.prune(RetentionPolicy(max_threads=2))
+    # max_threads: the newest 2 stay; progress is reported per step, the deletions counted to the end.
+    steps: list[tuple[str, int, int | None]] = []
+    rep2 = store.prune(RetentionPolicy(max_threads=2), progress=lambda *a: steps.append(a))
     assert [r.thread_id for r in rep2.removed] == [new[1], new[0]]
+    assert ("prune: list threads", 4, None) in steps and ("prune: check links", 2, 2) in steps
+    assert [s for s in steps if s[0] == "prune: delete"] == [("prune: delete", i, 2) for i in range(3)]
     assert all("max_threads" in r.why for r in rep2.removed)
     reports, cursor = store.prune_reports()
     assert cursor is None and [r.report_thread_id for r in reports] == [rep2.report_thread_id, rep.report_thread_id]
