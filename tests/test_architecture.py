@@ -7,7 +7,7 @@
   the contract and the reference backend import no engine at all.
 - Integrations import only public names of tplog: no ``tplog._*`` module, no
   ``_``-prefixed name, nothing a module leaves out of its ``__all__``.
-- The public layout: no module under an old private path (``tplog.store``, ...).
+- The public layout: no module under an old private path (``tplog._store``, ...).
 - Every module says what it exports (``__all__``) and star-imports nothing.
 """
 
@@ -190,10 +190,10 @@ def test_integrations_import_only_public_names() -> None:
 
 def test_the_public_names_check_finds_private_imports(tmp_path: Path) -> None:
     probe = tmp_path / "probe.py"
-    probe.write_text("from tplog.store import _check_chunk\nfrom tplog.store import MEMORY\nimport tplog.store\n"
+    probe.write_text("from tplog.store import _check_chunk\nfrom tplog.store import MEMORY\nimport tplog._store\n"
                      "from tplog.protocol import model as m\nfrom tplog.errors import TplogError\nimport tplog.aio\n")
     assert _private_uses(probe) == ["1: from tplog.store import _check_chunk", "2: from tplog.store import MEMORY",
-                                    "3: import tplog.store"]
+                                    "3: import tplog._store"]
 
 
 OLD_PRIVATE_PATHS = ["_model", "_json", "_validate", "_canonical", "_versions", "_rules", "_errors", "_events",

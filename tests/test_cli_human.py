@@ -26,8 +26,8 @@ import msgspec
 import pytest
 from test_cli import DOC, SPAWNED, TID, m_link, m_started
 
-from tplog._console import KeyValues, Table, Tree, plain_text, progress
 from tplog.cli import main
+from tplog.console import KeyValues, Table, Tree, plain_text, progress
 from tplog.protocol import model as m
 from tplog.protocol.json import from_json, to_builtins
 from tplog.store import Store

@@ -2,7 +2,7 @@
 
 Output is JSON on stdout (one document, or JSON lines for event streams) when
 stdout is not a terminal or with ``--json``; on a terminal the same result is
-shown as tables and trees (tplog._render, printed by tplog._console);
+shown as tables and trees (tplog.render, printed by tplog.console);
 errors go to stderr as ``error: <message>`` with exit status 2 (1 for a
 validation report with errors); Ctrl-C prints ``tplog: interrupted`` and exits
 130. Run ``tplog COMMAND --help`` for each.
@@ -37,8 +37,8 @@ def _emit(obj: Any) -> None:
 
     builtins = to_builtins(_objects(obj) if _is_plain(obj) else obj)
     if _human is not None:
-        from tplog._console import print_blocks
-        from tplog._render import render
+        from tplog.console import print_blocks
+        from tplog.render import render
 
         print_blocks(render(_human, builtins))
         return
@@ -219,7 +219,7 @@ def _format_hint(data: bytes, fmt: str) -> Iterator[None]:
 
 
 def cmd_import(args: argparse.Namespace) -> int:
-    from tplog._console import progress
+    from tplog.console import progress
     from tplog.events import ThreadStarted
     from tplog.store import NO_STREAM
 
@@ -271,7 +271,7 @@ def cmd_read(args: argparse.Namespace) -> int:
 def _emit_line(row: dict[str, Any], *, thread: bool) -> None:
     """One event of a stream: a JSON line, or on a terminal one line of text."""
     if _human is not None:
-        from tplog._render import event_line
+        from tplog.render import event_line
 
         sys.stdout.write(event_line(row, thread=thread) + "\n")
     else:
@@ -280,7 +280,7 @@ def _emit_line(row: dict[str, Any], *, thread: bool) -> None:
 
 
 def cmd_tail(args: argparse.Namespace) -> int:
-    from tplog._cli_views import follow
+    from tplog.cli_views import follow
 
     with _store(args) as s:
         for row in follow(s, args.thread, after=args.after, limit=args.limit, timeout=args.timeout):
@@ -340,7 +340,7 @@ def cmd_children(args: argparse.Namespace) -> int:
 
 
 def cmd_tree(args: argparse.Namespace) -> int:
-    from tplog._cli_views import descendants_tree
+    from tplog.cli_views import descendants_tree
 
     with _store(args) as s:
         _emit(descendants_tree(s, args.thread, max_depth=args.max_depth))
@@ -378,7 +378,7 @@ def cmd_fork(args: argparse.Namespace) -> int:
 def cmd_prune(args: argparse.Namespace) -> int:
     import datetime as dt
 
-    from tplog._console import progress
+    from tplog.console import progress
     from tplog.retire import RetentionPolicy
 
     age = None
@@ -416,7 +416,7 @@ def cmd_train(args: argparse.Namespace) -> int:
 
 
 def cmd_rebuild(args: argparse.Namespace) -> int:
-    from tplog._console import progress
+    from tplog.console import progress
 
     chunk = {} if args.chunk is None else {"chunk": args.chunk}
     with _store(args, readonly=False) as s, progress() as update:
@@ -429,7 +429,7 @@ def cmd_rebuild(args: argparse.Namespace) -> int:
 
 
 def cmd_verify(args: argparse.Namespace) -> int:
-    from tplog._console import progress
+    from tplog.console import progress
     from tplog.verify import verify_store
 
     with _store(args, readonly=False) as s, progress() as update:
@@ -674,7 +674,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     global _human
     try:
         args = build_parser().parse_args(argv)
-        from tplog._console import is_terminal
+        from tplog.console import is_terminal
 
         _human = args.command if not getattr(args, "json", True) and is_terminal(sys.stdout) else None
         return int(args.fn(args))

@@ -1,7 +1,7 @@
 """Terminal output for the CLI: is a stream a terminal, blocks (tables, trees, key/value lists)
 printed through rich (the ``cli`` extra) or as plain text without it, and a progress bar on stderr.
 
-Nothing here decides *what* a command shows (that is :mod:`tplog._render`); this module only
+Nothing here decides *what* a command shows (that is :mod:`tplog.render`); this module only
 knows how to put tables, trees and progress on a terminal. rich is imported lazily and is
 optional: without it every block prints as aligned plain text and progress prints nothing.
 """

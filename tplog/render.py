@@ -1,5 +1,5 @@
 """What each CLI command shows a person: its JSON result (the very data ``--json`` prints)
-turned into tables, trees and key/value lists (:mod:`tplog._console` prints them).
+turned into tables, trees and key/value lists (:mod:`tplog.console` prints them).
 
 Times become ISO 8601 (UTC), sizes KB/MB, long text is cut to one line. A command without a
 renderer of its own shows its result generically (an object as key/value lines, a list of
@@ -14,7 +14,7 @@ from typing import Any
 
 import msgspec
 
-from tplog._console import Block, KeyValues, Table, Tree
+from tplog.console import Block, KeyValues, Table, Tree
 
 __all__ = ["event_line", "iso_ns", "render", "size"]
 
