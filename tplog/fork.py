@@ -49,7 +49,7 @@ if TYPE_CHECKING:
     from tplog.backends.contract import AppendResult
     from tplog.store import Store
 
-__all__ = ["SPAWNED_FROM", "fork", "forks_of", "items", "links", "read", "thread_events"]
+__all__ = ["SPAWNED_FROM", "fork", "forks_of", "items", "links", "read", "seed_of", "thread_events"]
 
 SPAWNED_FROM = "spawned_from"
 
@@ -228,6 +228,23 @@ def _seed(store: Store, thread_id: str, phead: ThreadHead, at: int, first: Threa
         raise _not_boundary(thread_id, at, open_at)
     h.parent = None
     return h, h.user_turns + h.agent_turns
+
+
+def seed_of(store: Store, parent: str, at: int, started: ThreadStarted) -> ForkSeed:
+    """The seed of a fork of ``parent`` at ``at`` whose ThreadStarted is ``started``, from
+    ``store``'s parent (what :func:`fork` appends; ``tplog copy`` re-creates a fork with it)."""
+    phead = store.backend.head(parent, scope=store.scope)
+    if phead is None:
+        raise NotFoundError(f"thread {parent} does not exist")
+    if phead.status == "deleted":
+        raise ThreadDeletedError(f"thread {parent} was deleted; it cannot be forked")
+    first = read(store, parent, limit=1)[0].event
+    if not isinstance(first, ThreadStarted):  # pragma: no cover - the order rules put it first
+        raise InvalidInputError(f"thread {parent}: seq 1 is not ThreadStarted")
+    seed, _ = _seed(store, parent, phead, at, first)
+    seed.links += len(outgoing(1, started))
+    seed.parent = parent
+    return ForkSeed(parent=parent, at=at, head=seed)
 
 
 def _not_boundary(thread_id: str, at: int, opened: int) -> InvalidInputError:

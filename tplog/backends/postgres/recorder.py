@@ -580,7 +580,7 @@ class PostgresRecorder:
                         isinstance(exp, int) and exp != head.version):
                     raise WrongExpectedVersionError(part.thread_id, exp, head.version)
                 if part.fork is not None:
-                    pkey = self._key(part.fork.parent, part.scope)
+                    pkey = self._wkey(part.fork.parent, part.scope)
                     pt = b.threads.get(pkey)
                     if pt is not None and pt.head is not None:
                         check_fork_parent(part.fork, pt.head)
@@ -610,14 +610,14 @@ class PostgresRecorder:
                  head: ThreadHead | None) -> list[Any]:
         """The thread's stored events (what the rules compare against); a fork's prefix
         from its parent, as a copy would hold them."""
-        log, sc, tk = self._key(thread_id, scope)
+        log, sc, tk = self._wkey(thread_id, scope)
         rows = conn.execute("SELECT seq, position, event_id, value FROM events WHERE log_id = %s AND scope = %s "
                             "AND tk = %s ORDER BY seq", (log, sc, tk), binary=True).fetchall()
         own = [self._event(conn, thread_id, log, tk, *r).event for r in rows]
         if head is None or head.fork_of is None or head.status != "active":
             return own
         prow = conn.execute("SELECT head FROM heads WHERE log_id = %s AND scope = %s AND tk = %s AND head IS NOT "
-                            "NULL", self._key(head.fork_of, scope)).fetchone()
+                            "NULL", self._key(head.fork_of, scope, conn)).fetchone()
         prefix = (self._history(conn, head.fork_of, scope, _head_dec.decode(prow[0]))[1:head.fork_at]
                   if prow is not None else [])
         return [*own[:1], *prefix, *own[1:]]
@@ -808,7 +808,7 @@ class PostgresRecorder:
                     "WHERE c.log_id = %s AND c.scope = %s AND c.parent = %s AND h.head IS NOT NULL AND NOT h.deleted",
                     (log, sc, tk)).fetchall():
                 ch = _head_dec.decode(craw)
-                if ch.fork_of is not None and self._key(ch.fork_of, scope)[2] == tk:
+                if ch.fork_of is not None and thread_key(ch.fork_of, scope) == tk:
                     forks.append(ch.thread_id)
             if forks:
                 raise HasForksError(f"thread {thread_id} has live forks that read its events: {sorted(forks)}; "
