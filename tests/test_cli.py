@@ -311,9 +311,9 @@ def test_threads(capsys: pytest.CaptureFixture[str], loaded: str) -> None:
     assert {h["thread_id"] for h in heads} == {TID, MERGED_INTO, SPAWNED}
     first = ok_json(capsys, "threads", loaded, "--limit", "2")
     assert len(first["threads"]) == 2 and first["cursor"]
-    rest = ok_json(capsys, "threads", loaded, "--limit", "2", "--cursor", first["cursor"])
+    rest = ok_json(capsys, "threads", loaded, "--limit", "2", "--after", first["cursor"])
     assert len(rest["threads"]) == 1
-    fails(capsys, "threads", loaded, "--cursor", "zz", match="cursor")
+    fails(capsys, "threads", loaded, "--after", "zz", match="cursor")
 
 
 def test_turns(capsys: pytest.CaptureFixture[str], loaded: str) -> None:
@@ -567,7 +567,8 @@ def _commands() -> dict[str, argparse.ArgumentParser]:
 # copy: tests/test_copy.py and tests/postgres/test_pg_copy_migrate.py (migrate too)
 EXPECTED_COMMANDS = {"validate", "hash", "stat", "backup", "import", "export", "read", "threads", "turns",
                      "pending", "interrupts", "children", "links", "delete", "train",
-                     "rebuild", "verify", "serve", "copy", "migrate", "tail", "tree"}
+                     "rebuild", "verify", "serve", "copy", "migrate", "tail", "tree",
+                     "fork", "prune", "prune-reports"}  # these three: tests/test_cli_lifecycle.py
 
 
 def test_every_command_is_tested_here() -> None:

@@ -29,7 +29,9 @@ def test_lmdb_to_memory_to_lmdb_keeps_every_thread(tmp_path: Path) -> None:
         assert first.ok and second.ok and first.verified and second.verified
         assert first.tombstones == second.tombstones == 1
         assert digests(a) == digests(mem) == digests(b)
-        assert len(digests(a)) == first.threads == len(info["threads"]) + 2
+        assert len(digests(a)) == first.threads == len(info["threads"]) + 2 + len(info["forks"])
+        assert b.head(info["forks"][1]).fork_of == info["forks"][0]  # still a fork: its prefix is shared
+        assert b.stats()["events"] == a.stats()["events"]
         assert views(a, info) == views(b, info)
         # event ids and recorded_at survive the copy
         for t in (info["root"], info["big"]):

@@ -79,8 +79,8 @@ def test_reads_listings_and_links_never_cross(store: Store) -> None:
     assert {h.thread_id for h in b.threads().threads} == set(b_ids)
     # Paging stays inside the scope too.
     page1 = a.threads(limit=2)
-    page2 = a.threads(limit=2, cursor=page1.cursor)
-    page3 = a.threads(limit=2, cursor=page2.cursor)
+    page2 = a.threads(limit=2, after=page1.cursor)
+    page3 = a.threads(limit=2, after=page2.cursor)
     listed = [h.thread_id for p in (page1, page2, page3) for h in p.threads]
     assert sorted(listed) == sorted(a_ids) and page3.cursor is None
     assert sorted(a.children(a_ids[0])) == sorted(a_ids[1:])

@@ -935,7 +935,7 @@ def test_threads_paging_by_cursor(store: Store) -> None:
     cursor = None
     pages = 0
     while True:
-        page = store.threads(limit=5, cursor=cursor)
+        page = store.threads(limit=5, after=cursor)
         pages += 1
         assert len(page.threads) <= 5
         got.extend(h.thread_id for h in page.threads)
@@ -948,7 +948,7 @@ def test_threads_paging_by_cursor(store: Store) -> None:
     assert store.threads(limit=100).cursor is None
     for bad in ("zz", "abcd", "00" * 23, "00" * 25, "not hex at all"):
         with pytest.raises(InvalidInputError):
-            store.threads(cursor=bad)
+            store.threads(after=bad)
     for bad_limit in (0, -3):
         with pytest.raises(InvalidInputError):
             store.threads(limit=bad_limit)

@@ -17,8 +17,10 @@ from tplog.codec import (
     Limits,
 )
 from tplog.errors import (
+    ConfirmationRequiredError,
     ConflictError,
     CorruptionError,
+    HasForksError,
     IdempotencyError,
     InvalidEventError,
     InvalidInputError,
@@ -122,6 +124,10 @@ from tplog.protocol.versions import (
     downgrade,
     upgrade,
 )
+from tplog.retire import (
+    PruneReport,
+    RetentionPolicy,
+)
 from tplog.store import (
     ANY,
     EXISTS,
@@ -146,6 +152,7 @@ __all__ = [
     "AsyncStore",
     "AudioUrl",
     "BinaryContent",
+    "ConfirmationRequiredError",
     "ConflictError",
     "ContentRef",
     "CorruptionError",
@@ -159,6 +166,7 @@ __all__ = [
     "FilePart",
     "Finding",
     "FoldResult",
+    "HasForksError",
     "IdempotencyError",
     "ImageUrl",
     "InterruptState",
@@ -178,12 +186,14 @@ __all__ = [
     "PendingCall",
     "PendingState",
     "ProjectionError",
+    "PruneReport",
     "ReadOnlyError",
     "RebuildInProgressError",
     "RebuildRequiredError",
     "RecordedEvent",
     "RequestMessage",
     "ResponseMessage",
+    "RetentionPolicy",
     "RetryPromptPart",
     "StorageError",
     "StorageFullError",

@@ -289,8 +289,19 @@ def cmd_tail(args: argparse.Namespace) -> int:
 
 
 def cmd_threads(args: argparse.Namespace) -> int:
+    from tplog.lifecycle import parse_meta, parse_time
+
     with _store(args) as s:
-        _emit(s.threads(limit=args.limit, cursor=args.cursor, include_deleted=args.include_deleted))
+        if args.scope is not None:
+            s = s.scoped(args.scope)
+        _emit(s.threads(
+            limit=args.limit, after=args.after, include_deleted=args.include_deleted, status=args.status,
+            agent=args.agent, title=args.title, metadata=parse_meta("--meta", args.meta),
+            created_after=parse_time("--created-after", args.created_after),
+            created_before=parse_time("--created-before", args.created_before),
+            updated_after=parse_time("--updated-after", args.updated_after),
+            updated_before=parse_time("--updated-before", args.updated_before),
+            roots=args.roots, has_children=args.has_children))
     return 0
 
 
@@ -355,6 +366,45 @@ def cmd_links(args: argparse.Namespace) -> int:
 def cmd_delete(args: argparse.Namespace) -> int:
     with _store(args, readonly=False) as s:
         _emit(s.delete_thread(args.thread, reason=args.reason))
+    return 0
+
+
+def cmd_fork(args: argparse.Namespace) -> int:
+    with _store(args, readonly=False) as s:
+        _emit(s.fork(args.thread, args.at, new_thread_id=args.new_id, reason=args.reason))
+    return 0
+
+
+def cmd_prune(args: argparse.Namespace) -> int:
+    import datetime as dt
+
+    from tplog.console import progress
+    from tplog.retire import RetentionPolicy
+
+    age = None
+    if args.max_age is not None:
+        units = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
+        text = args.max_age.strip().lower()
+        num, unit = (text[:-1], text[-1]) if text and text[-1] in units else (text, "s")
+        try:
+            age = dt.timedelta(seconds=float(num) * units[unit])
+        except ValueError as exc:
+            raise InvalidInputError(f"--max-age: {args.max_age!r} is not a duration like 90d, 12h, 30m") from exc
+    policy = RetentionPolicy(max_age=age, max_threads=args.max_threads, keep_if_linked=not args.no_keep_linked)
+    with _store(args, readonly=args.dry_run) as s, progress() as update:
+        if args.scope is not None:
+            s = s.scoped(args.scope)
+        report = s.prune(policy, dry_run=args.dry_run, confirm_all=args.confirm_all, progress=update)
+    _emit(report)  # after the bars are gone
+    return 0
+
+
+def cmd_prune_reports(args: argparse.Namespace) -> int:
+    with _store(args) as s:
+        if args.scope is not None:
+            s = s.scoped(args.scope)
+        reports, cursor = s.prune_reports(after=args.after, limit=args.limit)
+    _emit({"reports": reports, "cursor": cursor})
     return 0
 
 
@@ -502,8 +552,24 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("--backward", action="store_true", help="newest first")
     sp = add("threads", cmd_threads, "List threads, most recently updated first, one page at a time.")
     sp.add_argument("--limit", type=int, default=50, help="threads per page (default 50)")
-    sp.add_argument("--cursor", default=None, help="the cursor a previous page returned")
+    sp.add_argument("--after", default=None, help="the cursor a previous page returned")
     sp.add_argument("--include-deleted", action="store_true", help="list tombstones too")
+    sp.add_argument("--scope", default=None, help="list this scope's threads (default: unscoped)")
+    sp.add_argument("--status", action="append", default=None,
+                    choices=["active", "interrupted", "waiting_tools", "waiting_approval", "idle"],
+                    help="only threads in this state (repeat for any of several)")
+    sp.add_argument("--agent", default=None, help="only threads this agent id registered or ran a turn in")
+    sp.add_argument("--title", default=None, help="only threads whose title contains this (any case)")
+    sp.add_argument("--meta", action="append", default=None, metavar="KEY=VALUE",
+                    help="only threads whose metadata has KEY equal to VALUE (JSON, else a string); repeatable")
+    for name in ("created-after", "created-before", "updated-after", "updated-before"):
+        sp.add_argument(f"--{name}", default=None, metavar="TIME",
+                        help="ISO 8601 date-time (UTC if no zone) or ns; after inclusive, before exclusive")
+    sp.add_argument("--roots", action="store_true", help="only threads with no spawned_from link")
+    sp.add_argument("--has-children", dest="has_children", action="store_true", default=None,
+                    help="only threads with spawned children")
+    sp.add_argument("--no-children", dest="has_children", action="store_false",
+                    help="only threads without spawned children")
     add("turns", cmd_turns, "A thread's canonical turns and the agent turn in progress.", thread=True)
     add("pending", cmd_pending, "A thread's tool calls without a return (deferred, executing, abandoned).",
         thread=True)
@@ -533,6 +599,27 @@ def build_parser() -> argparse.ArgumentParser:
                     help="with --incoming, page on: the last pair of the previous page")
     sp = add("delete", cmd_delete, "Hard-delete a thread (a tombstone keeps its id from reuse).", thread=True)
     sp.add_argument("--reason", default=None, help="recorded in the tombstone")
+    sp = add("fork", cmd_fork, "Fork a thread at a turn boundary: a new thread with its history up to --at and "
+             "a spawned_from link carrying the branch point.", thread=True)
+    sp.add_argument("--at", type=int, required=True, help="the last seq the fork keeps (a turn boundary)")
+    sp.add_argument("--new-id", default=None, help="the fork's thread id (default: a new UUID)")
+    sp.add_argument("--reason", default=None, help="recorded in the spawned_from link's metadata")
+    sp = add("prune", cmd_prune, "Remove the threads a retention policy retires (each leaves a tombstone saying "
+             "why and when; the report is kept: tplog prune-reports).")
+    sp.add_argument("--max-age", default=None, metavar="DURATION",
+                    help="retire threads not updated for this long (90d, 12h, 30m, 45s)")
+    sp.add_argument("--max-threads", type=int, default=None, metavar="N",
+                    help="keep only the newest N threads of the scope")
+    sp.add_argument("--no-keep-linked", action="store_true",
+                    help="retire threads other threads link to or spawned from too (the report lists the "
+                         "children left dangling)")
+    sp.add_argument("--dry-run", action="store_true", help="report what would go; write nothing")
+    sp.add_argument("--confirm-all", action="store_true", help="allow a policy that removes every thread")
+    sp.add_argument("--scope", default=None, help="prune this scope's threads (default: unscoped)")
+    sp = add("prune-reports", cmd_prune_reports, "The kept prune reports, newest first.")
+    sp.add_argument("--after", default=None, help="the cursor a previous page returned")
+    sp.add_argument("--limit", type=int, default=50, help="reports per page (default 50)")
+    sp.add_argument("--scope", default=None, help="this scope's reports (default: unscoped)")
     sp = add("serve", cmd_serve, "Serve the store over HTTP: Vercel AI chat (demo agent by default), thread "
              "reads, resumable live event tails (needs tplog[server]).")
     sp.add_argument("--host", default="127.0.0.1", help="interface to listen on (default 127.0.0.1)")

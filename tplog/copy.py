@@ -43,6 +43,7 @@ import msgspec
 from tplog.backends.contract import ThreadAppend, ThreadHead
 from tplog.errors import ConflictError, InvalidInputError, StorageError, ThreadDeletedError
 from tplog.events import RecordedEvent, ThreadDeleted, ThreadStarted
+from tplog.fork import seed_of
 from tplog.protocol.canonical import thread_hash
 from tplog.store import NO_STREAM, Store
 
@@ -120,7 +121,7 @@ def copy_store(src: Store, dest: Store, *, chunk: int = CHUNK, verify: bool = Tr
 def _source_heads(src: Store) -> Iterator[ThreadHead]:
     cursor = None
     while True:
-        page = src.threads(limit=500, cursor=cursor, include_deleted=True)
+        page = src.threads(limit=500, after=cursor, include_deleted=True)
         yield from page.threads
         if page.cursor is None:
             return
@@ -208,6 +209,16 @@ class _Copier:
             have = self._version(tid)
             todo = [e for e in events if e.seq > have]
             self.report.skipped += len(events) - len(todo)
+            if todo and have == 0 and todo[0].seq == 1:
+                head = self.src.backend.head(tid, scope=self.src.scope)
+                if head is not None and head.fork_of is not None:
+                    # A fork stores its ThreadStarted and what follows the fork point (its prefix is
+                    # its parent's, copied before it): re-created as a fork, it shares it again.
+                    self._submit(parts)
+                    parts = []
+                    self._fork(tid, todo[0], head.fork_of, head.fork_at)
+                    todo = todo[1:]
+                    have = self.versions[tid]
             if not todo:
                 continue
             if tid in self.deleted or todo[0].seq != have + 1:
@@ -217,12 +228,27 @@ class _Copier:
             enc = [codec.encode(e.event, e.event_id, e.recorded_at) for e in todo]
             parts.append(ThreadAppend(thread_id=tid, events=enc, expected=have or NO_STREAM, scope=self.dest.scope,
                                       fresh_ids=False, check_rules=self.check_rules))
+        self._submit(parts)
+
+    def _submit(self, parts: list[ThreadAppend]) -> None:
         if not parts:
             return
         for res in self.dest.backend.submit(tuple(parts)).result():
             self.versions[res.thread_id] = res.last_seq
             if not res.duplicate:
                 self.report.events += res.last_seq - res.first_seq + 1
+
+    def _fork(self, tid: str, first: RecordedEvent, parent: str, at: int) -> None:
+        if not isinstance(first.event, ThreadStarted):  # pragma: no cover - the order rules put it first
+            raise StorageError(f"thread {tid}: seq 1 of the source is not ThreadStarted")
+        seed = seed_of(self.dest, parent, at, first.event)
+        part = ThreadAppend(thread_id=tid, events=[self.dest.codec.encode(first.event, first.event_id,
+                                                                          first.recorded_at)],
+                            expected=NO_STREAM, scope=self.dest.scope, fresh_ids=False, check_rules=False, fork=seed)
+        [res] = self.dest.backend.submit((part,)).result()
+        self.versions[tid] = res.last_seq
+        if not res.duplicate:
+            self.report.events += 1
 
     def _tombstone(self, e: RecordedEvent) -> None:
         tid = e.thread_id

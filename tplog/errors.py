@@ -32,8 +32,10 @@ boundary, with the original chained as ``__cause__``.
 from __future__ import annotations
 
 __all__ = [
+    "ConfirmationRequiredError",
     "ConflictError",
     "CorruptionError",
+    "HasForksError",
     "IdempotencyError",
     "InvalidEventError",
     "InvalidInputError",
@@ -77,6 +79,10 @@ class ValidationError(InvalidInputError):
     def __init__(self, message: str, *, report: Any = None) -> None:
         super().__init__(message)
         self.report = report
+
+
+class ConfirmationRequiredError(InvalidInputError):
+    """An operation that would remove every thread was asked without explicit confirmation."""
 
 
 class LimitExceededError(InvalidInputError):
@@ -126,6 +132,15 @@ class WrongExpectedVersionError(ConflictError):
 
 class IdempotencyError(ConflictError):
     """An event id that is already stored was re-used for different events."""
+
+
+class HasForksError(ConflictError):
+    """A thread whose events live forks read cannot be deleted alone (``cascade=True``
+    deletes the forks too). ``forks`` names them."""
+
+    def __init__(self, message: str, forks: list[str]) -> None:
+        super().__init__(message)
+        self.forks = forks
 
 
 class NotFoundError(TplogError, LookupError):

@@ -23,6 +23,8 @@ from typing import Any, Final, Literal, cast
 
 import msgspec
 
+from tplog import fork as _fork
+from tplog import retire as _retire
 from tplog.backends import contract
 from tplog.backends.contract import (
     ANY,
@@ -43,6 +45,7 @@ from tplog.backends.lmdb import LmdbRecorder  # the default backend, imported wi
 from tplog.codec import Codec, Encoded, Header, Limits
 from tplog.errors import InvalidInputError, NotFoundError, ThreadDeletedError, TplogError
 from tplog.events import KIND_CODE, Event, LinkAdded, RecordedEvent, ThreadDeleted, ThreadStarted
+from tplog.lifecycle import check_filter
 from tplog.projections.fold import (
     Folder,
     FoldResult,
@@ -56,6 +59,7 @@ from tplog.projections.fold import (
     state_of,
 )
 from tplog.protocol import model as m
+from tplog.retire import PruneReport, RetentionPolicy
 
 __all__ = ["ANY", "EXISTS", "NO_STREAM", "AppendResult", "AsyncStore", "ExpectedVersion", "Store", "ThreadHead",
            "ThreadPage"]
@@ -416,12 +420,61 @@ class Store:
                 f"expected_version must be 'any', 'no_stream', 'exists' or an int ≥ 0, not {expected!r}"
             )
 
+    # ------------------------------------------------------------------ fork
+
+    def fork(self, thread_id: str, at: int, *, new_thread_id: str | None = None,
+             reason: str | None = None) -> AppendResult:
+        """A new thread whose history is this thread's events up to seq ``at`` (a turn
+        boundary: no agent turn open there), started by a ``ThreadStarted`` declaring
+        ``spawned_from`` → ``thread_id`` with ``{"branch_point": "turn_N", "seq": at,
+        "reason": reason}`` as the link's metadata; title, metadata and other links as
+        the parent's start. ``new_thread_id`` defaults to a new UUID (the result's
+        ``thread_id``). Copy-on-write (see ``tplog.fork``): the fork stores its own
+        ThreadStarted and what is appended to it later, and reads seqs 2..``at`` from
+        the parent; reads, loads, exports, hashes, pending tools and interrupts answer as
+        for a copied thread. It is listed among the parent's children; the parent
+        cannot be deleted while it lives (``delete_thread(..., cascade=True)``).
+
+        Errors, nothing written: a parent never stored (:class:`NotFoundError`) or
+        deleted (:class:`ThreadDeletedError`); ``at`` not a turn boundary or past the
+        parent's end (:class:`InvalidInputError`); ``new_thread_id`` already used
+        (:class:`WrongExpectedVersionError`, or :class:`ThreadDeletedError` for a
+        deleted one)."""
+        return _fork.fork(self, thread_id, at, new_thread_id=new_thread_id, reason=reason)
+
+    # ------------------------------------------------------------------ retention
+
+    def prune(self, policy: RetentionPolicy, *, dry_run: bool = False, confirm_all: bool = False,
+              now: Any = None, progress: Callable[[str, int, int | None], None] | None = None) -> PruneReport:
+        """Remove the threads ``policy`` retires (see ``tplog.retire``): each leaves a
+        tombstone saying why and when, the report is kept (:meth:`prune_reports`) and
+        names every live child left with a ``spawned_from`` target that is gone.
+        ``dry_run``: the report of what would go, nothing written. A policy that would
+        remove every thread raises :class:`ConfirmationRequiredError` unless ``confirm_all``.
+        ``now`` (aware datetime or ns): the time ``max_age`` counts back from (default: now).
+        ``progress(step, done, total)`` is called as it lists, checks and deletes threads
+        (``total`` None while the listing's size is unknown)."""
+        return _retire.prune(self, policy, dry_run=dry_run, confirm_all=confirm_all, now=now, progress=progress)
+
+    def prune_reports(self, *, after: str | None = None, limit: int = 50) -> tuple[list[PruneReport], str | None]:
+        """The kept prune reports, newest first, and the ``after`` cursor of the next page."""
+        return _retire.prune_reports(self, after=after, limit=limit)
+
     # ------------------------------------------------------------------ delete
 
-    def delete_thread(self, thread_id: str, *, reason: str | None = None) -> AppendResult:
+    def delete_thread(self, thread_id: str, *, reason: str | None = None, cascade: bool = False) -> AppendResult:
         """Hard-delete a thread: its events and index entries are removed, shared blobs
         released, and a ``ThreadDeleted`` tombstone kept so the id is never reused.
-        Space is reused by later writes; ``tplog backup`` (compacting) shrinks the file."""
+        Space is reused by later writes; ``tplog backup`` (compacting) shrinks the file.
+
+        A thread whose events live forks read (see :meth:`fork`) raises
+        :class:`HasForksError` (naming them) and nothing is deleted; with ``cascade``
+        its forks, and theirs, are deleted first (each its own deletion, deepest first)."""
+        if not isinstance(cascade, bool):
+            raise InvalidInputError(f"cascade must be True or False, not {cascade!r}")
+        if cascade:
+            for f in _fork.forks_of(self, thread_id):
+                self.delete_thread(f, reason=reason, cascade=True)
         tomb = ThreadDeleted(reason=reason if reason is not None else msgspec.UNSET)
         enc = self._encode(thread_id, [tomb], None)[0]
         res: AppendResult = self.backend.delete_thread(thread_id, enc, scope=self._scope).result()
@@ -465,7 +518,7 @@ class Store:
                 raise InvalidInputError(f"{name} must be None or an int, not {value!r}")
             if value is not None and value < 0:
                 raise InvalidInputError(f"{name} must be ≥ 0, not {value}")
-        return self.backend.read_thread(thread_id, scope=self._scope, after=after, limit=limit, direction=direction)
+        return _fork.read(self, thread_id, after=after, limit=limit, direction=direction)
 
     def iter_thread_values(self, thread_id: str) -> Iterator[tuple[int, Header, bytes]]:
         """(seq, header, raw value) for a thread, without decoding bodies (LMDB only)."""
@@ -519,11 +572,51 @@ class Store:
             return wait(position, timeout, poll=poll)  # type: ignore[no-any-return]
         return self.backend.wait((position - 1,), timeout)[0]
 
-    def threads(self, *, limit: int = 50, cursor: str | None = None, include_deleted: bool = False) -> ThreadPage:
-        """Threads by last update, newest first, ``limit`` per page."""
-        if limit <= 0:
+    def threads(
+        self,
+        *,
+        after: str | None = None,
+        limit: int = 50,
+        include_deleted: bool = False,
+        status: str | Sequence[str] | None = None,
+        agent: str | None = None,
+        title: str | None = None,
+        metadata: dict[str, Any] | None = None,
+        created_after: Any = None,
+        created_before: Any = None,
+        updated_after: Any = None,
+        updated_before: Any = None,
+        roots: bool = False,
+        has_children: bool | None = None,
+    ) -> ThreadPage:
+        """Threads by last update, newest first, ``limit`` per page; pass the page's
+        ``cursor`` as ``after`` for the next. Filters (all given must hold):
+
+        - ``status``: ``"active"`` (an agent turn is open), ``"interrupted"``,
+          ``"waiting_tools"``, ``"waiting_approval"`` (the last agent turn ended on
+          deferred tool calls) or ``"idle"``; one or a list (see ``tplog.lifecycle``);
+        - ``agent``: an agent id that registered or ran a turn in the thread;
+        - ``title``: a substring of the title (case-insensitive);
+        - ``metadata``: ``{key: value}`` pairs the thread's metadata holds (equal values);
+        - ``created_after``/``created_before``, ``updated_after``/``updated_before``:
+          aware datetimes or the store's nanoseconds (after inclusive, before exclusive);
+        - ``roots``: only threads with no ``spawned_from`` link; ``has_children``:
+          only threads with (True) or without (False) spawned children.
+
+        Scope: a :meth:`scoped` view lists its scope's threads only. Status, agent
+        and update range are answered from indexes. A bad value raises
+        :class:`InvalidInputError` naming the filter."""
+        _check_page_limit(limit)
+        if limit is None or limit <= 0:
             raise InvalidInputError("limit must be > 0")
-        return self.backend.threads(scope=self._scope, after=cursor, limit=limit, include_deleted=include_deleted)
+        if after is not None and (not isinstance(after, str) or not after):
+            raise InvalidInputError(f"after must be the cursor of a previous page, not {after!r}")
+        where = check_filter(status=status, agent=agent, title=title, metadata=metadata,  # type: ignore[arg-type]
+                             created_after=created_after, created_before=created_before,
+                             updated_after=updated_after, updated_before=updated_before, roots=roots,
+                             has_children=has_children)
+        return self.backend.threads(scope=self._scope, after=after, limit=limit, include_deleted=include_deleted,
+                                    where=None if where.empty else where)
 
     # ------------------------------------------------------------------ links (exact indexes)
 
@@ -578,7 +671,7 @@ class Store:
         cache = self._folds
         folder = cache.take(tk) if cache.budget else None
         after = folder.seq if folder is not None else 0
-        head, events = self.backend.thread_events(thread_id, scope=self._scope, after=after)
+        head, events = _fork.thread_events(self, thread_id, after)
         if folder is None or head.status != "active" or folder.seq > head.version:
             folder = Folder()
         feed_one = folder.feed
@@ -599,7 +692,7 @@ class Store:
         return res.thread
 
     def _items(self, thread_id: str) -> list[Item]:
-        return self.backend.items(thread_id, scope=self._scope)
+        return _fork.items(self, thread_id)
 
     def _state(self, thread_id: str) -> ThreadState:
         """The thread's id-only fold state: from the ``state`` projection when live,
@@ -649,7 +742,7 @@ class Store:
         in its ``ThreadStarted.relationships``, then those added (``LinkAdded``). A link
         to a thread deleted since stays listed (it is the source's history); a deleted
         thread has none."""
-        return self.backend.links(thread_id, scope=self._scope)
+        return _fork.links(self, thread_id)
 
     def descendants(self, thread_id: str, *, max_depth: int | None = None) -> list[tuple[str, int]]:
         """Every thread spawned from ``thread_id``, transitively: ``(thread_id, depth)``,
@@ -851,11 +944,46 @@ class AsyncStore:
     async def head(self, thread_id: str) -> ThreadHead:
         return await asyncio.to_thread(self.store.head, thread_id)
 
-    async def threads(self, *, limit: int = 50, cursor: str | None = None, include_deleted: bool = False) -> ThreadPage:
-        return await asyncio.to_thread(self.store.threads, limit=limit, cursor=cursor, include_deleted=include_deleted)
+    async def threads(
+        self,
+        *,
+        after: str | None = None,
+        limit: int = 50,
+        include_deleted: bool = False,
+        status: str | Sequence[str] | None = None,
+        agent: str | None = None,
+        title: str | None = None,
+        metadata: dict[str, Any] | None = None,
+        created_after: Any = None,
+        created_before: Any = None,
+        updated_after: Any = None,
+        updated_before: Any = None,
+        roots: bool = False,
+        has_children: bool | None = None,
+    ) -> ThreadPage:
+        """As :meth:`Store.threads` (same filters)."""
+        return await asyncio.to_thread(
+            self.store.threads, after=after, limit=limit, include_deleted=include_deleted, status=status,
+            agent=agent, title=title, metadata=metadata, created_after=created_after, created_before=created_before,
+            updated_after=updated_after, updated_before=updated_before, roots=roots, has_children=has_children)
 
-    async def delete_thread(self, thread_id: str, *, reason: str | None = None) -> AppendResult:
-        return await asyncio.to_thread(self.store.delete_thread, thread_id, reason=reason)
+    async def fork(self, thread_id: str, at: int, *, new_thread_id: str | None = None,
+                   reason: str | None = None) -> AppendResult:
+        """As :meth:`Store.fork`."""
+        return await asyncio.to_thread(self.store.fork, thread_id, at, new_thread_id=new_thread_id, reason=reason)
+
+    async def prune(self, policy: RetentionPolicy, *, dry_run: bool = False, confirm_all: bool = False,
+                    now: Any = None, progress: Callable[[str, int, int | None], None] | None = None) -> PruneReport:
+        """As :meth:`Store.prune`, in a worker thread (``progress`` is called from it)."""
+        return await asyncio.to_thread(self.store.prune, policy, dry_run=dry_run, confirm_all=confirm_all, now=now,
+                                       progress=progress)
+
+    async def prune_reports(self, *, after: str | None = None,
+                            limit: int = 50) -> tuple[list[PruneReport], str | None]:
+        return await asyncio.to_thread(self.store.prune_reports, after=after, limit=limit)
+
+    async def delete_thread(self, thread_id: str, *, reason: str | None = None, cascade: bool = False) -> AppendResult:
+        return await asyncio.to_thread(self.store.delete_thread, thread_id, reason=reason, cascade=cascade)
 
     async def wait_for_position(self, position: int, timeout: float | None = None, *, poll: float = 0.05) -> int:
         """As :meth:`Store.wait_for_position`. Each waiter holds a default-executor

@@ -480,3 +480,65 @@ def test_recorded_at_and_ids_come_from_the_encoded_events(rec: Recorder) -> None
     append(rec, ThreadAppend(thread_id=a, events=evs, check_rules=False))
     got = rec.read_thread(a)
     assert [(e.event_id, e.recorded_at) for e in got] == [("i1", 123_456), ("i2", 123_456)]
+
+
+def fork_part(fork_id: str, parent: str, at_seq: int, *, check_rules: bool = False) -> ThreadAppend:
+    """A fork's append as the facade builds it (tplog.fork): its ThreadStarted alone, with the seed."""
+    from tplog.backends.contract import ForkSeed, ThreadHead
+
+    ts = started(fork_id, relationships=m.ThreadRelationships(
+        links=[m.ThreadLink(thread_id=parent, relation="spawned_from", metadata={"seq": at_seq})]))
+    seed = ForkSeed(parent=parent, at=at_seq, head=ThreadHead(thread_id="", user_turns=1, agent_turns=1,
+                                                               messages=1, links=1, agent_ids=["a1"], parent=parent))
+    return ThreadAppend(thread_id=fork_id, events=encode([ts]), expected="no_stream", fork=seed,
+                        check_rules=check_rules)
+
+
+def test_fork_append_creates_a_fork_head(rec: Recorder) -> None:
+    """A fork's append writes its ThreadStarted at seq 1 and a head at the fork point; its own rows
+    are seq 1 and what follows the fork point; the parent cannot be deleted while the fork lives."""
+    from tplog.errors import HasForksError
+
+    p, f = tid(), tid()
+    append(rec, part(p, [started(p), register(), *exchange(), user()]))  # seq 1..7
+    before = everything(rec)
+    for bad, err in ((fork_part(f, tid(), 2), NotFoundError), (fork_part(f, p, 8), InvalidInputError)):
+        with pytest.raises(err):
+            append(rec, bad)
+        assert everything(rec) == before and rec.head(f) is None
+    [res] = append(rec, fork_part(f, p, 6))
+    assert (res.first_seq, res.last_seq) == (1, 6)  # one event written, the head at the fork point
+    assert res.first_position == res.last_position == rec.positions()[rec.log_of(f)]
+    head = rec.head(f)
+    assert head is not None
+    assert (head.version, head.fork_of, head.fork_at, head.user_turns, head.parent) == (6, p, 6, 1, p)
+    assert rec.thread_state(f) is None  # the facade folds a fork's state with its parent's prefix
+    assert rec.children(p) == [f]
+    [more] = append(rec, part(f, [user(), agent_start(), response(), completed()]))
+    assert (more.first_seq, more.last_seq) == (7, 10)
+    assert [e.seq for e in rec.read_thread(f)] == [1, 7, 8, 9, 10]  # own rows only: the splice is the facade's
+    with pytest.raises(HasForksError) as refused:
+        rec.delete_thread(p, tombstone()).result(timeout=30)
+    assert refused.value.forks == [f]
+    assert rec.verify().problems == []
+    rec.delete_thread(f, tombstone()).result(timeout=30)
+    rec.delete_thread(p, tombstone()).result(timeout=30)
+    gone = tid()
+    with pytest.raises(ThreadDeletedError):
+        append(rec, fork_part(gone, p, 2))
+
+
+def test_fork_appends_are_checked_against_the_spliced_history(rec: Recorder) -> None:
+    """The validation rules see a fork's prefix: a tool return in the fork answers a call made
+    before the fork point; one answering no call is refused."""
+    p, f = tid(), tid()
+    call = m.ToolCallPart(tool_name="f", tool_call_id="c1", args={})
+    append(rec, part(p, [started(p), register(), user(), agent_start(),
+                         MessageRecorded(message=m.ResponseMessage(timestamp=T, agent_id="a1", parts=[call])),
+                         completed()], check_rules=True))
+    append(rec, fork_part(f, p, 6, check_rules=True))
+    with pytest.raises(InvalidEventError) as exc:
+        append(rec, part(f, [user(), agent_start(), tool_answer("c2")], check_rules=True))
+    assert exc.value.rule == "v3.2-tool-call-id" and exc.value.seq == 9
+    [ok] = append(rec, part(f, [user(), agent_start(), tool_answer("c1"), completed()], check_rules=True))
+    assert (ok.first_seq, ok.last_seq) == (7, 10)

@@ -126,9 +126,11 @@ def test_older_schema_names_tplog_migrate_which_upgrades_it(pg_dsn: str, schema:
     t = str(uuid.uuid4())
     with Store(url, check_rules=False) as s:
         s.append(t, [started(t), *exchange()])
-    # version 1 of the schema: the same tables without the heads_tk index
+    # version 1 of the schema: the same tables without the heads_tk index (2) and the finder columns (3)
     with psycopg.connect(pg_dsn, autocommit=True) as c:
         c.execute(f"DROP INDEX {schema}.heads_tk".encode())
+        c.execute(f"DROP INDEX {schema}.heads_activity, {schema}.heads_agents".encode())
+        c.execute(f"ALTER TABLE {schema}.heads DROP COLUMN activity, DROP COLUMN agents".encode())
         c.execute(f"UPDATE {schema}.meta SET value = '1' WHERE key = 'schema_version'".encode())
     with pytest.raises(SchemaError, match=rf"version 1, older than {SCHEMA_VERSION}; run `tplog migrate "):
         Store(url)
@@ -140,6 +142,7 @@ def test_older_schema_names_tplog_migrate_which_upgrades_it(pg_dsn: str, schema:
                                                       "from_version": 1, "version": SCHEMA_VERSION}
     with psycopg.connect(pg_dsn, autocommit=True) as c:
         assert c.execute("SELECT to_regclass(%s) IS NOT NULL", (f"{schema}.heads_tk",)).fetchone() == (True,)
+        assert c.execute("SELECT to_regclass(%s) IS NOT NULL", (f"{schema}.heads_activity",)).fetchone() == (True,)
     with Store(url) as s:
         assert [e.seq for e in s.read(t)] == [1, 2, 3, 4, 5]
         assert s.stats()["schema_version"] == SCHEMA_VERSION

@@ -369,6 +369,25 @@ def test_missing_older_and_newer_schema(pg_dsn: str, schema: str, open_rec: Call
         PostgresRecorder(pg_dsn, schema=schema, logs=4)
 
 
+def test_migrate_2_to_3_adds_the_finder_columns(pg_dsn: str, schema: str,
+                                                open_rec: Callable[..., PostgresRecorder]) -> None:
+    """A version 2 schema (no activity/agents columns) is upgraded by migrate=True; filtered listings then work."""
+    from tplog import Store
+
+    open_rec().close()
+    with psycopg.connect(pg_dsn, autocommit=True, options=f"-c search_path={schema}") as c:
+        c.execute("DROP INDEX heads_activity")
+        c.execute("DROP INDEX heads_agents")
+        c.execute("ALTER TABLE heads DROP COLUMN activity, DROP COLUMN agents")
+        c.execute("UPDATE meta SET value = '2' WHERE key = 'schema_version'")
+    with pytest.raises(SchemaError, match=f"version 2, older than {SCHEMA_VERSION}"):
+        PostgresRecorder(pg_dsn, schema=schema)
+    PostgresRecorder(pg_dsn, schema=schema, migrate=True).close()
+    with Store(f"{pg_dsn}?schema={schema}", check_rules=False) as s:
+        s.append("t1", [started("t1"), user(), agent_start("x")])
+        assert [h.thread_id for h in s.threads(status="active", agent="x").threads] == ["t1"]
+
+
 def test_catalog_is_ready_for_citus(pg_dsn: str, schema: str, open_rec: Callable[..., PostgresRecorder]) -> None:
     """What plain PostgreSQL can show about distributing by log_id: every key of a distributed table
     contains log_id, no column defaults to a sequence, and the guarded Citus DDL ran as a no-op."""

@@ -113,7 +113,7 @@ def test_threads_paging_and_links(server: ServerProcess) -> None:
         for _ in range(1000):
             params: dict[str, Any] = {"limit": 2}
             if cursor:
-                params["cursor"] = cursor
+                params["after"] = cursor
             page = c.get("/threads", params=params).json()
             seen += [h["thread_id"] for h in page["threads"]]
             cursor = page["next_cursor"]
@@ -265,7 +265,7 @@ def test_bad_requests(server: ServerProcess) -> None:
         # query parameters
         assert c.get("/threads", params={"limit": "x"}).status_code == 422
         assert c.get("/threads", params={"limit": 0}).status_code == 422
-        r = c.get("/threads", params={"cursor": "zz"})
+        r = c.get("/threads", params={"after": "zz"})
         assert r.status_code == 422 and "cursor" in r.json()["error"]["message"]
         assert c.get(f"/threads/{t}/events", headers={"last-event-id": "x"}).status_code == 400
         assert c.get(f"/threads/{t}/links", params={"incoming": "maybe"}).status_code == 422

@@ -43,6 +43,7 @@ import msgspec
 from tplog.codec import Codec, Encoded
 from tplog.errors import InvalidInputError
 from tplog.events import LinkAdded, RecordedEvent, ThreadStarted
+from tplog.lifecycle import ThreadFilter
 from tplog.projections.fold import Item, ThreadState
 from tplog.protocol import model as m
 
@@ -56,6 +57,7 @@ __all__ = [
     "Cursor",
     "Direction",
     "ExpectedVersion",
+    "ForkSeed",
     "Handle",
     "Held",
     "PROJECTIONS",
@@ -66,8 +68,12 @@ __all__ = [
     "ThreadHead",
     "ThreadPage",
     "Tracking",
+    "ThreadFilter",
     "VerifyReport",
+    "apply_fork",
     "check_append",
+    "check_fork_parent",
+    "own_seqs",
     "outgoing",
     "thread_key",
 ]
@@ -127,6 +133,60 @@ class ThreadHead(msgspec.Struct, array_like=True, kw_only=True):
     open_turn_start: int | None = None
     open_turn_last: int | None = None
     rules: int = 0
+    # What thread listings filter on (tplog.lifecycle.note keeps them, on every backend).
+    activity: str = "idle"
+    title: str | None = None
+    metadata: dict[str, Any] | None = None
+    agent_ids: list[str] = []
+    parent: str | None = None
+    # A fork (tplog.fork): its seqs 2..fork_at are thread ``fork_of``'s (same scope), read
+    # from there, not copied; its own rows are seq 1 (its ThreadStarted) and seqs > fork_at.
+    fork_of: str | None = None
+    fork_at: int = 0
+
+
+def own_seqs(head: ThreadHead) -> list[int]:
+    """The seqs a thread's own rows hold: a deleted thread its tombstone; a fork its start and
+    what was appended after the fork point; any other thread 1..version."""
+    if head.status == "deleted":
+        return [head.version]
+    if head.fork_of is not None:
+        return [1, *range(head.fork_at + 1, head.version + 1)]
+    return list(range(1, head.version + 1))
+
+
+class ForkSeed(msgspec.Struct, frozen=True, kw_only=True):
+    """What makes an append (its one event: the fork's ThreadStarted) create a fork:
+    the parent and the fork point, and the head values the parent's first ``at`` events
+    lead to (counters and lifecycle fields, as :func:`tplog.fork.seed` folds them).
+    The backend checks, in the append's transaction, that the parent is live and
+    reaches ``at`` (``NotFoundError``, ``ThreadDeletedError``, ``InvalidInputError``)."""
+
+    parent: str
+    at: int
+    head: ThreadHead
+
+
+def apply_fork(head: ThreadHead, seed: ForkSeed) -> ThreadHead:
+    """The fork's head once its ThreadStarted is applied: version ``at``, the seed's values."""
+    s = seed.head
+    return msgspec.structs.replace(
+        head, version=seed.at, fork_of=seed.parent, fork_at=seed.at, user_turns=s.user_turns,
+        agent_turns=s.agent_turns, messages=s.messages, links=s.links, activity=s.activity, title=s.title,
+        metadata=s.metadata, agent_ids=list(s.agent_ids), parent=s.parent, rules=0, agents=[], turn_end=None,
+        open_turn_start=None, open_turn_last=None, open_turn_agent=None, open_turn_seq=0)
+
+
+def check_fork_parent(seed: ForkSeed, parent: ThreadHead | None) -> None:
+    """The parent a fork names, as the append's transaction sees it."""
+    from tplog.errors import NotFoundError, ThreadDeletedError
+
+    if parent is None:
+        raise NotFoundError(f"thread {seed.parent} does not exist")
+    if parent.status == "deleted":
+        raise ThreadDeletedError(f"thread {seed.parent} was deleted; it cannot be forked")
+    if parent.version < seed.at:
+        raise InvalidInputError(f"fork of thread {seed.parent}: at={seed.at} is past its last seq {parent.version}")
 
 
 class AppendResult(msgspec.Struct, frozen=True, kw_only=True):
@@ -144,7 +204,7 @@ class AppendResult(msgspec.Struct, frozen=True, kw_only=True):
 
 
 class ThreadPage(msgspec.Struct, frozen=True):
-    """One page of threads, most recently updated first; pass ``cursor`` back for the next."""
+    """One page of threads, most recently updated first; pass ``cursor`` back as ``after`` for the next."""
 
     threads: list[ThreadHead]
     cursor: str | None
@@ -197,6 +257,7 @@ class ThreadAppend(msgspec.Struct, frozen=True, kw_only=True):
     scope: str | None = None
     fresh_ids: bool = False
     check_rules: bool = True
+    fork: ForkSeed | None = None
 
 
 #: What one caller submits: one or more threads' events, committed all or none.
@@ -283,14 +344,22 @@ class Recorder(Protocol):
         ``path``, and the new head keeps the values (``advance_rules``).
         Any error fails the whole append. Results come in the append's order.
         Maintains, in the same transaction, the head, the event-id index, the
-        log, the link indexes and the ``state`` projection (when live)."""
+        log, the link indexes and the ``state`` projection (when live).
+
+        A part with ``fork`` creates a fork (see :class:`ForkSeed`): its ThreadStarted
+        lands at seq 1 and the head becomes :func:`apply_fork`'s. Reads of a fork's own
+        rows (``read_thread``, ``thread_events``, ``items``) hold seq 1 and seqs past the
+        fork point; the facade splices in the parent's. ``thread_state`` answers ``None``
+        for a fork. The rules' view of a fork's history (an append's checks) is spliced
+        by the backend."""
         ...
 
     def delete_thread(self, thread_id: str, tombstone: Encoded, *, scope: str | None = None) -> Handle[AppendResult]:
         """Hard-delete a thread: remove its events, their log entries, ids and link
         rows, its ``state`` row; append ``tombstone`` (a ``ThreadDeleted``) at a new
         position; mark the head deleted. ``NotFoundError`` for a thread never seen,
-        ``ThreadDeletedError`` for one already deleted."""
+        ``ThreadDeletedError`` for one already deleted, ``HasForksError`` while a live
+        fork reads its events (delete the forks first)."""
         ...
 
     # ------------------------------------------------------------------ reads
@@ -336,10 +405,14 @@ class Recorder(Protocol):
         ...
 
     def threads(
-        self, *, scope: str | None = None, after: str | None = None, limit: int = 50, include_deleted: bool = False
+        self, *, scope: str | None = None, after: str | None = None, limit: int = 50, include_deleted: bool = False,
+        where: ThreadFilter | None = None,
     ) -> ThreadPage:
         """Threads of ``scope`` by last update, newest first (ties: larger key
-        first); ``after`` is the ``cursor`` of the previous page."""
+        first); ``after`` is the ``cursor`` of the previous page. ``where``: only
+        the threads it keeps (:func:`tplog.lifecycle.matches`, and ``has_children``
+        by the children index), found through indexes on activity, agent and
+        last update rather than by reading every head."""
         ...
 
     def incoming(
@@ -537,3 +610,7 @@ def check_append(append: Append) -> None:
             if key in seen_ids:
                 raise InvalidInputError(f"thread {part.thread_id}: event id {e.event_id!r} appears twice in one append")
             seen_ids.add(key)
+        if part.fork is not None and (len(part.events) != 1 or not isinstance(part.events[0].event, ThreadStarted)
+                                      or part.expected != NO_STREAM or part.fork.at < 1):
+            raise InvalidInputError(f"thread {part.thread_id}: a fork's append is its ThreadStarted alone, "
+                                    "expected no_stream, at ≥ 1")

@@ -35,13 +35,17 @@ from tplog.backends.contract import (
     ThreadPage,
     Tracking,
     VerifyReport,
+    apply_fork,
     check_append,
+    check_fork_parent,
     outgoing,
+    own_seqs,
     thread_key,
 )
 from tplog.backends.contract import VERSIONS as VERSIONS
 from tplog.codec import MSG_KIND, Codec, Encoded, Facts, Limits
 from tplog.errors import (
+    HasForksError,
     IdempotencyError,
     InvalidEventError,
     InvalidInputError,
@@ -66,6 +70,7 @@ from tplog.events import (
     ThreadStarted,
     UserTurnSubmitted,
 )
+from tplog.lifecycle import ThreadFilter, matches, note
 from tplog.projections.fold import Item, ThreadState, feed
 from tplog.protocol.rules import Tracker, advance_rules, check_event, exported_calls, rules_from_log
 
@@ -176,7 +181,10 @@ class MemoryRecorder:
                     isinstance(exp, int) and exp != head.version
                 ):
                     raise WrongExpectedVersionError(part.thread_id, exp, head.version)
-                stored = [x.event for x in t.events] if t is not None and part.check_rules else []
+                if part.fork is not None:
+                    pt = self._threads.get(thread_key(part.fork.parent, part.scope))
+                    check_fork_parent(part.fork, None if pt is None else pt.head)
+                stored = self._history(t, part.scope) if t is not None and part.check_rules else []
                 new_head = _advance(part.thread_id, head, part.events, stored if part.check_rules else None)
                 plans.append((tk, new_head, part.events, part))
                 out.append(None)
@@ -223,6 +231,8 @@ class MemoryRecorder:
                 self._index_links(tk, name, scope, s)
             if live_state:
                 feed(self._states.setdefault(tk, ThreadState()), _item(s))
+        if part.fork is not None:
+            head = apply_fork(head, part.fork)
         now = self._clock()
         head.last_position = self._last[log]
         if head.created_ns == 0:
@@ -231,6 +241,21 @@ class MemoryRecorder:
         t.head = head
         return AppendResult(thread_id=name, first_seq=seq0, last_seq=head.version, first_position=first,
                             last_position=self._last[log], event_ids=[e.event_id for e in events])
+
+    def _history(self, t: _Thread, scope: str | None) -> list[Any]:
+        """The thread's events as a copy would hold them: a fork's prefix from its parent."""
+        h = t.head
+        if h.fork_of is None or h.status != "active":
+            return [x.event for x in t.events]
+        p = self._threads.get(thread_key(h.fork_of, scope))
+        prefix = self._history(p, scope)[1:h.fork_at] if p is not None else []
+        return [t.events[0].event, *prefix, *(x.event for x in t.events[1:])]
+
+    def _forks_of(self, tk: bytes, scope: str | None) -> list[str]:
+        """The live forks that read this thread's events."""
+        return [t.head.thread_id for t in self._threads.values()
+                if t.head.fork_of is not None and t.head.status == "active" and t.head.scope == scope
+                and thread_key(t.head.fork_of, scope) == tk]
 
     def _log_of(self, tk: bytes) -> int:
         return int.from_bytes(tk[:4], "big") % self.logs
@@ -285,6 +310,10 @@ class MemoryRecorder:
                 raise ThreadDeletedError(f"thread {thread_id} is already deleted")
             if (scope, tombstone.event_id) in self._ids:
                 raise IdempotencyError(f"event id {tombstone.event_id!r} is already stored")
+            forks = self._forks_of(tk, scope)
+            if forks:
+                raise HasForksError(f"thread {thread_id} has live forks that read its events: {sorted(forks)}; "
+                                    "delete them first (Store.delete_thread(..., cascade=True))", sorted(forks))
             gone = {s.position for s in t.events}
             for s in t.events:
                 del self._ids[(scope, s.event_id)]
@@ -368,7 +397,7 @@ class MemoryRecorder:
             return tuple(self._last)
 
     def threads(self, *, scope: str | None = None, after: str | None = None, limit: int = 50,
-                include_deleted: bool = False) -> ThreadPage:
+                include_deleted: bool = False, where: ThreadFilter | None = None) -> ThreadPage:
         if isinstance(limit, bool) or not isinstance(limit, int) or limit <= 0:
             raise InvalidInputError("limit must be > 0")
         bound: tuple[int, bytes] | None = None
@@ -392,6 +421,9 @@ class MemoryRecorder:
                     continue
                 if h.status == "deleted" and not include_deleted:
                     continue
+                if where is not None and not (matches(where, h) and (
+                        where.has_children is None or where.has_children == self._has_children(tk))):
+                    continue
                 if len(out) >= limit:
                     more = True
                     break
@@ -399,6 +431,9 @@ class MemoryRecorder:
                 last = (upd, tk)
             cursor = (last[0].to_bytes(8, "big") + last[1]).hex() if more and last is not None else None
             return ThreadPage(out, cursor)
+
+    def _has_children(self, tk: bytes) -> bool:
+        return any(p == tk for p, _ in self._children)
 
     def incoming(self, thread_id: str, *, scope: str | None = None, relation: str | None = None,
                  after: tuple[str, str] | None = None, limit: int | None = None) -> list[tuple[str, str]]:
@@ -438,8 +473,8 @@ class MemoryRecorder:
             self._check_open()
             if thread_key(thread_id, scope) not in self._threads:
                 raise NotFoundError(f"thread {thread_id} does not exist")
-            if self._tracking["state"][0] != "live":
-                return None
+            if self._tracking["state"][0] != "live" or self._threads[thread_key(thread_id, scope)].head.fork_of:
+                return None  # stale; or a fork, whose state the facade folds with its parent's prefix
             return copy.deepcopy(self._states.get(thread_key(thread_id, scope), ThreadState()))
 
     def thread_events(self, thread_id: str, *, scope: str | None = None,
@@ -656,7 +691,7 @@ class MemoryRecorder:
         with self._lock:
             for _tk, t in self._threads.items():
                 seqs = [s.seq for s in t.events]
-                want = [t.head.version] if t.head.status == "deleted" else list(range(1, t.head.version + 1))
+                want = own_seqs(t.head)
                 if seqs != want:
                     problems.append(f"thread {t.head.thread_id}: seqs {seqs[:5]}… do not match its head")
         if projections:
@@ -791,6 +826,7 @@ def _advance(thread_id: str, head: ThreadHead, events: list[Encoded],
             raise InvalidEventError(f"{where}: unknown event {type(ev).__name__}")
         if tracker is not None:
             tracker.step(ev, check_event(ev), seq, i)
+        note(h, ev)
         h.version = seq
     advance_rules(h, tracker)
     return h

@@ -57,10 +57,13 @@ Endpoints
     thread's last turn ended on (see ``/pending``); continues the run, streamed
     like ``/api/chat``.
 
-``GET /threads`` (``?limit=&cursor=&include_deleted=1``), ``GET /threads/{id}``
+``GET /threads`` (``?limit=&after=&include_deleted=1``, filters ``status`` (repeatable), ``agent``,
+``title``, ``meta=KEY=VALUE`` (repeatable), ``created_after`` … ``updated_before``, ``roots=1``,
+``has_children=1|0``: as ``Store.threads``), ``GET /threads/{id}``
 (ThreadProtocol v0.0.4 JSON), ``/threads/{id}/turns``, ``/pending``,
 ``/interrupts``, ``/children`` (``?limit=&after=&recursive=1&max_depth=``),
-``/links`` (``?incoming=1&relation=``)
+``/links`` (``?incoming=1&relation=``); ``POST /threads/{id}/fork`` (``{"at": SEQ, "thread_id": NEW,
+"reason": ...}`` → 201 with the append result: ``Store.fork``)
     Read-only views, JSON. ``/children`` and ``/links?incoming=1`` also answer for
     a thread stored elsewhere that a stored thread links to; as ``Store.children``,
     a deleted thread is nobody's child.
@@ -889,6 +892,19 @@ def _if_match(request: Request) -> int | None:
     return int(v)
 
 
+def _thread_filters(request: Request) -> dict[str, Any]:
+    """``Store.threads`` filters from the query string (bad values: the store's InvalidInputError)."""
+    from tplog.lifecycle import parse_meta, parse_time
+
+    q = request.query_params
+    hc = q.get("has_children")
+    return {"status": q.getlist("status") or None, "agent": q.get("agent") or None, "title": q.get("title") or None,
+            "metadata": parse_meta("meta", q.getlist("meta")), "roots": _flag(request, "roots"),
+            "has_children": None if hc is None or hc == "" else _flag(request, "has_children"),
+            **{n: parse_time(n, q.get(n)) for n in ("created_after", "created_before", "updated_after",
+                                                    "updated_before")}}
+
+
 def _int_param(request: Request, name: str, default: int | None, *, lo: int = 0, hi: int | None = None) -> int | None:
     v = request.query_params.get(name)
     if v is None or v == "":
@@ -1116,6 +1132,15 @@ def create_app(
         )
         return srv.stream(run)
 
+    async def fork(request: Request) -> Response:
+        thread_id = await _path_thread(srv, request)
+        body = await _json_body(request, srv.max_body)
+        unknown_keys = sorted(set(body) - {"at", "thread_id", "reason"})
+        if unknown_keys:
+            raise HTTPError(422, "invalid_body", f"unknown fields {unknown_keys}; expected at, thread_id, reason")
+        res = await srv.astore.fork(thread_id, body.get("at"), new_thread_id=body.get("thread_id"),  # type: ignore[arg-type]
+                                    reason=body.get("reason"))
+        return _json(res, status=201)
     async def chat_messages(request: Request) -> Response:
         from tplog.integrations.ui_messages import ui_messages
 
@@ -1204,8 +1229,9 @@ def create_app(
         assert limit is not None
         page = await srv.astore.threads(
             limit=limit,
-            cursor=request.query_params.get("cursor") or None,
+            after=request.query_params.get("after") or None,
             include_deleted=_flag(request, "include_deleted"),
+            **_thread_filters(request),
         )
         return _json({"threads": _plain(page.threads), "next_cursor": page.cursor})
 
@@ -1355,6 +1381,7 @@ def create_app(
         Route("/threads/{thread_id}/links", guarded(links), methods=["GET"]),
         Route("/threads/{thread_id}/events", guarded(events), methods=["GET"]),
         Route("/threads/{thread_id}/approvals", guarded(approvals), methods=["POST"]),
+        Route("/threads/{thread_id}/fork", guarded(fork), methods=["POST"]),
         Route("/metrics", guarded(metrics_route), methods=["GET"]),
         *browser_routes(),
     ]

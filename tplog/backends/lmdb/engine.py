@@ -85,7 +85,10 @@ TABLES = (
     "links_in",  # target key + relation + 0 + source key + seq -> ids
     "children",  # parent key + child key -> child id + how it is known
     "proj",  # projection name + key -> projection rows
+    "finder",  # threads by activity / by agent, then last update (tplog.backends.lmdb.finder)
 )
+#: Tables a store written by an older tplog may lack (a read-only open goes on without them).
+OPTIONAL_TABLES = ("finder",)
 
 
 class ReadTxn(Protocol):
@@ -406,7 +409,7 @@ class LmdbEngine:
         else:  # pragma: no cover
             self._close_files()
             raise StorageError(f"{self.path}: the map kept being resized by another process while opening")
-        if readonly and any(db is None for db in self._dbs.values()):
+        if readonly and any(db is None for n, db in self._dbs.items() if n not in OPTIONAL_TABLES):
             self._close_files()
             raise StorageError(f"{self.path}: not a tplog store (tables missing)")
 

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING
 import msgspec
 
 from tplog.backends.contract import ThreadHead, VerifyReport
-from tplog.backends.lmdb.keys import TKEY_SIZE, eid_key, from_u64, scope_tag, u64
+from tplog.backends.lmdb.keys import TKEY_SIZE, eid_key, from_u64, scope_tag, tkey, u64
 from tplog.backends.lmdb.projections import is_live, read_info
 from tplog.codec import F_BLOB, blob_refcount, stored_body
 from tplog.errors import CorruptionError, RebuildInProgressError
@@ -46,6 +46,13 @@ def verify(store: LmdbRecorder, *, projections: bool = True) -> VerifyReport:
             name = head.thread_id
             expected = 1
             last_pos = 0
+            fork_at = head.fork_at if head.fork_of is not None and head.status == "active" else 0
+            if fork_at:  # a fork's seqs 2..fork_at are its parent's: it must reach that far
+                parent = txn.get("heads", tkey(head.fork_of or "", head.scope))
+                ph = _head_dec.decode(parent) if parent is not None else None
+                if ph is None or ph.status != "active" or ph.version < fork_at:
+                    rep.problems.append(f"thread {name}: forked from {head.fork_of} at seq {fork_at}, which it "
+                                        "does not hold")
             for k, v in txn.range("events", tk, tk + b"\xff" * 8):
                 rep.events += 1
                 seq = from_u64(k, TKEY_SIZE)
@@ -54,7 +61,7 @@ def verify(store: LmdbRecorder, *, projections: bool = True) -> VerifyReport:
                 # value still holds its reference to a damaged blob (no refcount mismatch).
                 if head.status == "active" and seq != expected:
                     rep.problems.append(f"thread {name}: seq {seq} follows seq {expected - 1} (gap)")
-                expected = seq + 1
+                expected = seq + 1 if not (fork_at and seq == 1) else fork_at + 1
                 try:
                     codec.check(k, v, where=where)
                 except CorruptionError as exc:

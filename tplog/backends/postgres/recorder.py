@@ -59,8 +59,11 @@ from tplog.backends.contract import (
     ThreadPage,
     Tracking,
     VerifyReport,
+    apply_fork,
     check_append,
+    check_fork_parent,
     outgoing,
+    own_seqs,
     thread_key,
 )
 from tplog.backends.memory import VERSIONS, _advance
@@ -72,6 +75,7 @@ from tplog.backends.postgres.placement import Placement
 from tplog.backends.postgres.schema import SCHEMA_VERSION, TABLES, check_schema_name, ddl
 from tplog.codec import MSG_KIND, Codec, Encoded, Limits
 from tplog.errors import (
+    HasForksError,
     IdempotencyError,
     InvalidInputError,
     NotFoundError,
@@ -83,6 +87,7 @@ from tplog.errors import (
     WrongExpectedVersionError,
 )
 from tplog.events import KIND_CODE, RecordedEvent, ThreadDeleted
+from tplog.lifecycle import ACTIVITY_CODE, ThreadFilter, matches
 from tplog.projections.fold import Item, ThreadState, feed
 
 __all__ = ["PostgresRecorder"]
@@ -105,6 +110,11 @@ _RETRY = (psycopg.errors.DeadlockDetected, psycopg.errors.SerializationFailure, 
 def event_key(tk: bytes, seq: int) -> bytes:
     """What a stored value's CRCs are keyed with (as on LMDB): a value copied to another row fails them."""
     return tk + seq.to_bytes(8, "big")
+
+
+def _finder_cols(head: ThreadHead) -> tuple[int, str]:
+    """The head's ``activity`` and ``agents`` columns (agents as JSON: unnest flattens 2-D arrays)."""
+    return ACTIVITY_CODE.get(head.activity, 0), msgspec.json.encode(head.agent_ids).decode()
 
 
 def _scope(scope: str | None) -> str:
@@ -569,13 +579,23 @@ class PostgresRecorder:
                 if (exp == NO_STREAM and head.version != 0) or (exp == EXISTS and head.version == 0) or (
                         isinstance(exp, int) and exp != head.version):
                     raise WrongExpectedVersionError(part.thread_id, exp, head.version)
+                if part.fork is not None:
+                    pkey = self._wkey(part.fork.parent, part.scope)
+                    pt = b.threads.get(pkey)
+                    if pt is not None and pt.head is not None:
+                        check_fork_parent(part.fork, pt.head)
+                    else:  # FOR SHARE: a deletion of the parent waits for this append, or this for it
+                        prow = conn.execute("SELECT head FROM heads WHERE log_id = %s AND scope = %s AND tk = %s "
+                                            "AND head IS NOT NULL FOR SHARE", pkey).fetchone()
+                        check_fork_parent(part.fork, None if prow is None else _head_dec.decode(prow[0]))
                 stored: Callable[[], list[Any]] | None = None
                 state = None
                 if part.check_rules:  # the validation rules compare against the thread's state
-                    stored = self._stored_reader(conn, t, part.thread_id)
+                    stored = self._stored_reader(conn, t, part.thread_id, part.scope, head)
                     if b.live_state and t.state is None:
                         t.state = ThreadState() if t.loaded_state is None else _state_dec.decode(t.loaded_state)
-                    state = t.state
+                    # a fork's state row lacks its parent's prefix: the rules take the slow path
+                    state = None if head.fork_of else t.state
                 staged.append((part, t, _advance(part.thread_id, head, part.events, stored, state)))
                 out.append(None)
         except TplogError as exc:
@@ -586,17 +606,32 @@ class PostgresRecorder:
                 st[1].staged.extend(e.event for e in st[0].events)
         return out
 
-    def _stored_reader(self, conn: psycopg.Connection[Any], t: _Thread, thread_id: str) -> Callable[[], list[Any]]:
-        """What reads the thread's events (once), for the rules' slow paths only: a head
-        written before the rules' values were kept, a tool return the state cannot place.
-        Reading them for every checked append cost a round trip and a decode per event."""
+    def _history(self, conn: psycopg.Connection[Any], thread_id: str, scope: str | None,
+                 head: ThreadHead | None) -> list[Any]:
+        """The thread's stored events (what the rules compare against); a fork's prefix
+        from its parent, as a copy would hold them."""
+        log, sc, tk = self._wkey(thread_id, scope)
+        rows = conn.execute("SELECT seq, position, event_id, value FROM events WHERE log_id = %s AND scope = %s "
+                            "AND tk = %s ORDER BY seq", (log, sc, tk), binary=True).fetchall()
+        own = [self._event(conn, thread_id, log, tk, *r).event for r in rows]
+        if head is None or head.fork_of is None or head.status != "active":
+            return own
+        prow = conn.execute("SELECT head FROM heads WHERE log_id = %s AND scope = %s AND tk = %s AND head IS NOT "
+                            "NULL", self._key(head.fork_of, scope, conn)).fetchone()
+        prefix = (self._history(conn, head.fork_of, scope, _head_dec.decode(prow[0]))[1:head.fork_at]
+                  if prow is not None else [])
+        return [*own[:1], *prefix, *own[1:]]
+
+    def _stored_reader(self, conn: psycopg.Connection[Any], t: _Thread, thread_id: str, scope: str | None,
+                       head: ThreadHead | None) -> Callable[[], list[Any]]:
+        """What reads the thread's events (once; a fork's with its parent's prefix), for the
+        rules' slow paths only: a head written before the rules' values were kept, a tool
+        return the state cannot place. Reading them for every checked append cost a round
+        trip and a decode per event."""
 
         def load() -> list[Any]:
             if t.stored is None:
-                rows = conn.execute(
-                    "SELECT seq, position, event_id, value FROM events WHERE log_id = %s AND scope = %s "
-                    "AND tk = %s ORDER BY seq", (t.log, t.scope, t.tk), binary=True).fetchall()
-                t.stored = [self._event(conn, thread_id, t.log, t.tk, *r).event for r in rows]
+                t.stored = self._history(conn, thread_id, scope, head)
             return t.stored + t.staged
 
         return load
@@ -655,6 +690,8 @@ class PostgresRecorder:
                 self._index_links(b, log, scope, tk, name, seq, enc.event, enc.facts)
             if t.state is not None:
                 feed(t.state, Item(seq, enc.kind, enc.facts, None if enc.kind == MSG_KIND else enc.event))
+        if part.fork is not None:
+            head = apply_fork(head, part.fork)
         now = self._clock()
         if head.created_ns == 0:
             head.created_ns = now
@@ -714,7 +751,7 @@ class PostgresRecorder:
             for t in hs:
                 assert t.head is not None
                 heads.append((t.scope, t.tk, t.head.thread_id, _head_enc.encode(t.head), t.head.updated_ns,
-                              t.head.status == "deleted", t.last_off))
+                              t.head.status == "deleted", t.last_off, *_finder_cols(t.head)))
             bases[log] = conn.execute(self._COUNTER, self._counter_params(log, rows, heads))
         if bases and self.logs == 1:
             conn.execute(f"NOTIFY {self._channel}".encode())
@@ -729,20 +766,23 @@ class PostgresRecorder:
         "%(escope)s::text[], %(etk)s::bytea[], %(seq)s::int[], %(eid)s::text[], %(val)s::bytea[]) "
         "AS x(off, scope, tk, seq, eid, val)), "
         "hd AS (UPDATE heads h SET thread_id = x.tid, head = x.head, updated_ns = x.upd, deleted = x.del, "
-        "last_position = c.base + x.off FROM c, unnest(%(hscope)s::text[], %(htk)s::bytea[], %(tid)s::text[], "
-        "%(head)s::bytea[], %(upd)s::bigint[], %(del)s::bool[], %(hoff)s::bigint[]) "
-        "AS x(scope, tk, tid, head, upd, del, off) WHERE h.log_id = %(log)s AND h.scope = x.scope AND h.tk = x.tk) "
+        "last_position = c.base + x.off, activity = x.act, "
+        "agents = ARRAY(SELECT jsonb_array_elements_text(x.ags::jsonb)) "
+        "FROM c, unnest(%(hscope)s::text[], %(htk)s::bytea[], %(tid)s::text[], "
+        "%(head)s::bytea[], %(upd)s::bigint[], %(del)s::bool[], %(hoff)s::bigint[], %(act)s::smallint[], "
+        "%(ags)s::text[]) AS x(scope, tk, tid, head, upd, del, off, act, ags) "
+        "WHERE h.log_id = %(log)s AND h.scope = x.scope AND h.tk = x.tk) "
         "SELECT base FROM c"
     )
 
     @staticmethod
     def _counter_params(log: int, rows: list[tuple[int, str, bytes, int, str, bytes]],
-                        heads: list[tuple[str, bytes, str, bytes, int, bool, int]]) -> dict[str, Any]:
+                        heads: list[tuple[str, bytes, str, bytes, int, bool, int, int, str]]) -> dict[str, Any]:
         ev = [list(c) for c in zip(*rows, strict=True)]
-        hd = [list(c) for c in zip(*heads, strict=True)] if heads else [[]] * 7
+        hd = [list(c) for c in zip(*heads, strict=True)] if heads else [[]] * 9
         return {"n": len(rows), "log": log, "off": ev[0], "escope": ev[1], "etk": ev[2], "seq": ev[3], "eid": ev[4],
                 "val": ev[5], "hscope": hd[0], "htk": hd[1], "tid": hd[2], "head": hd[3], "upd": hd[4], "del": hd[5],
-                "hoff": hd[6]}
+                "hoff": hd[6], "act": hd[7], "ags": hd[8]}
 
     def _delete_txn(self, conn: psycopg.Connection[Any], thread_id: str, tomb: Encoded, scope: str | None, *,
                     retrying: bool = False) -> AppendResult:
@@ -762,6 +802,17 @@ class PostgresRecorder:
                                         first_position=got[1], last_position=got[1], event_ids=[tomb.event_id])
             if head.status == "deleted":
                 raise ThreadDeletedError(f"thread {thread_id} is already deleted")
+            forks = []
+            for (craw,) in conn.execute(
+                    "SELECT h.head FROM children c JOIN heads h ON h.scope = c.scope AND h.tk = c.child "
+                    "WHERE c.log_id = %s AND c.scope = %s AND c.parent = %s AND h.head IS NOT NULL AND NOT h.deleted",
+                    (log, sc, tk)).fetchall():
+                ch = _head_dec.decode(craw)
+                if ch.fork_of is not None and thread_key(ch.fork_of, scope) == tk:
+                    forks.append(ch.thread_id)
+            if forks:
+                raise HasForksError(f"thread {thread_id} has live forks that read its events: {sorted(forks)}; "
+                                    "delete them first (Store.delete_thread(..., cascade=True))", sorted(forks))
             if conn.execute("SELECT 1 FROM events WHERE scope = %s AND event_id = %s",
                             (sc, tomb.event_id)).fetchone():
                 raise IdempotencyError(f"event id {tomb.event_id!r} is already stored")
@@ -782,7 +833,7 @@ class PostgresRecorder:
                                               open_turn_agent=None, open_turn_seq=0, stored_bytes=0)
                 cur = conn.execute(self._COUNTER, self._counter_params(
                     log, [(1, sc, tk, seq, tomb.event_id, value)],
-                    [(sc, tk, new.thread_id, _head_enc.encode(new), new.updated_ns, True, 1)]))
+                    [(sc, tk, new.thread_id, _head_enc.encode(new), new.updated_ns, True, 1, *_finder_cols(new))]))
                 if self.logs == 1:
                     conn.execute(f"NOTIFY {self._channel}".encode())
         pos = cur.fetchone()[0] + 1  # type: ignore[index]
@@ -885,11 +936,12 @@ class PostgresRecorder:
 
     @_retried
     def threads(self, *, scope: str | None = None, after: str | None = None, limit: int = 50,
-                include_deleted: bool = False) -> ThreadPage:
+                include_deleted: bool = False, where: ThreadFilter | None = None) -> ThreadPage:
         if isinstance(limit, bool) or not isinstance(limit, int) or limit <= 0:
             raise InvalidInputError("limit must be > 0")
-        bound = ""
+        conds: list[str] = []
         params: list[Any] = [_scope(scope)]
+        cur: tuple[int, bytes] | None = None
         if after is not None:
             try:
                 raw = bytes.fromhex(after)
@@ -897,17 +949,50 @@ class PostgresRecorder:
                     raise ValueError
             except ValueError as exc:
                 raise InvalidInputError(f"cursor {after!r} is not one this store returned") from exc
-            bound = " AND (updated_ns, tk) < (%s, %s)"
-            params += [int.from_bytes(raw[:8], "big", signed=True), raw[8:]]
-        deleted = "" if include_deleted else " AND NOT deleted"
+            cur = (int.from_bytes(raw[:8], "big", signed=True), raw[8:])
+        if not include_deleted:
+            conds.append("NOT deleted")
+        if where is not None:  # the indexed filters in SQL, the others on the decoded heads
+            if where.status is not None:
+                conds.append("activity = ANY(%s::smallint[])")
+                params.append([ACTIVITY_CODE[a] for a in where.status])
+            if where.agent is not None:
+                conds.append("agents @> ARRAY[%s]::text[]")
+                params.append(where.agent)
+            if where.updated_after is not None:
+                conds.append("updated_ns >= %s")
+                params.append(where.updated_after)
+            if where.updated_before is not None:
+                conds.append("updated_ns < %s")
+                params.append(where.updated_before)
+            if where.has_children is not None:
+                conds.append(("" if where.has_children else "NOT ") + "EXISTS (SELECT 1 FROM children c WHERE "
+                             "c.log_id = heads.log_id AND c.scope = heads.scope AND c.parent = heads.tk)")
+        heads: list[ThreadHead] = []
+        last: Any = None
+        more = False
+        batch = limit + 1 if where is None else max(limit + 1, 256)
         with self._read() as conn:
-            rows = conn.execute(
-                f"SELECT head, last_position, updated_ns, tk FROM heads WHERE scope = %s AND head IS NOT NULL{bound}"
-                f"{deleted} ORDER BY updated_ns DESC, tk DESC LIMIT %s", [*params, limit + 1]).fetchall()
-        more = len(rows) > limit
-        rows = rows[:limit]
-        heads = [msgspec.structs.replace(_head_dec.decode(r[0]), last_position=r[1]) for r in rows]
-        cursor = (rows[-1][2].to_bytes(8, "big", signed=True) + bytes(rows[-1][3])).hex() if more else None
+            while True:  # batches of candidates until the page is full or they run out
+                bound = "" if cur is None else " AND (updated_ns, tk) < (%s, %s)"
+                extra = "".join(" AND " + c for c in conds)
+                rows = conn.execute(
+                    f"SELECT head, last_position, updated_ns, tk FROM heads WHERE scope = %s AND head IS NOT NULL"
+                    f"{extra}{bound} ORDER BY updated_ns DESC, tk DESC LIMIT %s",
+                    [*params, *(cur or ()), batch]).fetchall()
+                for r in rows:
+                    h = msgspec.structs.replace(_head_dec.decode(r[0]), last_position=r[1])
+                    if where is not None and not matches(where, h):
+                        continue
+                    if len(heads) >= limit:
+                        more = True
+                        break
+                    heads.append(h)
+                    last = r
+                if more or len(rows) < batch:
+                    break
+                cur = (rows[-1][2], bytes(rows[-1][3]))
+        cursor = (last[2].to_bytes(8, "big", signed=True) + bytes(last[3])).hex() if more and last is not None else None
         return ThreadPage(heads, cursor)
 
     def _require_live(self, conn: psycopg.Connection[Any], name: str) -> bool:
@@ -985,13 +1070,13 @@ class PostgresRecorder:
     def thread_state(self, thread_id: str, *, scope: str | None = None) -> ThreadState | None:
         with self._read() as conn:
             live = self._require_live(conn, "state")
-            row = conn.execute("SELECT s.state FROM heads h LEFT JOIN states s ON s.log_id = h.log_id AND "
+            row = conn.execute("SELECT s.state, h.head FROM heads h LEFT JOIN states s ON s.log_id = h.log_id AND "
                                "s.scope = h.scope AND s.tk = h.tk WHERE h.log_id = %s AND h.scope = %s AND "
                                "h.tk = %s AND h.head IS NOT NULL", self._key(thread_id, scope, conn)).fetchone()
         if row is None:
             raise NotFoundError(f"thread {thread_id} does not exist")
-        if not live:
-            return None
+        if not live or _head_dec.decode(row[1]).fork_of is not None:
+            return None  # stale; or a fork, whose state the facade folds with its parent's prefix
         return ThreadState() if row[0] is None else _state_dec.decode(row[0])
 
     @_retried
@@ -1130,7 +1215,7 @@ class PostgresRecorder:
             ).fetchall()
             for thread_id, raw, _log, _tk, seqs in rows:
                 head = _head_dec.decode(raw)
-                want = [head.version] if head.status == "deleted" else list(range(1, head.version + 1))
+                want = own_seqs(head)
                 if list(seqs) != want:
                     problems.append(f"thread {thread_id}: seqs {list(seqs)[:5]}… do not match its head "
                                     f"(version {head.version})")

@@ -16,7 +16,7 @@ from typing import Any, Final
 __all__ = ["SCHEMA_VERSION", "TABLES", "DISTRIBUTED", "ddl", "citus_ddl", "check_schema_name"]
 
 #: Bumped with every change to the DDL; an older schema is upgraded by ``migrate``.
-SCHEMA_VERSION: Final = 2
+SCHEMA_VERSION: Final = 3
 
 _NAME = re.compile(r"^[a-z_][a-z0-9_]{0,62}$")
 
@@ -25,12 +25,23 @@ DISTRIBUTED: Final = ("events", "heads", "logs", "links", "children", "states", 
 TABLES: Final = ("meta", "tracking", *DISTRIBUTED)
 
 
+#: Threads by activity and by agent (what filtered listings use; tplog.lifecycle): the
+#: head's activity code and agent ids, kept beside it by every head write.
+_FINDER: Final = [
+    "ALTER TABLE heads ADD COLUMN activity smallint NOT NULL DEFAULT 0, ADD COLUMN agents text[] NOT NULL DEFAULT '{}'",
+    "CREATE INDEX heads_activity ON heads (scope, activity, updated_ns DESC, tk DESC)",
+    "CREATE INDEX heads_agents ON heads USING gin (agents)",
+]
+
+
 #: Upgrades: the statements taking version N to N + 1 (run with ``search_path`` set to the schema).
 #: A new schema gets them from :func:`ddl` too, so both ways end with the same tables.
 MIGRATIONS: Final[dict[int, list[str]]] = {
     # 2: where a thread lives, whatever its log (a child inherits its parent's log, so the
     # log is no longer a function of the id alone; looked up once per thread and cached).
     1: ["CREATE INDEX heads_tk ON heads (scope, tk)"],
+    # 3: the finder columns (threads written before list as idle with no agents until their next append).
+    2: list(_FINDER),
 }
 
 
@@ -40,6 +51,8 @@ def check_schema_name(name: str) -> str:
     if not isinstance(name, str) or not _NAME.match(name):
         raise InvalidInputError(f"PostgreSQL schema name must match {_NAME.pattern}, not {name!r}")
     return name
+
+
 
 
 def ddl(schema: str, logs: int) -> list[str]:
@@ -63,6 +76,7 @@ def ddl(schema: str, logs: int) -> list[str]:
         " PRIMARY KEY (log_id, scope, tk))",
         "CREATE INDEX heads_updated ON heads (scope, updated_ns DESC, tk DESC)",
         *MIGRATIONS[1],
+        *MIGRATIONS[2],
         # Incoming links, in the target's log; relation as bytes so it orders as UTF-8 bytes everywhere.
         # ord: the contract's link ordinal (seq, or DECLARED | i) shifted by -2**63 to fit a bigint.
         "CREATE TABLE links (log_id int NOT NULL, scope text NOT NULL, target bytea NOT NULL, relation bytea NOT NULL,"

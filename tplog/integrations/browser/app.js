@@ -65,7 +65,7 @@ async function showList(me) {
 
   async function load() {
     more.disabled = true;
-    const q = "/threads?limit=50" + (cursor ? "&cursor=" + encodeURIComponent(cursor) : "");
+    const q = "/threads?limit=50" + (cursor ? "&after=" + encodeURIComponent(cursor) : "");
     const page = await api(q);
     if (me !== nav) return;
     for (const t of page.threads) {
