@@ -143,7 +143,8 @@ from tplog.integrations.vercel import CHAT_ID_KEY, MESSAGE_ID_KEY, client_tool_r
 from tplog.logs import log_config, set_thread_id
 from tplog.protocol import model as m
 from tplog.protocol.json import to_builtins, to_json
-from tplog.store import NO_STREAM, AsyncStore, ExpectedVersion, Store
+from tplog.aio import AsyncStore
+from tplog.store import NO_STREAM, ExpectedVersion, Store
 
 __all__ = [
     "ENV_AFTER_STOP",
