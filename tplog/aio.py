@@ -26,11 +26,7 @@ from tplog.backends.contract import (
 from tplog.codec import Codec
 from tplog.errors import TplogError
 from tplog.events import Event, RecordedEvent
-from tplog.projections.fold import (
-    FoldResult,
-    InterruptState,
-    PendingState,
-)
+from tplog.projections.fold import FoldResult, InterruptState, PendingState
 from tplog.protocol import model as m
 from tplog.retire import PruneReport, RetentionPolicy
 from tplog.store import (

@@ -13,22 +13,12 @@ from typing import TYPE_CHECKING, Any, Final
 
 import msgspec
 
-from tplog.backends.contract import (
-    AppendResult,
-    ExpectedVersion,
-    ForkSeed,
-    ThreadHead,
-)
+from tplog.backends.contract import AppendResult, ExpectedVersion, ForkSeed, ThreadHead
 from tplog.backends.lmdb import finder
 from tplog.backends.lmdb.engine import WriteTxn
 from tplog.backends.lmdb.keys import scope_tag
-from tplog.codec import (
-    Encoded,
-)
-from tplog.errors import (
-    InvalidInputError,
-    TplogError,
-)
+from tplog.codec import Encoded
+from tplog.errors import InvalidInputError, TplogError
 from tplog.protocol.rules import check_event
 
 if TYPE_CHECKING:

@@ -38,12 +38,7 @@ from tplog.errors import (
     ThreadDeletedError,
     TplogError,
 )
-from tplog.events import (
-    KIND_CODE,
-    LinkAdded,
-    ThreadDeleted,
-    ThreadStarted,
-)
+from tplog.events import KIND_CODE, LinkAdded, ThreadDeleted, ThreadStarted
 
 __all__ = ["LmdbMaintenance"]
 

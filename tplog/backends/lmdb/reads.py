@@ -9,32 +9,15 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
-from tplog.backends.contract import (
-    Cursor,
-    Direction,
-    ThreadHead,
-    ThreadPage,
-)
+from tplog.backends.contract import Cursor, Direction, ThreadHead, ThreadPage
 from tplog.backends.lmdb import finder
 from tplog.backends.lmdb import projections as proj
 from tplog.backends.lmdb.commit import _check_page_limit, _child_dec, _GroupCommit, _head_dec, _ids_dec
 from tplog.backends.lmdb.engine import LmdbEngine, ReadTxn
 from tplog.backends.lmdb.keys import TKEY_SIZE, eid_key, event_key, from_u64, scope_tag, tkey, u64
-from tplog.codec import (
-    Codec,
-    Header,
-)
-from tplog.errors import (
-    InvalidInputError,
-    NotFoundError,
-    StoreClosedError,
-)
-from tplog.events import (
-    KIND_CODE,
-    LinkAdded,
-    RecordedEvent,
-    ThreadStarted,
-)
+from tplog.codec import Codec, Header
+from tplog.errors import InvalidInputError, NotFoundError, StoreClosedError
+from tplog.events import KIND_CODE, LinkAdded, RecordedEvent, ThreadStarted
 from tplog.lifecycle import ThreadFilter, matches
 from tplog.projections.fold import Item, ThreadState
 

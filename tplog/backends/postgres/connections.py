@@ -19,20 +19,13 @@ import psycopg
 import psycopg.errors
 import psycopg_pool
 
-from tplog.backends.contract import (
-    Append,
-    ThreadHead,
-    thread_key,
-)
+from tplog.backends.contract import Append, ThreadHead, thread_key
 from tplog.backends.memory import VERSIONS
 from tplog.backends.postgres.errors import PostgresUnavailableError, SchemaError
 from tplog.backends.postgres.placement import Placement
 from tplog.backends.postgres.schema import SCHEMA_VERSION, ddl
 from tplog.codec import Codec, Encoded
-from tplog.errors import (
-    InvalidInputError,
-    StoreClosedError,
-)
+from tplog.errors import InvalidInputError, StoreClosedError
 from tplog.lifecycle import ACTIVITY_CODE
 from tplog.projections.fold import ThreadState
 

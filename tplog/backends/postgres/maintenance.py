@@ -9,21 +9,12 @@ import os
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from tplog.backends.contract import (
-    RebuildReport,
-    Tracking,
-    VerifyReport,
-    own_seqs,
-)
+from tplog.backends.contract import RebuildReport, Tracking, VerifyReport, own_seqs
 from tplog.backends.memory import VERSIONS
 from tplog.backends.postgres.connections import _head_dec, _Held, _retried
 from tplog.backends.postgres.reads import PgReads
 from tplog.backends.postgres.schema import SCHEMA_VERSION, TABLES
-from tplog.errors import (
-    InvalidInputError,
-    RebuildInProgressError,
-    TplogError,
-)
+from tplog.errors import InvalidInputError, RebuildInProgressError, TplogError
 
 __all__ = ["PgMaintenance"]
 

@@ -32,11 +32,7 @@ from tplog.backends.postgres.connections import (
     event_key,
 )
 from tplog.backends.postgres.fold import item_of
-from tplog.errors import (
-    InvalidInputError,
-    NotFoundError,
-    RebuildRequiredError,
-)
+from tplog.errors import InvalidInputError, NotFoundError, RebuildRequiredError
 from tplog.events import KIND_CODE, RecordedEvent
 from tplog.lifecycle import ACTIVITY_CODE, ThreadFilter, matches
 from tplog.projections.fold import Item, ThreadState

@@ -35,6 +35,7 @@ __all__ = [
 ]
 
 
+#: The key under which Pydantic AI-only fields are kept in a protocol object's ``extra``.
 PAI_KEY: Final = "pydantic_ai"
 #: Prefix of extension part kinds holding Pydantic AI parts the protocol lacks.
 EXT_PREFIX: Final = "custom:pai-"

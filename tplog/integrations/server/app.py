@@ -17,15 +17,8 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from tplog.aio import AsyncStore
-from tplog.errors import (
-    NotFoundError,
-    ThreadDeletedError,
-    TplogError,
-)
-from tplog.events import (
-    RecordedEvent,
-    ThreadDeleted,
-)
+from tplog.errors import NotFoundError, ThreadDeletedError, TplogError
+from tplog.events import RecordedEvent, ThreadDeleted
 from tplog.integrations.browser import browser_routes
 from tplog.integrations.http import SSE_HEADERS, HTTPError, http_error
 from tplog.integrations.http import SSEResponse as _SSEResponse

@@ -9,9 +9,7 @@ import logging
 import os
 from typing import Any, Final, Literal
 
-from tplog.errors import (
-    TplogError,
-)
+from tplog.errors import TplogError
 
 __all__ = [
     "AppendTimings", "ENV_AFTER_STOP", "ENV_AGENTS", "ENV_DURABILITY", "ENV_METRICS", "ENV_ON_DISCONNECT",

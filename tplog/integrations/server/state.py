@@ -24,11 +24,7 @@ from starlette.responses import StreamingResponse
 from tplog.aio import AsyncStore
 from tplog.backends.live import LiveStreams, MemoryLive
 from tplog.backends.live_streams import live_streams
-from tplog.errors import (
-    InvalidEventError,
-    InvalidInputError,
-    NotFoundError,
-)
+from tplog.errors import InvalidEventError, InvalidInputError, NotFoundError
 from tplog.events import (
     AgentRegistered,
     AgentTurnInterrupted,
