@@ -5,7 +5,8 @@ stdout is not a terminal or with ``--json``; on a terminal the same result is
 shown as tables and trees (tplog.render, printed by tplog.console);
 errors go to stderr as ``error: <message>`` with exit status 2 (1 for a
 validation report with errors); Ctrl-C prints ``tplog: interrupted`` and exits
-130. Run ``tplog COMMAND --help`` for each.
+130; a reader that closes the pipe early (``tplog tail | head -1``) ends the command
+quietly with exit status 0. Run ``tplog COMMAND --help`` for each.
 """
 
 from __future__ import annotations
@@ -677,15 +678,29 @@ def main(argv: Sequence[str] | None = None) -> int:
         from tplog.console import is_terminal
 
         _human = args.command if not getattr(args, "json", True) and is_terminal(sys.stdout) else None
-        return int(args.fn(args))
+        code = int(args.fn(args))
+        sys.stdout.flush()  # a closed pipe shows here, not in the interpreter's last flush
+        return code
     except TplogError as exc:
         sys.stderr.write(f"error: {exc}\n")
         return 2
     except KeyboardInterrupt:  # Ctrl-C: the shell's convention (128 + SIGINT), no traceback
         sys.stderr.write("tplog: interrupted\n")
         return 130
-    except BrokenPipeError:  # pragma: no cover
+    except BrokenPipeError:  # the reader closed the pipe (tplog tail | head -1): it wants no more, not an error
+        _drop_stdout()
         return 0
+
+
+def _drop_stdout() -> None:
+    """Point stdout at /dev/null, so what is still buffered for the closed pipe is dropped quietly
+    when the interpreter flushes it at exit (else: "Exception ignored ... BrokenPipeError")."""
+    with contextlib.suppress(OSError, ValueError):  # a stdout without a descriptor (in-process callers)
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        try:
+            os.dup2(devnull, sys.stdout.fileno())
+        finally:
+            os.close(devnull)
 
 
 if __name__ == "__main__":  # pragma: no cover
