@@ -344,6 +344,16 @@ def test_progress_draws_on_a_terminal_only() -> None:
     assert pipe.getvalue() == ""
 
 
+def test_copy_on_a_terminal_draws_the_shared_progress_and_shows_its_result(store: str, tmp_path: Path) -> None:
+    out = on_terminal("copy", store, str(tmp_path / "copy"))
+    total = re.search(r"^copy ━+ +0/(\d+) ", out, re.M)
+    assert total, out
+    n = total.group(1)  # tplog.console.progress's done/total column: right-aligned to the total's width
+    assert re.search(rf"^copy ━+ {' ' * (len(n) - 1)}0/{n} -:--:--$", out, re.M), out
+    assert re.search(rf"^copy +━+ {n}/{n} ", out, re.M) and re.search(r"^verify [━╸]+ +\d+/\d+ ", out, re.M), out
+    assert re.search(r"^threads +3$", out, re.M) and re.search(r"^verified +yes$", out, re.M), out
+
+
 def test_rebuild_on_a_terminal_shows_its_result_as_a_table(store: str) -> None:
     out = on_terminal("rebuild", store, "--projection", "links")
     assert re.search(r"^links\s+no\s+\d+\s+[\d.]+ s\s+\d+\s+\d+\s+0$", out, re.M), out

@@ -442,42 +442,18 @@ def cmd_verify(args: argparse.Namespace) -> int:
 
 
 def cmd_copy(args: argparse.Namespace) -> int:
+    from tplog.console import progress
     from tplog.copy import copy_store, open_store
 
     if args.chunk is not None and args.chunk < 1:
         raise InvalidInputError(f"--chunk must be ≥ 1, not {args.chunk}")
-    with open_store(args.src, source=True) as src, open_store(args.dest) as dest, _progress_bar() as progress:
+    with open_store(args.src, source=True) as src, open_store(args.dest) as dest, progress() as update:
         rep = copy_store(src, dest, chunk=args.chunk or 256, verify=not args.no_verify,
-                         check_rules=args.check_rules, progress=progress)
+                         check_rules=args.check_rules, progress=update)
     _emit({"source": args.src, "dest": args.dest, "threads": rep.threads, "tombstones": rep.tombstones,
            "events": rep.events, "skipped": rep.skipped, "seconds": round(rep.seconds, 3), "verified": rep.verified,
            "mismatches": [{"thread_id": m.thread_id, "source": m.source, "dest": m.dest} for m in rep.mismatches]})
     return 0 if rep.ok else 1
-
-
-@contextlib.contextmanager
-def _progress_bar() -> Iterator[Callable[[str, int, int], None] | None]:
-    """A rich progress bar on stderr when it is a terminal (and rich is installed), else None."""
-    if not sys.stderr.isatty():
-        yield None
-        return
-    try:
-        from rich.console import Console
-        from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
-    except ImportError:  # pragma: no cover - rich is in the cli extra
-        sys.stderr.write("tplog: no progress bar without rich: pip install 'tplog[cli]'\n")
-        yield None
-        return
-    with Progress(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
-                  TimeRemainingColumn(), console=Console(stderr=True), transient=True) as bar:
-        tasks: dict[str, Any] = {}
-
-        def progress(phase: str, done: int, total: int) -> None:
-            if phase not in tasks:
-                tasks[phase] = bar.add_task(phase, total=total)
-            bar.update(tasks[phase], completed=done, total=total)
-
-        yield progress
 
 
 def cmd_migrate(args: argparse.Namespace) -> int:
