@@ -35,7 +35,7 @@ from tplog.events import AgentTurnCompleted, AgentTurnInterrupted, Event
 if TYPE_CHECKING:
     from tplog.store import Store
 
-__all__ = ["Pipeline"]
+__all__ = ["Pipeline", "ends_turn"]
 
 _TURN_ENDS = (AgentTurnCompleted, AgentTurnInterrupted)
 
@@ -78,6 +78,9 @@ class Pipeline:
     # ------------------------------------------------------------------ sync
 
     def append(self, events: Sequence[Event], *, event_ids: Sequence[str] | None = None) -> Future[Any]:
+        # As Store.append: not while a group's transaction is being built (encoding now would
+        # take the GIL from the leader at each of its LMDB calls); a short wait, never a flush.
+        self.store.backend.gate()
         handle = self._queue(events, event_ids, lead=False)
         if ends_turn(events):
             self.commit()
