@@ -10,6 +10,7 @@ import subprocess
 import sys
 import textwrap
 from pathlib import Path
+from typing import Any
 
 import pytest
 from conftest import CountingStore, agent_start, completed, response, started, user
@@ -204,3 +205,35 @@ def test_sigkill_keeps_every_turn_whose_end_returned(tmp_path: Path) -> None:
             # The next round's writer continues the thread from what survived.
             if s.head("t").open_turn_agent is not None:
                 s.append("t", [completed()])
+
+
+def test_thread_recorder_through_a_pipeline(tmp_path: Path) -> None:
+    """The live recorder's path: the same thread as direct appends, every turn durable when the run returns."""
+    from pydantic_ai import Agent
+    from pydantic_ai.models.test import TestModel
+
+    from tplog import Store as RulesStore
+    from tplog.integrations.pydantic_ai import ThreadRecorder
+
+    tid = "0193f0c4-2d1e-7a00-8000-000000000001"
+    agent_id = "7d9f3c2e-0000-4000-8000-000000000001"
+    clock = iter(f"2025-01-01T00:00:{i:02d}Z" for i in range(60))
+
+    async def record(s: RulesStore, append: Any) -> None:
+        rec = ThreadRecorder(append, tid, clock=lambda: next(clock))
+        await rec.start_thread(title="t")
+        await rec.register_agent(agent_id, "bot", model_name="test")
+        await rec.run(Agent(TestModel()), "Hello!", agent_id=agent_id)
+        await rec.run(Agent(TestModel(call_tools=[])), "Again", agent_id=agent_id)
+
+    with RulesStore(tmp_path / "pipe") as s:
+        p = s.pipeline(tid)
+        asyncio.run(record(s, p.aappend))
+        assert not p._pending  # the run's turn end waited for everything
+        piped = [type(r.event).__name__ for r in s.read(tid)]
+        turns = [type(t).__name__ for t in s.thread(tid).turns]
+    clock = iter(f"2025-01-01T00:00:{i:02d}Z" for i in range(60))
+    with RulesStore(tmp_path / "direct") as s:
+        asyncio.run(record(s, lambda evs: s.append(tid, evs)))
+        assert [type(r.event).__name__ for r in s.read(tid)] == piped
+    assert turns == ["UserTurn", "AgentTurn", "UserTurn", "AgentTurn"]
