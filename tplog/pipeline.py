@@ -57,7 +57,8 @@ class Pipeline:
     raises :class:`~tplog.errors.PipelineError` naming the first failed append.
 
     ``expected_version`` applies to the first append (default ``"any"``: the thread's
-    version when the pipeline first appends).
+    version when the pipeline first appends). One pipeline per recorder: it is not
+    meant to be shared between threads.
     """
 
     def __init__(self, store: Store, thread_id: str, *, expected_version: ExpectedVersion = ANY) -> None:
