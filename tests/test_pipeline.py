@@ -9,6 +9,7 @@ import signal
 import subprocess
 import sys
 import textwrap
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -183,6 +184,8 @@ def test_sigkill_keeps_every_turn_whose_end_returned(tmp_path: Path) -> None:
         )
         assert proc.stdout is not None
         acked: list[tuple[int, int]] = []
+        watchdog = threading.Timer(300, proc.kill)  # a hung writer fails the test instead of hanging it
+        watchdog.start()
         try:
             for line in proc.stdout:
                 _, k, seq = line.split()
@@ -190,6 +193,7 @@ def test_sigkill_keeps_every_turn_whose_end_returned(tmp_path: Path) -> None:
                 if len(acked) >= 5 + 3 * round_:
                     break
         finally:
+            watchdog.cancel()
             proc.send_signal(signal.SIGKILL)
             proc.wait(60)
         assert acked, "the writer acknowledged no turn end"
