@@ -113,6 +113,7 @@ class LmdbRecorder(LmdbMaintenance):
     size and growth, limits, ``auto_dictionary``)."""
 
     logs = 1
+    submits_in_order = True  # one queue, committed in order by one leader at a time (tplog.pipeline relies on it)
 
     def __init__(
         self,
