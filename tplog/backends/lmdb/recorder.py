@@ -62,7 +62,7 @@ from tplog.backends.contract import (
     check_append,
     check_fork_parent,
 )
-from tplog.backends.lmdb import finder
+from tplog.backends.lmdb import chunks, finder
 from tplog.backends.lmdb import projections as proj
 from tplog.backends.lmdb.engine import Held, ReadTxn, WriteTxn, open_engine
 from tplog.backends.lmdb.keys import TKEY_SIZE, eid_key, event_key, from_u64, scope_tag, tkey, u64
@@ -646,6 +646,8 @@ class LmdbRecorder:
                 proj.apply_links(tables, thread_id, tk, seq, enc.event, enc.facts.spawned if enc.facts else (), scope)
             if state is not None:
                 feed(state, Item(seq, enc.kind, enc.facts, None if enc.kind == MSG_KIND else enc.event))
+        if any(enc.kind in chunks.TURN_ENDS for enc in encoded):  # a closed turn: one chunk value
+            stored += chunks.compact(txn, self.codec, tk, head.version, thread_id)
         new_state: bytes | None = None
         if state is not None:
             new_state = proj.encode_state(state)
@@ -772,7 +774,7 @@ class LmdbRecorder:
         """The thread's stored events (the rules' slow paths, in the write transaction);
         a fork's prefix from its parent, as a copy would hold them."""
         own = [self.codec.decode_value(k, v, txn, where=(thread_id, from_u64(k, TKEY_SIZE)))
-               for k, v in txn.range("events", tk, tk + b"\xff" * 8)]
+               for k, v in chunks.EventRows(txn, self.codec).range(tk, tk + b"\xff" * 8, name=thread_id)]
         raw = txn.get("heads", tk)
         head = _head_dec.decode(raw) if raw is not None else None
         if head is None or head.fork_of is None or head.status != "active":
@@ -814,7 +816,8 @@ class LmdbRecorder:
             last = txn.last("global")
             pos = (from_u64(last[0]) if last else 0) + 1  # before removing any: positions are never reused
             tables = proj._Tables(txn, shadow=False)
-            for k, v in list(txn.range("events", tk, tk + b"\xff" * 8)):
+            rows = chunks.EventRows(txn, self.codec)
+            for k, v in list(rows.range(tk, tk + b"\xff" * 8, name=thread_id)):
                 seq = from_u64(k, TKEY_SIZE)
                 hdr = self.codec.header(v, where=(thread_id, seq))
                 ref = txn.get("eventids", eid_key(hdr.event_id, scope))
@@ -840,6 +843,7 @@ class LmdbRecorder:
                             txn.delete("blobs", sha)
                         else:
                             txn.put("blobs", sha, blob_with_refcount(blob, n))
+            for k in rows.raw_keys(tk, tk + b"\xff" * 8):  # single rows and chunks
                 txn.delete("events", k)
             txn.delete("proj", proj.STATE_PREFIX + tk)
             proj.drop_child_everywhere(txn, tk)
@@ -898,21 +902,41 @@ class LmdbRecorder:
                 raise NotFoundError(f"thread {thread_id} does not exist")
             name = _head_dec.decode(raw).thread_id
             if direction == "forward":
-                it = txn.range("events", event_key(tk, 0 if after is None else after + 1), tk + b"\xff" * 8)
-            else:
-                end = event_key(tk, after) if after is not None else tk + b"\xff" * 8
-                it = txn.range("events", tk, end, reverse=True)
-            for k, v in it:
+                start = event_key(tk, 0 if after is None else after + 1)
+                for k, v in txn.range("events", start, tk + b"\xff" * 8):
+                    if limit is not None and len(out) >= limit:
+                        break
+                    if chunks.is_chunk(v):  # decoded in one call; the events before ``start`` dropped
+                        out.extend(self._chunk_recorded(txn, k, v, name, scope, start, limit, len(out)))
+                    else:
+                        out.append(self._decode_value(txn, k, v, name, from_u64(k, TKEY_SIZE), scope=scope))
+                return out
+            end = event_key(tk, after) if after is not None else tk + b"\xff" * 8
+            for k, v in chunks.EventRows(txn, self.codec).range(tk, end, reverse=True, name=name):
                 if limit is not None and len(out) >= limit:
                     break
                 out.append(self._decode_value(txn, k, v, name, from_u64(k, TKEY_SIZE), scope=scope))
+        return out
+
+    def _chunk_recorded(self, txn: ReadTxn, key: bytes, value: bytes, name: str, scope: str | None, start: bytes,
+                        limit: int | None, have: int) -> list[RecordedEvent]:
+        first, headers, events = chunks.chunk_recorded(self.codec, key, value, txn, name)
+        skip = max(0, from_u64(start, TKEY_SIZE) - first)
+        stop = len(events) if limit is None else min(len(events), skip + limit - have)
+        out = []
+        for i in range(skip, stop):
+            hdr = headers[i]
+            ref = txn.get("eventids", eid_key(hdr.event_id, scope))
+            out.append(RecordedEvent(thread_id=name, seq=first + i, position=from_u64(ref, TKEY_SIZE + 8)
+                                     if ref is not None else 0, event_id=hdr.event_id,
+                                     recorded_at=hdr.recorded_at, event=events[i]))
         return out
 
     def iter_thread_values(self, thread_id: str, *, scope: str | None = None) -> Iterator[tuple[int, Header, bytes]]:
         """(seq, header, raw value) for a thread, without decoding bodies."""
         tk = tkey(thread_id, scope)
         with self.engine.read() as txn:
-            for k, v in txn.range("events", tk, tk + b"\xff" * 8):
+            for k, v in chunks.EventRows(txn, self.codec).range(tk, tk + b"\xff" * 8, name=thread_id):
                 seq = from_u64(k, TKEY_SIZE)
                 self.codec.check(k, v, where=(thread_id, seq))
                 yield seq, self.codec.header(v, where=(thread_id, seq)), v
@@ -931,10 +955,11 @@ class LmdbRecorder:
         out: list[RecordedEvent] = []
         names: dict[bytes, str] = {}
         with self.engine.read() as txn:
+            rows = chunks.EventRows(txn, self.codec)
             for pk, key in txn.range("global", u64(max(start, 1))):
                 if limit is not None and len(out) >= limit:
                     break
-                value = txn.get("events", key)
+                value = rows.get(key)
                 if value is None:  # pragma: no cover - deleted between index and event (same txn: impossible)
                     continue
                 tk = key[:TKEY_SIZE]
@@ -1120,9 +1145,15 @@ class LmdbRecorder:
             if head.status != "active" or after > head.version:
                 after = 0
             name = head.thread_id
-            decode = self.codec.decode_value
-            events = [decode(k, v, txn, where=(name, from_u64(k, TKEY_SIZE)))
-                      for k, v in txn.range("events", event_key(tk, after + 1), tk + b"\xff" * 8)]
+            codec = self.codec
+            decode = codec.decode_value
+            events: list[Any] = []
+            add = events.append
+            for k, v in txn.range("events", event_key(tk, after + 1), tk + b"\xff" * 8):
+                if chunks.is_chunk(v):  # one decompression and one decode for the chunk's events
+                    events.extend(chunks.chunk_events(codec, k, v, txn, name, after))
+                else:
+                    add(decode(k, v, txn, where=(name, from_u64(k, TKEY_SIZE))))
         return head, events
 
     def items(self, thread_id: str, *, scope: str | None = None) -> list[Item]:
@@ -1134,7 +1165,7 @@ class LmdbRecorder:
         with self.engine.read() as txn:
             if txn.get("heads", tk) is None:
                 raise NotFoundError(f"thread {thread_id} does not exist")
-            for k, v in txn.range("events", tk, tk + b"\xff" * 8):
+            for k, v in chunks.EventRows(txn, self.codec).range(tk, tk + b"\xff" * 8, name=thread_id):
                 seq = from_u64(k, TKEY_SIZE)
                 where = (thread_id, seq)
                 self.codec.check_header(k, v, where=where)
@@ -1171,7 +1202,7 @@ class LmdbRecorder:
         with self.engine.read() as txn:
             if txn.get("heads", tk) is None:
                 raise NotFoundError(f"thread {thread_id} does not exist")
-            for k, v in txn.range("events", tk, tk + b"\xff" * 8):
+            for k, v in chunks.EventRows(txn, self.codec).range(tk, tk + b"\xff" * 8, name=thread_id):
                 seq = from_u64(k, TKEY_SIZE)
                 where = (thread_id, seq)
                 codec.check_header(k, v, where=where)
@@ -1280,8 +1311,9 @@ class LmdbRecorder:
         """
         bodies: list[bytes] = []
         with self.engine.read() as txn:
+            rows = chunks.EventRows(txn, self.codec)
             for _pk, key in txn.range("global", b"", None, reverse=True):
-                v = txn.get("events", key)
+                v = rows.get(key)
                 if v is None:
                     continue
                 b = self.codec.body_bytes(v, txn)
@@ -1308,7 +1340,7 @@ class LmdbRecorder:
     def stats(self) -> dict[str, Any]:
         """Counts and sizes: threads, events, bytes, map size, per-table entries."""
         info = self.engine.info()
-        info["events"] = info["tables"]["events"]["entries"]
+        info["events"] = info["tables"]["global"]["entries"]  # one per event (``events`` rows may be chunks)
         info["threads"] = info["tables"]["heads"]["entries"]
         info["last_position"] = self.last_position
         info["dictionaries"] = info["tables"]["dicts"]["entries"]
