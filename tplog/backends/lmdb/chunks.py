@@ -73,7 +73,8 @@ def _array_header(n: int) -> bytes:
     return b"\xdd" + n.to_bytes(4, "big")
 
 
-def encode_chunk(codec: Codec, key: bytes, first_seq: int, headers: list[bytes], bodies: list[bytes]) -> bytes:
+def encode_chunk(codec: Codec, key: bytes, first_seq: int, headers: list[bytes | memoryview],
+                 bodies: list[bytes | memoryview]) -> bytes:
     """The chunk value for events ``first_seq``.. stored under ``key`` (the last one's)."""
     payload = b"".join([b"\x92", _array_header(len(headers)), *headers, _array_header(len(bodies)), *bodies])
     flags, dict_id, stored = codec.pack(payload)
@@ -291,13 +292,13 @@ def compact(txn: WriteTxn, codec: Codec, tk: bytes, last_seq: int, name: str) ->
 def _store_run(txn: WriteTxn, codec: Codec, run: list[tuple[bytes, bytes]], name: str) -> int:
     if len(run) < 2:
         return 0
-    headers: list[bytes] = []
-    bodies: list[bytes] = []
+    headers: list[bytes | memoryview] = []
+    bodies: list[bytes | memoryview] = []
     for k, v in run:
         where = (name, from_u64(k, TKEY_SIZE))
         codec.check(k, v, where=where)  # never launder a damaged value into a chunk with a fresh CRC
-        headers.append(v[12:header_end(v)])
-        bodies.append(bytes(codec.body_bytes(v, txn, where=where)))
+        headers.append(memoryview(v)[12:header_end(v)])
+        bodies.append(codec.body_bytes(v, txn, where=where))
     last_key = run[-1][0]
     chunk = encode_chunk(codec, last_key, from_u64(run[0][0], TKEY_SIZE), headers, bodies)
     old = sum(len(v) for _, v in run)
