@@ -53,6 +53,7 @@ _MAX_SCAN: Final = 4096  #: single rows a compaction looks back over
 TURN_ENDS: Final = frozenset({KIND_CODE[AgentTurnCompleted], KIND_CODE[AgentTurnInterrupted]})
 _SEED3: Final = HEADER_CRC_SEED[3]
 _CHUNK_BYTE: Final = b"\x04"
+_BARRIERS: Final = (_CHUNK_BYTE, b"\x01", b"\x02")
 _crc32 = zlib.crc32
 
 _raw_pair = msgspec.msgpack.Decoder(tuple[list[msgspec.Raw], list[msgspec.Raw]])
@@ -264,13 +265,15 @@ class EventRows:
 
 def compact(txn: WriteTxn, codec: Codec, tk: bytes, last_seq: int, name: str) -> int:
     """Re-store thread ``tk``'s single rows up to ``last_seq`` (back to its previous
-    chunk) as chunks; returns the change in stored bytes. Runs of consecutive seqs of
+    chunk or format-1/2 row) as chunks; returns the change in stored bytes. Runs of consecutive seqs of
     format-3 values are chunked (a fork's seq 1 and its own rows after the fork point
     are not consecutive; blob references and older formats stay single rows); each
     value's CRCs are verified before its event is re-stored."""
     rows: list[tuple[bytes, bytes]] = []
     for k, v in txn.range("events", tk, event_key(tk, last_seq + 1), reverse=True):
-        if v[:1] == _CHUNK_BYTE or len(rows) >= _MAX_SCAN:
+        # older formats stay single rows and end the scan too: a store written before chunk
+        # rows must not be re-read back to its start at every turn end
+        if v[:1] in _BARRIERS or len(rows) >= _MAX_SCAN:
             break
         rows.append((bytes(k), v))
     rows.reverse()
