@@ -647,7 +647,8 @@ class LmdbRecorder:
             if state is not None:
                 feed(state, Item(seq, enc.kind, enc.facts, None if enc.kind == MSG_KIND else enc.event))
         if any(enc.kind in chunks.TURN_ENDS for enc in encoded):  # a closed turn: one chunk value
-            stored += chunks.compact(txn, self.codec, tk, head.version, thread_id)
+            # stored_bytes stays the values' size as appended: every backend reports the same
+            chunks.compact(txn, self.codec, tk, head.version, thread_id)
         new_state: bytes | None = None
         if state is not None:
             new_state = proj.encode_state(state)
