@@ -646,6 +646,9 @@ class LmdbRecorder:
                 proj.apply_links(tables, thread_id, tk, seq, enc.event, enc.facts.spawned if enc.facts else (), scope)
             if state is not None:
                 feed(state, Item(seq, enc.kind, enc.facts, None if enc.kind == MSG_KIND else enc.event))
+        if live[0] and req.fork is not None:  # the prefix's link rows, as the facade read them
+            for seq, ev, spawned in req.fork.inherited:
+                proj.apply_links(tables, thread_id, tk, seq, ev, spawned, scope)
         new_state: bytes | None = None
         if state is not None:
             new_state = proj.encode_state(state)
@@ -814,6 +817,8 @@ class LmdbRecorder:
             last = txn.last("global")
             pos = (from_u64(last[0]) if last else 0) + 1  # before removing any: positions are never reused
             tables = proj._Tables(txn, shadow=False)
+            for seq, ev, spawned in proj.inherited_rows(txn, self.codec, tk):  # a fork's, from its parent's prefix
+                proj.unapply_links(tables, thread_id, tk, seq, ev, spawned, scope)
             for k, v in list(txn.range("events", tk, tk + b"\xff" * 8)):
                 seq = from_u64(k, TKEY_SIZE)
                 hdr = self.codec.header(v, where=(thread_id, seq))
