@@ -334,5 +334,6 @@ def fork(store: Store, thread_id: str, at: int, *, new_thread_id: str | None = N
     b.gate()
     encoded = store._encode(new_id, [started], None)
     part = ThreadAppend(thread_id=new_id, events=encoded, expected=NO_STREAM, scope=store.scope, fresh_ids=True,
-                        check_rules=store.check_rules, fork=ForkSeed(parent=thread_id, at=at, head=seed, inherited=tuple(inh)))
+                        check_rules=store.check_rules,
+                        fork=ForkSeed(parent=thread_id, at=at, head=seed, inherited=tuple(inh)))
     return b.submit((part,)).result()[0]

@@ -53,6 +53,7 @@ from tplog.backends.contract import (
     Cursor,
     Direction,
     Handle,
+    Inherited,
     RebuildReport,
     ThreadAppend,
     ThreadHead,
@@ -62,6 +63,7 @@ from tplog.backends.contract import (
     apply_fork,
     check_append,
     check_fork_parent,
+    inherited,
     outgoing,
     own_seqs,
     thread_key,
@@ -70,7 +72,7 @@ from tplog.backends.memory import VERSIONS, _advance
 from tplog.backends.postgres.errors import LockTimeoutError, PostgresUnavailableError, SchemaError
 from tplog.backends.postgres.fold import Batch as _Batch
 from tplog.backends.postgres.fold import Thread as _Thread
-from tplog.backends.postgres.fold import index_links, item_of
+from tplog.backends.postgres.fold import index_inherited, index_links, item_of
 from tplog.backends.postgres.placement import Placement
 from tplog.backends.postgres.schema import SCHEMA_VERSION, TABLES, check_schema_name, ddl
 from tplog.codec import MSG_KIND, Codec, Encoded, Limits
@@ -607,10 +609,10 @@ class PostgresRecorder:
         return out
 
     def _history(self, conn: psycopg.Connection[Any], thread_id: str, scope: str | None,
-                 head: ThreadHead | None) -> list[Any]:
+                 head: ThreadHead | None, *, writer: bool = True) -> list[Any]:
         """The thread's stored events (what the rules compare against); a fork's prefix
-        from its parent, as a copy would hold them."""
-        log, sc, tk = self._wkey(thread_id, scope)
+        from its parent, as a copy would hold them. ``writer``: keys by the writer's lookup."""
+        log, sc, tk = self._wkey(thread_id, scope) if writer else self._key(thread_id, scope, conn)
         rows = conn.execute("SELECT seq, position, event_id, value FROM events WHERE log_id = %s AND scope = %s "
                             "AND tk = %s ORDER BY seq", (log, sc, tk), binary=True).fetchall()
         own = [self._event(conn, thread_id, log, tk, *r).event for r in rows]
@@ -618,9 +620,24 @@ class PostgresRecorder:
             return own
         prow = conn.execute("SELECT head FROM heads WHERE log_id = %s AND scope = %s AND tk = %s AND head IS NOT "
                             "NULL", self._key(head.fork_of, scope, conn)).fetchone()
-        prefix = (self._history(conn, head.fork_of, scope, _head_dec.decode(prow[0]))[1:head.fork_at]
+        prefix = (self._history(conn, head.fork_of, scope, _head_dec.decode(prow[0]), writer=writer)[1:head.fork_at]
                   if prow is not None else [])
         return [*own[:1], *prefix, *own[1:]]
+
+    def _inherited(self, conn: psycopg.Connection[Any], thread_id: str, scope: str | None) -> list[Inherited]:
+        """What a live fork's prefix indexes under the fork (a rebuild's view, from its parent's
+        events in ``conn``'s snapshot); ``[]`` for any other thread."""
+        row = conn.execute("SELECT head FROM heads WHERE log_id = %s AND scope = %s AND tk = %s AND head IS NOT "
+                           "NULL", self._key(thread_id, scope, conn)).fetchone()
+        head = _head_dec.decode(row[0]) if row is not None else None
+        if head is None or head.fork_of is None or head.status != "active":
+            return []
+        prow = conn.execute("SELECT head FROM heads WHERE log_id = %s AND scope = %s AND tk = %s AND head IS NOT "
+                            "NULL", self._key(head.fork_of, scope, conn)).fetchone()
+        if prow is None:
+            return []
+        return inherited(self._history(conn, head.fork_of, scope, _head_dec.decode(prow[0]), writer=False),
+                         head.fork_at)
 
     def _stored_reader(self, conn: psycopg.Connection[Any], t: _Thread, thread_id: str, scope: str | None,
                        head: ThreadHead | None) -> Callable[[], list[Any]]:
@@ -691,6 +708,8 @@ class PostgresRecorder:
             if t.state is not None:
                 feed(t.state, Item(seq, enc.kind, enc.facts, None if enc.kind == MSG_KIND else enc.event))
         if part.fork is not None:
+            if b.live_links:  # the prefix's link rows, as the facade read them
+                index_inherited(b, self._wkey, log, scope, tk, name, part.fork.inherited)
             head = apply_fork(head, part.fork)
         now = self._clock()
         if head.created_ns == 0:
