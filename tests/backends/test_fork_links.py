@@ -7,6 +7,8 @@ events, and verify compares them.
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 from conftest import agent_start, completed, exchange, link, register, spawn_message, started, user
 from test_lifecycle import copy_by_append, store, tid  # noqa: F401  (the every-backend fixture)
@@ -96,3 +98,51 @@ def test_fork_links_survive_a_memory_backup(tmp_path: object) -> None:
         assert len(b.export(g).turns) == len(want[g][0].turns) + 2
         b.delete_thread(parent, cascade=True)
         assert not b.exists(f) and b.verify().problems == []
+
+
+def per_thread(events: list[Any]) -> dict[str, list[tuple[int, Any]]]:
+    """A projection built from the store-wide log: each thread's (seq, event) in log order."""
+    out: dict[str, list[tuple[int, Any]]] = {}
+    for e in events:
+        out.setdefault(e.thread_id, []).append((e.seq, e.event))
+    return out
+
+
+def test_log_readers_see_a_fork_as_they_see_a_copy(store: Store) -> None:  # noqa: F811
+    """``read_all``/``iter_all`` expand a fork's start into its inherited events (at the start's
+    position): a projection folded from the log holds the same events for a fork as for its copy."""
+    parent, _targets = linked_parent(store)
+    mark = store.last_position
+    f = store.fork(parent, 13).thread_id
+    store.append(f, exchange("own?", "mine"))
+    g = store.fork(f, 14).thread_id
+    store.append(g, [link(parent)])
+    c, gc = copy_by_append(store, f), copy_by_append(store, g)
+    whole = store.read_all()
+    proj = per_thread(whole)
+    for fork_id, copy_id in ((f, c), (g, gc)):
+        assert [s for s, _ in proj[fork_id]] == [s for s, _ in proj[copy_id]] == list(
+            range(1, store.head(fork_id).version + 1))
+        assert proj[fork_id][1:] == proj[copy_id][1:]  # seq 1 names its own thread id
+    # The expansion sits at the fork's start: positions never go back, the cursor is the position.
+    positions = [e.position for e in whole]
+    assert positions == sorted(positions)
+    start = next(e.position for e in whole if e.thread_id == f and e.seq == 1)
+    assert [e.seq for e in whole if e.position == start] == list(range(1, 14))
+    # Catch-up readers paging with any limit, or streaming with any chunk, see the same.
+    for limit in (1, 2, 5):
+        got: list[Any] = []
+        after = 0
+        while page := store.read_all(after=after, limit=limit):
+            got += page
+            after = page[-1].position
+        assert got == whole, limit
+        assert list(store.iter_all(chunk=limit)) == whole
+    # A reader that caught up to just before the fork sees the fork whole.
+    assert per_thread(store.read_all(after=mark))[f] == proj[f]
+    # The raw log still holds only the fork's own rows.
+    raw = store.backend.read_log(0, after=0, limit=None, scope=store.scope)
+    assert len([e for e in raw if e.thread_id == f]) == 1 + 4
+    # A deleted fork's start is gone from the log (its tombstone stays): nothing is expanded.
+    store.delete_thread(f, cascade=True)
+    assert {e.event.__class__.__name__ for e in store.read_all() if e.thread_id in (f, g)} == {"ThreadDeleted"}
