@@ -143,6 +143,7 @@ from tplog.integrations.http import SSEResponse as _SSEResponse
 from tplog.integrations.http import error_response as _error_response
 from tplog.integrations.http import header_safe as _header_safe
 from tplog.integrations.resume import AfterStop, LiveWriter, resume_response, settle_open_turn, sweeper
+from tplog.integrations.scheduled_prune import ENV_PRUNE, PruneSchedule, prune_loop, schedule_from_env
 from tplog.integrations.vercel import CHAT_ID_KEY, MESSAGE_ID_KEY, client_tool_results, thread_id_for_chat
 from tplog.logs import log_config, set_thread_id
 from tplog.protocol import model as m
@@ -421,6 +422,7 @@ class _Server:
         after_stop_wait: float = 30.0,
         live_flush: float = 0.05,
         resumable: bool = True,
+        prune: PruneSchedule | None = None,
     ) -> None:
         if on_disconnect not in ("finish", "interrupt"):
             raise ValueError(f"on_disconnect must be 'finish' or 'interrupt', not {on_disconnect!r}")
@@ -451,6 +453,9 @@ class _Server:
         self.after_stop_wait = after_stop_wait
         self.live_flush = live_flush
         self.resumable = resumable
+        if prune is not None:
+            prune.check()
+        self.prune = prune
         self._live: LiveStreams | None = None
         self.live_tasks: set[asyncio.Task[None]] = set()
         self._astore: AsyncStore | None = None
@@ -500,6 +505,8 @@ class _Server:
         self._watcher.start()
         if self.resumable:
             self.live_tasks.add(asyncio.get_running_loop().create_task(sweeper(self.live)))
+        if self.prune is not None:  # cancelled at shutdown with the sweeper
+            self.live_tasks.add(asyncio.get_running_loop().create_task(prune_loop(self._astore.store, self.prune)))
         unhook = self._hook_signals(asyncio.get_running_loop())
         try:
             yield
@@ -1006,6 +1013,7 @@ def create_app(
     after_stop_wait: float = 30.0,
     live_flush: float = 0.05,
     resumable: bool = True,
+    prune: PruneSchedule | None = None,
 ) -> Starlette:
     """The ASGI app serving ``store`` (a directory, opened per worker in the lifespan, or an
     open ``Store``/``AsyncStore`` the caller keeps owning) with ``agents`` (name -> Pydantic AI agent).
@@ -1056,6 +1064,7 @@ def create_app(
         after_stop_wait=after_stop_wait,
         live_flush=live_flush,
         resumable=resumable,
+        prune=prune,
     )
 
     async def chat(request: Request) -> Response:
@@ -1594,6 +1603,7 @@ def app_from_env(agents: Mapping[str, Any] | None = None) -> Starlette:
     (default 30). ``TPLOG_SERVER_METRICS``: path prefix for per-worker append timings.
     ``TPLOG_SERVER_TP_CHUNKS``: ``transient`` (default) / ``parts``. ``TPLOG_SERVER_AFTER_STOP``:
     ``interrupt`` (default) / ``wait`` / ``reject``. ``TPLOG_SERVER_RESUMABLE``: ``1`` (default) / ``0``.
+    ``TPLOG_SERVER_PRUNE``: a retention schedule (:mod:`tplog.integrations.scheduled_prune`).
     """
     path = os.environ.get(ENV_STORE)
     if not path:
@@ -1622,6 +1632,7 @@ def app_from_env(agents: Mapping[str, Any] | None = None) -> Starlette:
         tp_chunks=tp_chunks,  # type: ignore[arg-type]
         after_stop=after_stop,  # type: ignore[arg-type]
         resumable=resumable == "1",
+        prune=schedule_from_env(os.environ.get(ENV_PRUNE)),
     )
 
 
@@ -1655,6 +1666,7 @@ def serve(
     log_level: str = "info",
     shutdown_grace: float = 30.0,
     log_format: str = "text",
+    prune: PruneSchedule | None = None,
 ) -> None:
     """Serve ``store_path`` with uvicorn (``tplog serve``); blocks until stopped (SIGINT/SIGTERM).
 
@@ -1665,6 +1677,7 @@ def serve(
     ``shutdown_grace`` seconds, then are recorded as interrupted (``server_shutdown``).
     ``log_format="json"``: every log line (tplog's and uvicorn's, access lines included) is one
     JSON object naming the thread it is about (:mod:`tplog.logs`); ``"text"``: uvicorn's default.
+    ``prune``: apply a retention policy on a schedule (:mod:`tplog.integrations.scheduled_prune`).
     """
     import uvicorn
 
@@ -1684,6 +1697,9 @@ def serve(
     os.environ[ENV_SHUTDOWN_GRACE] = repr(grace)
     if agents:
         os.environ[ENV_AGENTS] = agents
+    if prune is not None:
+        prune.check()
+        os.environ[ENV_PRUNE] = prune.to_env()
     # text: uvicorn's own default configuration (passing log_config=None would turn it off)
     logging_options: dict[str, Any] = {} if log_format == "text" else {"log_config": log_config(log_format, log_level)}
     uvicorn.run(
