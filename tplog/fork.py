@@ -217,21 +217,14 @@ def _prefix(store: Store, thread_id: str, at: int) -> list[Any]:
 
 def _may_inherit(store: Store, thread_id: str, phead: ThreadHead, first: ThreadStarted) -> bool:
     """Whether the parent's events may hold links or spawn facts (then the prefix is read
-    for them): added links are counted in its head, spawned threads are its children
-    that do not link back to it themselves. Almost never, so forking stays a head read."""
+    for them): added links are counted in its head, spawn facts flagged in the children
+    index. Almost never, so forking stays a head read and an index probe."""
     if phead.links > len(outgoing(1, first)):
         return True
-    b, sc = store.backend, store.scope
     try:
-        kids = b.children(thread_id, scope=sc)
-    except TplogError:  # a stale links index: read the prefix (the rebuild recomputes it anyway)
+        return store.backend.has_spawned(thread_id, scope=store.scope)
+    except TplogError:  # a stale links index: read the prefix (a rebuild recomputes the rows anyway)
         return True
-    tk = thread_key(thread_id, sc)
-    for kid in kids:
-        h = b.head(kid, scope=sc)
-        if h is None or h.parent is None or thread_key(h.parent, sc) != tk:
-            return True
-    return False
 
 
 def _seed(store: Store, thread_id: str, phead: ThreadHead, at: int,

@@ -146,3 +146,19 @@ def test_log_readers_see_a_fork_as_they_see_a_copy(store: Store) -> None:  # noq
     # A deleted fork's start is gone from the log (its tombstone stays): nothing is expanded.
     store.delete_thread(f, cascade=True)
     assert {e.event.__class__.__name__ for e in store.read_all() if e.thread_id in (f, g)} == {"ThreadDeleted"}
+
+
+def test_a_fork_inherits_spawn_facts_alone(store: Store) -> None:  # noqa: F811
+    """A parent whose prefix spawns a thread but adds no link (its head counts no links): a fork at
+    its end still lists the spawned thread as its child, as the copy does (the children index says so)."""
+    spawned, parent = tid(), tid()
+    store.append(spawned, [started(spawned)])
+    store.append(parent, [started(parent), register(), user("spawn?"), agent_start(), spawn_message(spawned),
+                          completed()])
+    f = store.fork(parent, 6).thread_id
+    g = store.fork(f, 6).thread_id
+    c = copy_by_append(store, g)
+    assert sorted(store.children(parent)) == sorted([spawned, f])
+    assert sorted(store.children(f)) == sorted([spawned, g, c])  # the copy keeps the fork's spawned_from link
+    assert store.children(g) == store.children(c) == [spawned]
+    assert [r.differences for r in store.rebuild(verify=True)] == [[], []]

@@ -470,6 +470,12 @@ class Recorder(Protocol):
         child. ``NotFoundError`` as :meth:`incoming`."""
         ...
 
+    def has_spawned(self, thread_id: str, *, scope: str | None = None) -> bool:
+        """Whether the thread's events (a fork's inherited ones too) name a spawned thread (a
+        spawn fact): what tells a fork of it whether its prefix must be read for them.
+        ``RebuildRequiredError`` when the links projection is stale."""
+        ...
+
     def thread_state(self, thread_id: str, *, scope: str | None = None) -> ThreadState | None:
         """The ``state`` projection's row for the thread (an empty state for a thread
         with no row), or ``None`` when the projection is stale (the facade then

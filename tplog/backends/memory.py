@@ -487,6 +487,14 @@ class MemoryRecorder:
                 self._require_known(thread_id, ptk)
             return [cid for _, cid in (rows if limit is None else rows[:limit])]
 
+    def has_spawned(self, thread_id: str, *, scope: str | None = None) -> bool:
+        """Whether the thread's events (a fork's inherited ones too) name a spawned thread."""
+        tk = thread_key(thread_id, scope)
+        with self._lock:
+            self._check_open()
+            self._require_live("links")
+            return any(pk == tk and row[1] & 2 for (pk, _), row in self._children.items())
+
     def thread_state(self, thread_id: str, *, scope: str | None = None) -> ThreadState | None:
         with self._lock:
             self._check_open()

@@ -1086,6 +1086,16 @@ class PostgresRecorder:
         return [r[0] for r in rows]
 
     @_retried
+    def has_spawned(self, thread_id: str, *, scope: str | None = None) -> bool:
+        """Whether the thread's events (a fork's inherited ones too) name a spawned thread."""
+        log, sc, tk = self._key(thread_id, scope)
+        with self._read() as conn:
+            self._links_live(conn)
+            row = conn.execute("SELECT EXISTS (SELECT 1 FROM children WHERE log_id = %s AND scope = %s AND "
+                               "parent = %s AND flags & 2 = 2)", (log, sc, tk)).fetchone()
+        return bool(row and row[0])
+
+    @_retried
     def thread_state(self, thread_id: str, *, scope: str | None = None) -> ThreadState | None:
         with self._read() as conn:
             live = self._require_live(conn, "state")
