@@ -16,7 +16,7 @@ from typing import Any, Protocol
 import msgspec
 import psycopg
 
-from tplog.backends.contract import Inherited, RebuildReport
+from tplog.backends.contract import Inherited, RebuildReport, outgoing
 from tplog.backends.memory import VERSIONS
 from tplog.backends.postgres.fold import Batch, index_inherited, index_links, item_of
 from tplog.events import KIND_CODE, RecordedEvent, ThreadDeleted
@@ -68,7 +68,8 @@ class _Fold:
                 it = item_of(seq, kind, ev)
                 key_of = lambda t, s: self.rec._key(t, s, conn)  # noqa: E731
                 index_links(self.b, key_of, log, scope, tk, thread_id, seq, ev, it.facts)
-                if seq == 1:  # a fork's start: the rows it inherits from its parent's prefix too
+                if seq == 1 and any(lk.relation == "spawned_from" for _, lk in outgoing(seq, ev)):
+                    # perhaps a fork's start (every fork declares its parent): the rows it inherits too
                     index_inherited(self.b, key_of, log, scope, tk, thread_id,
                                     self.rec._inherited(conn, thread_id, scope or None))
                 feed(self.states.setdefault((log, scope, tk), ThreadState()), it)
