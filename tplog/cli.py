@@ -476,9 +476,23 @@ def cmd_serve(args: argparse.Namespace) -> int:
         raise InvalidInputError(f"{args.store}: is a file, not a store directory")
     if args.shutdown_grace < 0:
         raise InvalidInputError(f"--shutdown-grace must be ≥ 0 seconds, not {args.shutdown_grace}")
+    prune = None
+    if args.prune_every is not None:
+        import datetime as dt
+
+        from tplog.integrations.scheduled_prune import PruneSchedule, duration
+        from tplog.retire import RetentionPolicy
+
+        age = args.prune_max_age
+        prune = PruneSchedule(every=duration(args.prune_every, "--prune-every"), policy=RetentionPolicy(
+            max_age=dt.timedelta(seconds=duration(age, "--prune-max-age")) if age is not None else None,
+            max_threads=args.prune_max_threads, keep_if_linked=not args.prune_no_keep_linked))
+        prune.check()
+    elif args.prune_max_age is not None or args.prune_max_threads is not None or args.prune_no_keep_linked:
+        raise InvalidInputError("the --prune-* policy flags need --prune-every (how often to apply the policy)")
     serve(args.store, host=args.host, port=args.port, workers=args.workers, agents=args.agents,
           on_disconnect=args.on_disconnect, durability=args.durability, shutdown_grace=args.shutdown_grace,
-          log_format=args.log_format, log_level=args.log_level)
+          log_format=args.log_format, log_level=args.log_level, prune=prune)
     return 0
 
 
@@ -615,6 +629,12 @@ def build_parser() -> argparse.ArgumentParser:
                     help="json: one JSON object per log line, with the thread id it is about (default text)")
     sp.add_argument("--log-level", choices=["debug", "info", "warning", "error"], default="info",
                     help="the least severe log lines printed (default info; debug adds one line per append)")
+    sp.add_argument("--prune-every", default=None, metavar="DURATION",
+                    help="apply a retention policy this often (1h, 30m; the first run one period after start), "
+                         "as tplog prune with the --prune-* flags below; each run's report is kept")
+    sp.add_argument("--prune-max-age", default=None, metavar="DURATION", help="as tplog prune --max-age")
+    sp.add_argument("--prune-max-threads", type=int, default=None, metavar="N", help="as tplog prune --max-threads")
+    sp.add_argument("--prune-no-keep-linked", action="store_true", help="as tplog prune --no-keep-linked")
     sp = add("copy", cmd_copy, "Copy every thread (events, links, metadata, tombstones) from one store to another, "
              "between any backends; resumable (run it again after an interruption); then compare every thread's "
              "export hash (exit 1 on a mismatch).", store=False)

@@ -23,6 +23,7 @@ from typing import Any, Final, Literal, cast
 import msgspec
 
 from tplog import fork as _fork
+from tplog import forklog as _forklog
 from tplog import retire as _retire
 from tplog.backends import contract
 from tplog.backends.contract import (
@@ -535,10 +536,14 @@ class Store:
 
         Positions are gap-free at commit; events of a deleted thread leave gaps
         (their positions are skipped), except its ``ThreadDeleted`` tombstone.
+        A fork's ``ThreadStarted`` comes with the events it inherits, all at its
+        position, as a copy's would be in the log (:mod:`tplog.forklog`): such a
+        page may hold more than ``limit`` events.
         """
         _check_position(after)
         _check_page_limit(limit)
-        return self.backend.read_log(0, after=after, limit=limit, scope=self._scope)
+        page = self.backend.read_log(0, after=after, limit=limit, scope=self._scope)
+        return _forklog.expand(self, page) if limit != 0 else page
 
     def iter_all(self, *, after: int = 0, chunk: int = 64) -> Iterator[RecordedEvent]:
         """The store-wide log after position ``after``, streamed: what :meth:`read_all`

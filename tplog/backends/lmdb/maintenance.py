@@ -81,6 +81,8 @@ class LmdbMaintenance(LmdbReads):
             last = txn.last("global")
             pos = (from_u64(last[0]) if last else 0) + 1  # before removing any: positions are never reused
             tables = proj._Tables(txn, shadow=False)
+            for seq, ev, spawned in proj.inherited_rows(txn, self.codec, tk):  # a fork's, from its parent's prefix
+                proj.unapply_links(tables, thread_id, tk, seq, ev, spawned, scope)
             rows = chunks.EventRows(txn, self.codec)
             for k, v in list(rows.range(tk, tk + b"\xff" * 8, name=thread_id)):
                 seq = from_u64(k, TKEY_SIZE)

@@ -303,6 +303,16 @@ class LmdbReads:
         dec = _child_dec.decode
         return [dec(v)[0] for _, v in rows]
 
+    def has_spawned(self, thread_id: str, *, scope: str | None = None) -> bool:
+        """Whether the thread's events (a fork's inherited ones too) name a spawned thread: a
+        ``children`` row of it with the spawn flag (what a fork of it would inherit)."""
+        self._check_open()
+        tk = tkey(thread_id, scope)
+        rows = self.engine.scan("children", tk, tk + b"\xff" * 17,
+                                check=lambda txn: proj.require_live(txn, proj.LINKS, self.path))
+        dec = _child_dec.decode
+        return any(dec(v)[1] & proj.C_SPAWN for _, v in rows)
+
     def thread_events(self, thread_id: str, *, scope: str | None = None,
                       after: int = 0) -> tuple[ThreadHead, list[Any]]:
         """The head and the decoded events with seq > ``after``, in one snapshot; from

@@ -446,6 +446,9 @@ class LmdbRecorder(LmdbMaintenance):
                 proj.apply_links(tables, thread_id, tk, seq, enc.event, enc.facts.spawned if enc.facts else (), scope)
             if state is not None:
                 feed(state, Item(seq, enc.kind, enc.facts, None if enc.kind == MSG_KIND else enc.event))
+        if live[0] and req.fork is not None:  # the prefix's link rows, as the facade read them
+            for seq, ev, spawned in req.fork.inherited:
+                proj.apply_links(tables, thread_id, tk, seq, ev, spawned, scope)
         if any(enc.kind in chunks.TURN_ENDS for enc in encoded):  # a closed turn: one chunk value
             # stored_bytes stays the values' size as appended: every backend reports the same
             chunks.compact(txn, self.codec, tk, head.version, thread_id)
