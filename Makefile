@@ -2,7 +2,7 @@
 #   make demo   records agent runs into ./demo-store (replacing only one it made) and prints what tplog derives
 #   make test   lints (ruff, mypy --strict) and runs the whole test suite measuring branch coverage
 #               of tplog/ (the Python processes the tests start included), failing under COV_FAIL_UNDER
-# `make test-lowest` runs the suite against the lowest supported dependencies (not yet in CI).
+#   make test-lowest  the same suite against the lowest supported dependencies (CI runs both)
 #   make mutation  mutation testing of the core modules ([tool.mutmut] in pyproject.toml); survivors are
 #                  reviewed in tests/MUTANTS.md. One module: make mutation MUTANTS='tplog._codec.*'
 PYTHON ?= python3

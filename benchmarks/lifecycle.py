@@ -39,7 +39,9 @@ TITLE = "Fork, find, retire: fork cost, fork loads, filtered listing by store si
 T = "2025-01-20T10:00:00Z"
 
 
-NOTES = ("Forking at the parent's last seq reads its head and first event only (the goal's case); forking "
+NOTES = ("Forking at the parent's last seq reads its head and first event, and probes its children index for "
+         "spawn facts (the goal's case; a parent whose events add links or spawn threads has its prefix read for "
+         "the link rows the fork inherits); forking "
          "earlier (`middle/10000`) also folds the prefix once, reading, for the fork's head counters and turn-boundary "
          "check: it writes no more, but costs like a read of the prefix. A fork 100 deep loads through one head "
          "read and one range read per level (`fork_100_deep` vs `copy_of_100_deep`: not a goal).")

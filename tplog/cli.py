@@ -5,7 +5,8 @@ stdout is not a terminal or with ``--json``; on a terminal the same result is
 shown as tables and trees (tplog.render, printed by tplog.console);
 errors go to stderr as ``error: <message>`` with exit status 2 (1 for a
 validation report with errors); Ctrl-C prints ``tplog: interrupted`` and exits
-130. Run ``tplog COMMAND --help`` for each.
+130; a reader that closes the pipe early (``tplog tail | head -1``) ends the command
+quietly with exit status 0. Run ``tplog COMMAND --help`` for each.
 """
 
 from __future__ import annotations
@@ -441,42 +442,18 @@ def cmd_verify(args: argparse.Namespace) -> int:
 
 
 def cmd_copy(args: argparse.Namespace) -> int:
+    from tplog.console import progress
     from tplog.copy import copy_store, open_store
 
     if args.chunk is not None and args.chunk < 1:
         raise InvalidInputError(f"--chunk must be ≥ 1, not {args.chunk}")
-    with open_store(args.src, source=True) as src, open_store(args.dest) as dest, _progress_bar() as progress:
+    with open_store(args.src, source=True) as src, open_store(args.dest) as dest, progress() as update:
         rep = copy_store(src, dest, chunk=args.chunk or 256, verify=not args.no_verify,
-                         check_rules=args.check_rules, progress=progress)
+                         check_rules=args.check_rules, progress=update)
     _emit({"source": args.src, "dest": args.dest, "threads": rep.threads, "tombstones": rep.tombstones,
            "events": rep.events, "skipped": rep.skipped, "seconds": round(rep.seconds, 3), "verified": rep.verified,
            "mismatches": [{"thread_id": m.thread_id, "source": m.source, "dest": m.dest} for m in rep.mismatches]})
     return 0 if rep.ok else 1
-
-
-@contextlib.contextmanager
-def _progress_bar() -> Iterator[Callable[[str, int, int], None] | None]:
-    """A rich progress bar on stderr when it is a terminal (and rich is installed), else None."""
-    if not sys.stderr.isatty():
-        yield None
-        return
-    try:
-        from rich.console import Console
-        from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
-    except ImportError:  # pragma: no cover - rich is in the cli extra
-        sys.stderr.write("tplog: no progress bar without rich: pip install 'tplog[cli]'\n")
-        yield None
-        return
-    with Progress(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
-                  TimeRemainingColumn(), console=Console(stderr=True), transient=True) as bar:
-        tasks: dict[str, Any] = {}
-
-        def progress(phase: str, done: int, total: int) -> None:
-            if phase not in tasks:
-                tasks[phase] = bar.add_task(phase, total=total)
-            bar.update(tasks[phase], completed=done, total=total)
-
-        yield progress
 
 
 def cmd_migrate(args: argparse.Namespace) -> int:
@@ -499,9 +476,23 @@ def cmd_serve(args: argparse.Namespace) -> int:
         raise InvalidInputError(f"{args.store}: is a file, not a store directory")
     if args.shutdown_grace < 0:
         raise InvalidInputError(f"--shutdown-grace must be ≥ 0 seconds, not {args.shutdown_grace}")
+    prune = None
+    if args.prune_every is not None:
+        import datetime as dt
+
+        from tplog.integrations.scheduled_prune import PruneSchedule, duration
+        from tplog.retire import RetentionPolicy
+
+        age = args.prune_max_age
+        prune = PruneSchedule(every=duration(args.prune_every, "--prune-every"), policy=RetentionPolicy(
+            max_age=dt.timedelta(seconds=duration(age, "--prune-max-age")) if age is not None else None,
+            max_threads=args.prune_max_threads, keep_if_linked=not args.prune_no_keep_linked))
+        prune.check()
+    elif args.prune_max_age is not None or args.prune_max_threads is not None or args.prune_no_keep_linked:
+        raise InvalidInputError("the --prune-* policy flags need --prune-every (how often to apply the policy)")
     serve(args.store, host=args.host, port=args.port, workers=args.workers, agents=args.agents,
           on_disconnect=args.on_disconnect, durability=args.durability, shutdown_grace=args.shutdown_grace,
-          log_format=args.log_format, log_level=args.log_level)
+          log_format=args.log_format, log_level=args.log_level, prune=prune)
     return 0
 
 
@@ -638,6 +629,12 @@ def build_parser() -> argparse.ArgumentParser:
                     help="json: one JSON object per log line, with the thread id it is about (default text)")
     sp.add_argument("--log-level", choices=["debug", "info", "warning", "error"], default="info",
                     help="the least severe log lines printed (default info; debug adds one line per append)")
+    sp.add_argument("--prune-every", default=None, metavar="DURATION",
+                    help="apply a retention policy this often (1h, 30m; the first run one period after start), "
+                         "as tplog prune with the --prune-* flags below; each run's report is kept")
+    sp.add_argument("--prune-max-age", default=None, metavar="DURATION", help="as tplog prune --max-age")
+    sp.add_argument("--prune-max-threads", type=int, default=None, metavar="N", help="as tplog prune --max-threads")
+    sp.add_argument("--prune-no-keep-linked", action="store_true", help="as tplog prune --no-keep-linked")
     sp = add("copy", cmd_copy, "Copy every thread (events, links, metadata, tombstones) from one store to another, "
              "between any backends; resumable (run it again after an interruption); then compare every thread's "
              "export hash (exit 1 on a mismatch).", store=False)
@@ -677,15 +674,29 @@ def main(argv: Sequence[str] | None = None) -> int:
         from tplog.console import is_terminal
 
         _human = args.command if not getattr(args, "json", True) and is_terminal(sys.stdout) else None
-        return int(args.fn(args))
+        code = int(args.fn(args))
+        sys.stdout.flush()  # a closed pipe shows here, not in the interpreter's last flush
+        return code
     except TplogError as exc:
         sys.stderr.write(f"error: {exc}\n")
         return 2
     except KeyboardInterrupt:  # Ctrl-C: the shell's convention (128 + SIGINT), no traceback
         sys.stderr.write("tplog: interrupted\n")
         return 130
-    except BrokenPipeError:  # pragma: no cover
+    except BrokenPipeError:  # the reader closed the pipe (tplog tail | head -1): it wants no more, not an error
+        _drop_stdout()
         return 0
+
+
+def _drop_stdout() -> None:
+    """Point stdout at /dev/null, so what is still buffered for the closed pipe is dropped quietly
+    when the interpreter flushes it at exit (else: "Exception ignored ... BrokenPipeError")."""
+    with contextlib.suppress(OSError, ValueError):  # a stdout without a descriptor (in-process callers)
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        try:
+            os.dup2(devnull, sys.stdout.fileno())
+        finally:
+            os.close(devnull)
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -14,9 +14,12 @@ The splice lives here, above the backends: :func:`read`, :func:`thread_events`,
 would (the same events, seqs, document, canonical hash, pending tools and
 interrupts), with the parent's event ids, positions and recording times on the
 shared events. What differs from a copy: the store-wide log holds only the fork's
-own events (its ``ThreadStarted`` names the parent and the branch point), and the
-link indexes (``incoming``/``children`` of other threads) know the fork only by the
-links of its own events, not those it inherits from the prefix.
+own events (its ``ThreadStarted`` names the parent and the branch point; log readers
+expand it, see :mod:`tplog.forklog`). The link indexes hold the fork's inherited
+rows too: the links and spawn facts of the prefix, indexed under the fork's id with
+the ordinals a copy's rows would have (:data:`ForkSeed.inherited`, recomputed from the
+parent's events by every backend's rebuild), so ``incoming``/``children`` of other
+threads list the fork as they would a copy.
 
 A parent with live forks cannot be deleted alone (``HasForksError``);
 ``delete_thread(..., cascade=True)`` deletes its forks (and theirs) first.
@@ -29,8 +32,18 @@ from typing import TYPE_CHECKING, Any
 
 import msgspec
 
-from tplog.backends.contract import NO_STREAM, Direction, ForkSeed, ThreadAppend, ThreadHead, outgoing, thread_key
-from tplog.errors import InvalidInputError, NotFoundError, ThreadDeletedError
+from tplog.backends.contract import (
+    NO_STREAM,
+    Direction,
+    ForkSeed,
+    Inherited,
+    ThreadAppend,
+    ThreadHead,
+    inherited,
+    outgoing,
+    thread_key,
+)
+from tplog.errors import InvalidInputError, NotFoundError, ThreadDeletedError, TplogError
 from tplog.events import (
     AgentTurnCompleted,
     AgentTurnInterrupted,
@@ -196,9 +209,29 @@ def forks_of(store: Store, thread_id: str) -> list[str]:
     return out
 
 
-def _seed(store: Store, thread_id: str, phead: ThreadHead, at: int, first: ThreadStarted) -> tuple[ThreadHead, int]:
-    """The head values the parent's first ``at`` events lead to, and its closed turns
-    there; ``InvalidInputError`` if an agent turn is open at ``at``."""
+def _prefix(store: Store, thread_id: str, at: int) -> list[Any]:
+    """The parent's decoded events of seqs 2..``at`` (its prefix as a copy holds it)."""
+    ph, pevs = store.backend.thread_events(thread_id, scope=store.scope, after=1)
+    return _splice(store, ph, pevs, 1, at)
+
+
+def _may_inherit(store: Store, thread_id: str, phead: ThreadHead, first: ThreadStarted) -> bool:
+    """Whether the parent's events may hold links or spawn facts (then the prefix is read
+    for them): added links are counted in its head, spawn facts flagged in the children
+    index. Almost never, so forking stays a head read and an index probe."""
+    if phead.links > len(outgoing(1, first)):
+        return True
+    try:
+        return store.backend.has_spawned(thread_id, scope=store.scope)
+    except TplogError:  # a stale links index: read the prefix (a rebuild recomputes the rows anyway)
+        return True
+
+
+def _seed(store: Store, thread_id: str, phead: ThreadHead, at: int,
+          first: ThreadStarted) -> tuple[ThreadHead, int, list[Inherited]]:
+    """The head values the parent's first ``at`` events lead to, its closed turns there,
+    and the link-index rows the fork inherits (:func:`tplog.backends.contract.inherited`);
+    ``InvalidInputError`` if an agent turn is open at ``at``."""
     if at == phead.version:  # the parent's own head says it all
         if phead.open_turn_agent is not None:
             raise _not_boundary(thread_id, at, phead.open_turn_seq)
@@ -206,12 +239,14 @@ def _seed(store: Store, thread_id: str, phead: ThreadHead, at: int, first: Threa
                        messages=phead.messages, links=phead.links - len(outgoing(1, first)),
                        activity=phead.activity, title=phead.title, metadata=phead.metadata,
                        agent_ids=list(phead.agent_ids))
-        return h, phead.user_turns + phead.agent_turns
+        inh = inherited([first, *_prefix(store, thread_id, at)], at) if (
+            at > 1 and _may_inherit(store, thread_id, phead, first)) else []
+        return h, phead.user_turns + phead.agent_turns, inh
     h = ThreadHead(thread_id="")
     note(h, first)
     open_at = 0
-    ph, pevs = store.backend.thread_events(thread_id, scope=store.scope, after=1)
-    for seq, ev in enumerate(_splice(store, ph, pevs, 1, at), 2):  # seqs 2..at, decoded
+    prefix = _prefix(store, thread_id, at)
+    for seq, ev in enumerate(prefix, 2):  # seqs 2..at, decoded
         note(h, ev)
         if isinstance(ev, AgentTurnStarted):
             open_at = seq
@@ -227,7 +262,7 @@ def _seed(store: Store, thread_id: str, phead: ThreadHead, at: int, first: Threa
     if open_at:
         raise _not_boundary(thread_id, at, open_at)
     h.parent = None
-    return h, h.user_turns + h.agent_turns
+    return h, h.user_turns + h.agent_turns, inherited([first, *prefix], at)
 
 
 def seed_of(store: Store, parent: str, at: int, started: ThreadStarted) -> ForkSeed:
@@ -241,10 +276,10 @@ def seed_of(store: Store, parent: str, at: int, started: ThreadStarted) -> ForkS
     first = read(store, parent, limit=1)[0].event
     if not isinstance(first, ThreadStarted):  # pragma: no cover - the order rules put it first
         raise InvalidInputError(f"thread {parent}: seq 1 is not ThreadStarted")
-    seed, _ = _seed(store, parent, phead, at, first)
+    seed, _, inh = _seed(store, parent, phead, at, first)
     seed.links += len(outgoing(1, started))
     seed.parent = parent
-    return ForkSeed(parent=parent, at=at, head=seed)
+    return ForkSeed(parent=parent, at=at, head=seed, inherited=tuple(inh))
 
 
 def _not_boundary(thread_id: str, at: int, opened: int) -> InvalidInputError:
@@ -276,7 +311,7 @@ def fork(store: Store, thread_id: str, at: int, *, new_thread_id: str | None = N
     first = read(store, thread_id, limit=1)[0].event
     if not isinstance(first, ThreadStarted):  # pragma: no cover - the order rules put it first
         raise InvalidInputError(f"thread {thread_id}: seq 1 is not ThreadStarted")
-    seed, turns = _seed(store, thread_id, phead, at, first)
+    seed, turns, inh = _seed(store, thread_id, phead, at, first)
     meta: dict[str, Any] = {"branch_point": f"turn_{turns}", "seq": at}
     if reason is not None:
         meta["reason"] = reason
@@ -292,5 +327,6 @@ def fork(store: Store, thread_id: str, at: int, *, new_thread_id: str | None = N
     b.gate()
     encoded = store._encode(new_id, [started], None)
     part = ThreadAppend(thread_id=new_id, events=encoded, expected=NO_STREAM, scope=store.scope, fresh_ids=True,
-                        check_rules=store.check_rules, fork=ForkSeed(parent=thread_id, at=at, head=seed))
+                        check_rules=store.check_rules,
+                        fork=ForkSeed(parent=thread_id, at=at, head=seed, inherited=tuple(inh)))
     return b.submit((part,)).result()[0]

@@ -23,6 +23,7 @@ from typing import Any, Final, Literal, cast
 import msgspec
 
 from tplog import fork as _fork
+from tplog import forklog as _forklog
 from tplog import retire as _retire
 from tplog.backends import contract
 from tplog.backends.contract import (
@@ -45,6 +46,7 @@ from tplog.codec import Codec, Encoded, Header, Limits
 from tplog.errors import InvalidInputError, NotFoundError, ThreadDeletedError, TplogError
 from tplog.events import KIND_CODE, Event, LinkAdded, RecordedEvent, ThreadDeleted, ThreadStarted
 from tplog.lifecycle import check_filter
+from tplog.pipeline import Pipeline
 from tplog.projections.fold import (
     Folder,
     FoldResult,
@@ -410,6 +412,11 @@ class Store:
         _log_appended(res)
         return res
 
+    def pipeline(self, thread_id: str, *, expected_version: ExpectedVersion = ANY) -> Pipeline:
+        """A :class:`~tplog.pipeline.Pipeline` recording ``thread_id``: appends acknowledged
+        once queued, each turn's end (and ``commit()``) durable with everything before it."""
+        return Pipeline(self, thread_id, expected_version=expected_version)
+
     @staticmethod
     def _check_expected(expected: object) -> None:
         if isinstance(expected, bool) or not (
@@ -529,10 +536,14 @@ class Store:
 
         Positions are gap-free at commit; events of a deleted thread leave gaps
         (their positions are skipped), except its ``ThreadDeleted`` tombstone.
+        A fork's ``ThreadStarted`` comes with the events it inherits, all at its
+        position, as a copy's would be in the log (:mod:`tplog.forklog`): such a
+        page may hold more than ``limit`` events.
         """
         _check_position(after)
         _check_page_limit(limit)
-        return self.backend.read_log(0, after=after, limit=limit, scope=self._scope)
+        page = self.backend.read_log(0, after=after, limit=limit, scope=self._scope)
+        return _forklog.expand(self, page) if limit != 0 else page
 
     def iter_all(self, *, after: int = 0, chunk: int = 64) -> Iterator[RecordedEvent]:
         """The store-wide log after position ``after``, streamed: what :meth:`read_all`

@@ -231,7 +231,7 @@ def test_bad_requests(server: ServerProcess) -> None:
         r = c.post("/api/chat", json=chat_body(t, "hi", agent="nobody"))
         assert r.status_code == 422 and "nobody" in r.json()["error"]["message"]
         r = c.post("/api/chat", json={**chat_body(t, "hi"), "trigger": "regenerate-message"})
-        assert r.status_code == 422 and r.json()["error"]["code"] == "unsupported_trigger"
+        assert r.status_code == 409 and r.json()["error"]["code"] == "unknown_message"  # nothing to answer again
         r = c.post("/api/chat", json=chat_body(t, "hi"), headers={"if-match": "abc"})
         assert r.status_code == 400
         # none of that wrote anything

@@ -40,7 +40,7 @@ from typing import Any, Final, Literal, Protocol, TypeVar, Union, runtime_checka
 
 import msgspec
 
-from tplog.codec import Codec, Encoded
+from tplog.codec import Codec, Encoded, facts_of
 from tplog.errors import InvalidInputError
 from tplog.events import LinkAdded, RecordedEvent, ThreadStarted
 from tplog.lifecycle import ThreadFilter
@@ -58,6 +58,7 @@ __all__ = [
     "Direction",
     "ExpectedVersion",
     "ForkSeed",
+    "Inherited",
     "Handle",
     "Held",
     "PROJECTIONS",
@@ -73,6 +74,7 @@ __all__ = [
     "apply_fork",
     "check_append",
     "check_fork_parent",
+    "inherited",
     "own_seqs",
     "outgoing",
     "thread_key",
@@ -155,6 +157,11 @@ def own_seqs(head: ThreadHead) -> list[int]:
     return list(range(1, head.version + 1))
 
 
+#: One prefix event's link-index input: its seq, the LinkAdded (or ``None``), the
+#: thread ids its spawn facts name.
+Inherited = tuple[int, Union[LinkAdded, None], tuple[str, ...]]
+
+
 class ForkSeed(msgspec.Struct, frozen=True, kw_only=True):
     """What makes an append (its one event: the fork's ThreadStarted) create a fork:
     the parent and the fork point, and the head values the parent's first ``at`` events
@@ -165,6 +172,25 @@ class ForkSeed(msgspec.Struct, frozen=True, kw_only=True):
     parent: str
     at: int
     head: ThreadHead
+    #: What the prefix's events index (:func:`inherited`): the backend indexes these rows
+    #: under the fork too, so that ``incoming``/``children`` see it as they would a copy.
+    inherited: tuple[Inherited, ...] = ()
+
+
+def inherited(history: Sequence[Any], at: int) -> list[Inherited]:
+    """The link-index inputs of seqs 2..``at`` of ``history`` (decoded events from seq 1,
+    as a copy holds them): what a fork at ``at`` inherits, indexed under the fork's id
+    with the same ordinals (seqs) a copy's rows would have. Every backend indexes these
+    when the fork is written and again when it rebuilds (from its parent's events)."""
+    out: list[Inherited] = []
+    for seq, ev in enumerate(history[1:at], 2):
+        if isinstance(ev, LinkAdded):
+            out.append((seq, ev, ()))
+            continue
+        f = facts_of(ev)
+        if f is not None and f.spawned:
+            out.append((seq, None, tuple(f.spawned)))
+    return out
 
 
 def apply_fork(head: ThreadHead, seed: ForkSeed) -> ThreadHead:
@@ -442,6 +468,12 @@ class Recorder(Protocol):
         a spawn fact of the parent's messages), by child :func:`thread_key`;
         ``after`` is the last child id of the previous page. A deleted thread is nobody's
         child. ``NotFoundError`` as :meth:`incoming`."""
+        ...
+
+    def has_spawned(self, thread_id: str, *, scope: str | None = None) -> bool:
+        """Whether the thread's events (a fork's inherited ones too) name a spawned thread (a
+        spawn fact): what tells a fork of it whether its prefix must be read for them.
+        ``RebuildRequiredError`` when the links projection is stale."""
         ...
 
     def thread_state(self, thread_id: str, *, scope: str | None = None) -> ThreadState | None:

@@ -29,6 +29,7 @@ from tplog.backends.contract import (
     Cursor,
     Direction,
     Handle,
+    Inherited,
     RebuildReport,
     ThreadAppend,
     ThreadHead,
@@ -38,6 +39,7 @@ from tplog.backends.contract import (
     apply_fork,
     check_append,
     check_fork_parent,
+    inherited,
     outgoing,
     own_seqs,
     thread_key,
@@ -126,6 +128,8 @@ class MemoryRecorder:
     function of its key, positions are gap-free per log). ``clock``: nanoseconds
     since the epoch for heads' times (tests pass a counter so that two backends
     order their listings the same way)."""
+
+    submits_in_order = True  # each submission is applied before submit returns (tplog.pipeline relies on it)
 
     def __init__(self, *, clock: Callable[[], int] = time.time_ns, limits: Limits | None = None,
                  logs: int = 1) -> None:
@@ -231,6 +235,9 @@ class MemoryRecorder:
                 self._index_links(tk, name, scope, s)
             if live_state:
                 feed(self._states.setdefault(tk, ThreadState()), _item(s))
+        if live_links and part.fork is not None:  # the prefix's rows, as the facade read them
+            for seq, ev, spawned in part.fork.inherited:
+                self._index(tk, name, scope, seq, ev, spawned)
         if part.fork is not None:
             head = apply_fork(head, part.fork)
         now = self._clock()
@@ -275,12 +282,26 @@ class MemoryRecorder:
         return s
 
     def _index_links(self, tk: bytes, thread_id: str, scope: str | None, s: _Stored) -> None:
-        for ordinal, lk in outgoing(s.seq, s.event):
+        self._index(tk, thread_id, scope, s.seq, s.event, s.facts.spawned if s.facts is not None else ())
+        if s.seq == 1 and isinstance(s.event, ThreadStarted) and tk in self._threads:
+            for seq, ev, spawned in self._inherited(self._threads[tk].head, scope):
+                self._index(tk, thread_id, scope, seq, ev, spawned)
+
+    def _inherited(self, head: ThreadHead, scope: str | None) -> list[Inherited]:
+        """What a live fork's prefix indexes (none for another thread), from its parent's events."""
+        if head.fork_of is None or head.status != "active":
+            return []
+        p = self._threads.get(thread_key(head.fork_of, scope))
+        return inherited(self._history(p, scope), head.fork_at) if p is not None else []
+
+    def _index(self, tk: bytes, thread_id: str, scope: str | None, seq: int, event: Any,
+               spawned: Sequence[str]) -> None:
+        for ordinal, lk in outgoing(seq, event):
             ttk = thread_key(lk.thread_id, scope)
             self._links.append((ttk, lk.relation.encode(), tk, ordinal, thread_id))
             if lk.relation == SPAWNED_FROM:
                 self._set_child(ttk, tk, thread_id, 1)
-        for child in s.facts.spawned if s.facts is not None else ():
+        for child in spawned:
             ck = thread_key(child, scope)
             t = self._threads.get(ck)
             if t is None or t.head.status != "deleted":  # a deleted thread is nobody's child
@@ -467,6 +488,14 @@ class MemoryRecorder:
             if not rows:
                 self._require_known(thread_id, ptk)
             return [cid for _, cid in (rows if limit is None else rows[:limit])]
+
+    def has_spawned(self, thread_id: str, *, scope: str | None = None) -> bool:
+        """Whether the thread's events (a fork's inherited ones too) name a spawned thread."""
+        tk = thread_key(thread_id, scope)
+        with self._lock:
+            self._check_open()
+            self._require_live("links")
+            return any(pk == tk and row[1] & 2 for (pk, _), row in self._children.items())
 
     def thread_state(self, thread_id: str, *, scope: str | None = None) -> ThreadState | None:
         with self._lock:

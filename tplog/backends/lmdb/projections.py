@@ -59,6 +59,7 @@ from tplog.backends.contract import VERSIONS as VERSIONS
 from tplog.backends.contract import RebuildReport as RebuildReport
 from tplog.backends.contract import ThreadHead
 from tplog.backends.contract import outgoing as outgoing
+from tplog.backends.lmdb.chunks import EventRows
 from tplog.backends.lmdb.engine import ReadTxn, WriteTxn
 from tplog.backends.lmdb.keys import TKEY_SIZE, from_u64, tkey, u64
 from tplog.codec import (
@@ -229,6 +230,43 @@ def apply_links(tables: _Tables, thread_id: str, tk: bytes, seq: int, event: Any
             _set_child(tables, tk, ck, child, C_SPAWN)
 
 
+def inherited_rows(txn: ReadTxn, codec: Codec, tk: bytes) -> list[tuple[int, Any, tuple[str, ...]]]:
+    """What a live fork's prefix indexes under the fork (:func:`tplog.backends.contract.inherited`),
+    read from its parent's rows (and theirs, for a fork of a fork) in ``txn``: the rebuild's and
+    the deletion's view of what the fork's append indexed. ``[]`` for any other thread."""
+    raw = txn.get("heads", tk)
+    head = _head_dec.decode(raw) if raw is not None else None
+    if head is None or head.fork_of is None or head.status != "active":
+        return []
+    out: list[tuple[int, Any, tuple[str, ...]]] = []
+    _prefix_rows(txn, codec, head.fork_of, head.scope, 2, head.fork_at, out)
+    return out
+
+
+def _prefix_rows(txn: ReadTxn, codec: Codec, thread_id: str, scope: str | None, lo: int, hi: int,
+                 out: list[tuple[int, Any, tuple[str, ...]]]) -> None:
+    """The link-index inputs of ``thread_id``'s seqs ``lo``..``hi`` (a fork's through its parent)."""
+    tk = tkey(thread_id, scope)
+    raw = txn.get("heads", tk)
+    if raw is None or lo > hi:
+        return
+    head = _head_dec.decode(raw)
+    if head.fork_of is not None and head.status == "active":
+        if lo <= head.fork_at:
+            _prefix_rows(txn, codec, head.fork_of, scope, lo, min(hi, head.fork_at), out)
+        lo = max(lo, head.fork_at + 1)
+    for key, value in EventRows(txn, codec).range(tk + u64(lo), tk + u64(hi + 1), name=thread_id):  # chunks expanded
+        seq = from_u64(key, TKEY_SIZE)
+        hdr = codec.header(value, where=(thread_id, seq))
+        spawned = tuple(hdr.facts.spawned) if hdr.facts is not None and hdr.facts.spawned else ()
+        if hdr.kind == _K_LINK:
+            codec.check(key, value, where=(thread_id, seq))
+            out.append((seq, codec.decode_event(codec.body_bytes(value, txn, where=(thread_id, seq)),
+                                                where=(thread_id, seq)), spawned))
+        elif spawned:
+            out.append((seq, None, spawned))
+
+
 def unapply_links(tables: _Tables, thread_id: str, tk: bytes, seq: int, event: Any, spawned: Iterable[str],
                   scope: str | None = None) -> None:
     """Remove what :func:`apply_links` added for one event (thread deletion)."""
@@ -314,6 +352,7 @@ def _items_in(
     last = start - 1
     check, check_header, header = codec.check, codec.check_header, codec.header
     skipped = SKIPPED_FOR_LINKS if do_links else SKIPPED
+    rows = EventRows(txn, codec)
     for pk, key in txn.range("global", u64(start)):
         if scanned >= limit:
             break
@@ -322,7 +361,7 @@ def _items_in(
         if covered is not None and covered(key, last):
             continue
         read += 1
-        value = txn.get("events", key)
+        value = rows.get(key)
         if value is None:  # pragma: no cover - the index and the events change together
             continue
         tk = key[:TKEY_SIZE]
@@ -383,7 +422,7 @@ def _scan_keys(txn: ReadTxn, codec: Codec, after: bytes, limit: int, do_links: b
     name: str = ""
     scope: str | None = None
     n = 0
-    rows = txn.range("events", after + b"\x00" if after else b"")
+    rows = EventRows(txn, codec).range(after + b"\x00" if after else b"")
     # The loop runs once per event of the log: the header decode is inlined (on a
     # mismatch, codec.check_header / codec.header raise the typed error).
     for n, (key, value) in enumerate(itertools.islice(rows, limit), 1):  # noqa: B007 (n, key: read after it)
@@ -412,6 +451,8 @@ def _scan_keys(txn: ReadTxn, codec: Codec, after: bytes, limit: int, do_links: b
             started = started_event(codec, txn, key, value, (name, seq)) if do_links else None
             if started is not None:
                 links.append((name, tk, seq, started, (), scope))
+                if seq == 1:  # a fork's: the rows it inherits from its parent's prefix too
+                    links += [(name, tk, sq, ev, sp, scope) for sq, ev, sp in inherited_rows(txn, codec, tk)]
             continue
         if kind == _K_DELETED:  # deleted before this snapshot: nothing of it is left to fold ...
             states.pop(tk, None)
@@ -668,7 +709,7 @@ def _rebuild(engine: Any, codec: Codec, names: list[str], verify: bool, chunk: i
     # (log position positions[i]) holds; the last chunk's range is open-ended.
     last_keys: list[bytes] = []
     positions: list[int] = []
-    total = int(engine.info()["tables"]["events"]["entries"]) if progress is not None else 0
+    total = int(engine.info()["tables"]["global"]["entries"]) if progress is not None else 0
     after = b""
     carry: tuple[bytes, ThreadState] | None = None
     while True:
@@ -708,6 +749,9 @@ def _rebuild(engine: Any, codec: Codec, names: list[str], verify: bool, chunk: i
         for _pos, thread_id, tk, it, scope in batch:
             if do_links and (it.kind in (_K_LINK, _K_STARTED) or (it.facts is not None and it.facts.spawned)):
                 apply_links(tables, thread_id, tk, it.seq, it.event, it.facts.spawned if it.facts else (), scope)
+                if it.kind == _K_STARTED and it.seq == 1:  # a fork's inherited rows (see _scan_keys)
+                    for sq, ev, sp in inherited_rows(txn, codec, tk):
+                        apply_links(tables, thread_id, tk, sq, ev, sp, scope)
             if it.kind == _K_DELETED:
                 deleted.add(tk)
                 if do_state:

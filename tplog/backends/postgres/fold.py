@@ -3,14 +3,14 @@ writes, and what a rebuild folds the log into (the same code, so they agree)."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any, Final
 
-from tplog.backends.contract import ThreadHead, outgoing
+from tplog.backends.contract import Inherited, ThreadHead, outgoing
 from tplog.codec import MSG_KIND, facts_of
 from tplog.projections.fold import Item, ThreadState
 
-__all__ = ["ORD_SHIFT", "Batch", "Thread", "index_links", "item_of"]
+__all__ = ["ORD_SHIFT", "Batch", "Thread", "index_inherited", "index_links", "item_of"]
 
 SPAWNED_FROM: Final = "spawned_from"
 #: Link ordinals (contract.outgoing: a seq, or DECLARED | i) are stored minus 2**63: a bigint, same order.
@@ -59,17 +59,25 @@ def item_of(seq: int, kind: int, event: Any) -> Item:
     return Item(seq, kind, facts_of(event), None if kind == MSG_KIND else event)
 
 
+def index_inherited(b: Batch, key_of: KeyOf, log: int, scope: str, tk: bytes, name: str,
+                    rows: Iterable[Inherited]) -> None:
+    """The rows a fork's prefix indexes under the fork (:func:`tplog.backends.contract.inherited`)."""
+    for seq, ev, spawned in rows:
+        index_links(b, key_of, log, scope, tk, name, seq, ev, None, spawned)
+
+
 def index_links(b: Batch, key_of: KeyOf, log: int, scope: str, tk: bytes, name: str, seq: int, ev: Any,
-                facts: Any) -> None:
-    """The link rows (in the target's log) and children rows one event adds. A spawn fact's
-    child row is written only if the child is not deleted (checked when the row is written)."""
+                facts: Any, spawned: Iterable[str] = ()) -> None:
+    """The link rows (in the target's log) and children rows one event adds (``facts``, or
+    ``spawned`` for an inherited row). A spawn fact's child row is written only if the child
+    is not deleted (checked when the row is written)."""
     sc = scope or None
     for ordinal, lk in outgoing(seq, ev):
         tlog, _, ttk = key_of(lk.thread_id, sc)
         b.links.append((tlog, scope, ttk, lk.relation.encode(), tk, ordinal - ORD_SHIFT, name))
         if lk.relation == SPAWNED_FROM:
             _child(b, (tlog, scope, ttk, tk), name, 1, tlog)
-    for child in facts.spawned if facts is not None else ():
+    for child in facts.spawned if facts is not None else spawned:
         clog, _, ctk = key_of(child, sc)
         _child(b, (log, scope, tk, ctk), child, 2, clog)
 

@@ -16,8 +16,10 @@ import psycopg.errors
 from tplog.backends.contract import (
     Cursor,
     Direction,
+    Inherited,
     ThreadHead,
     ThreadPage,
+    inherited,
     outgoing,
     thread_key,
 )
@@ -268,6 +270,40 @@ class PgReads(PgConnections):
             if not rows:
                 self._require_known(conn, thread_id, log, sc, tk)
         return [r[0] for r in rows]
+
+    def _inherited(self, conn: psycopg.Connection[Any], thread_id: str, scope: str | None) -> list[Inherited]:
+        """What a live fork's prefix indexes under the fork (a rebuild's view, from its parent's
+        events in ``conn``'s snapshot); ``[]`` for any other thread."""
+        head = self._head_in(conn, thread_id, scope)
+        if head is None or head.fork_of is None or head.status != "active":
+            return []
+        return inherited(self._copy_events(conn, head.fork_of, scope), head.fork_at)
+
+    def _head_in(self, conn: psycopg.Connection[Any], thread_id: str, scope: str | None) -> ThreadHead | None:
+        row = conn.execute("SELECT head FROM heads WHERE log_id = %s AND scope = %s AND tk = %s AND head IS NOT "
+                           "NULL", self._key(thread_id, scope, conn)).fetchone()
+        return _head_dec.decode(row[0]) if row is not None else None
+
+    def _copy_events(self, conn: psycopg.Connection[Any], thread_id: str, scope: str | None) -> list[Any]:
+        """The thread's decoded events as a copy would hold them (a fork's prefix from its parent)."""
+        log, sc, tk = self._key(thread_id, scope, conn)
+        rows = conn.execute("SELECT seq, position, event_id, value FROM events WHERE log_id = %s AND scope = %s "
+                            "AND tk = %s ORDER BY seq", (log, sc, tk), binary=True).fetchall()
+        own = [self._event(conn, thread_id, log, tk, *r).event for r in rows]
+        head = self._head_in(conn, thread_id, scope)
+        if head is None or head.fork_of is None or head.status != "active":
+            return own
+        return [*own[:1], *self._copy_events(conn, head.fork_of, scope)[1:head.fork_at], *own[1:]]
+
+    @_retried
+    def has_spawned(self, thread_id: str, *, scope: str | None = None) -> bool:
+        """Whether the thread's events (a fork's inherited ones too) name a spawned thread."""
+        log, sc, tk = self._key(thread_id, scope)
+        with self._read() as conn:
+            self._links_live(conn)
+            row = conn.execute("SELECT EXISTS (SELECT 1 FROM children WHERE log_id = %s AND scope = %s AND "
+                               "parent = %s AND flags & 2 = 2)", (log, sc, tk)).fetchone()
+        return bool(row and row[0])
 
     @_retried
     def thread_state(self, thread_id: str, *, scope: str | None = None) -> ThreadState | None:

@@ -16,9 +16,9 @@ from typing import Any, Protocol
 import msgspec
 import psycopg
 
-from tplog.backends.contract import RebuildReport
+from tplog.backends.contract import Inherited, RebuildReport, outgoing
 from tplog.backends.memory import VERSIONS
-from tplog.backends.postgres.fold import Batch, index_links, item_of
+from tplog.backends.postgres.fold import Batch, index_inherited, index_links, item_of
 from tplog.events import KIND_CODE, RecordedEvent, ThreadDeleted
 from tplog.projections.fold import ThreadState, feed
 
@@ -31,6 +31,8 @@ class Source(Protocol):
 
     def _key(self, thread_id: str, scope: str | None,
              conn: psycopg.Connection[Any] | None = None) -> tuple[int, str, bytes]: ...
+
+    def _inherited(self, conn: psycopg.Connection[Any], thread_id: str, scope: str | None) -> list[Inherited]: ...
 
 __all__ = ["rebuild"]
 
@@ -64,8 +66,12 @@ class _Fold:
                     self.forget(log, scope, tk)  # its events before the snapshot went with it
                     continue
                 it = item_of(seq, kind, ev)
-                index_links(self.b, lambda t, s: self.rec._key(t, s, conn), log, scope, tk, thread_id, seq, ev,
-                            it.facts)
+                key_of = lambda t, s: self.rec._key(t, s, conn)  # noqa: E731
+                index_links(self.b, key_of, log, scope, tk, thread_id, seq, ev, it.facts)
+                if seq == 1 and any(lk.relation == "spawned_from" for _, lk in outgoing(seq, ev)):
+                    # perhaps a fork's start (every fork declares its parent): the rows it inherits too
+                    index_inherited(self.b, key_of, log, scope, tk, thread_id,
+                                    self.rec._inherited(conn, thread_id, scope or None))
                 feed(self.states.setdefault((log, scope, tk), ThreadState()), it)
 
     def drop_deleted_children(self, conn: psycopg.Connection[Any]) -> None:

@@ -71,7 +71,7 @@ from tplog.backends.postgres.connections import (
 from tplog.backends.postgres.errors import LockTimeoutError, PostgresUnavailableError, SchemaError
 from tplog.backends.postgres.fold import Batch as _Batch
 from tplog.backends.postgres.fold import Thread as _Thread
-from tplog.backends.postgres.fold import index_links
+from tplog.backends.postgres.fold import index_inherited, index_links
 from tplog.backends.postgres.maintenance import PgMaintenance
 from tplog.backends.postgres.placement import Placement
 from tplog.backends.postgres.schema import check_schema_name
@@ -490,6 +490,8 @@ class PostgresRecorder(PgMaintenance):
             if t.state is not None:
                 feed(t.state, Item(seq, enc.kind, enc.facts, None if enc.kind == MSG_KIND else enc.event))
         if part.fork is not None:
+            if b.live_links:  # the prefix's link rows, as the facade read them
+                index_inherited(b, self._wkey, log, scope, tk, name, part.fork.inherited)
             head = apply_fork(head, part.fork)
         now = self._clock()
         if head.created_ns == 0:

@@ -27,7 +27,10 @@ Endpoints
     in the same atomic append as the first turn. ``If-Match: N`` makes the
     request conditional on the thread's version (``0``: the thread must not
     exist). The response starts only once the turn's first append committed, so
-    a conflict is a clean ``409`` with nothing written.
+    a conflict is a clean ``409`` with nothing written. AI SDK v6 ``regenerate-message`` and
+    edit-and-resend (``messageId`` naming the user message that ends ``messages``) answer on a
+    new branch, a fork of the chat's thread; the chat id names its newest branch
+    (:mod:`tplog.integrations.branches`).
 
     A client that goes away does not lose the run. ``on_disconnect="finish"``
     (default): the run goes on in the server and is recorded to its end;

@@ -19,11 +19,13 @@ from starlette.routing import Route
 from tplog.aio import AsyncStore
 from tplog.errors import NotFoundError, ThreadDeletedError, TplogError
 from tplog.events import RecordedEvent, ThreadDeleted
+from tplog.integrations import branches
 from tplog.integrations.browser import browser_routes
 from tplog.integrations.http import SSE_HEADERS, HTTPError, http_error
 from tplog.integrations.http import SSEResponse as _SSEResponse
 from tplog.integrations.http import error_response as _error_response
 from tplog.integrations.resume import AfterStop, resume_response
+from tplog.integrations.scheduled_prune import PruneSchedule
 from tplog.integrations.server.config import AppendTimings, OnDisconnect, TpChunks
 from tplog.integrations.server.state import Server, new_message_id, path_thread, thread_for
 from tplog.integrations.vercel import CHAT_ID_KEY, MESSAGE_ID_KEY, client_tool_results, thread_id_for_chat
@@ -67,6 +69,14 @@ async def _json_body(request: Request, limit: int) -> dict[str, Any]:
     if not isinstance(data, dict):
         raise HTTPError(422, "invalid_body", f"the body must be a JSON object, not {type(data).__name__}")
     return data
+
+
+async def _chat_branch(srv: Server, root: str) -> str:
+    """The chat's newest branch (:mod:`tplog.integrations.branches`): what its chat endpoints answer for."""
+    tid, k = await asyncio.to_thread(branches.current, srv.store, root)
+    if k:
+        set_thread_id(tid)
+    return tid
 
 
 def _if_match(request: Request) -> int | None:
@@ -171,6 +181,7 @@ def create_app(
     after_stop_wait: float = 30.0,
     live_flush: float = 0.05,
     resumable: bool = True,
+    prune: PruneSchedule | None = None,
 ) -> Starlette:
     """The ASGI app serving ``store`` (a directory, opened per worker in the lifespan, or an
     open ``Store``/``AsyncStore`` the caller keeps owning) with ``agents`` (name -> Pydantic AI agent).
@@ -221,6 +232,7 @@ def create_app(
         after_stop_wait=after_stop_wait,
         live_flush=live_flush,
         resumable=resumable,
+        prune=prune,
     )
 
     async def chat(request: Request) -> Response:
@@ -241,20 +253,40 @@ def create_app(
                 f"not a Vercel AI UI request: {first['loc'] or 'body'}: {first['msg']}",
                 errors=errs,
             ) from None
-        if body.get("trigger") == "regenerate-message":
-            raise HTTPError(
-                422,
-                "unsupported_trigger",
-                "regenerate-message is not supported: the thread's log is append-only; submit a new message instead",
-            )
+        regenerate = body.get("trigger") == "regenerate-message"
         chat_id = run_input.id
         if not chat_id or len(chat_id.encode()) > 512:
             raise HTTPError(422, "invalid_body", "id (the chat/thread id) must be a non-empty string ≤ 512 bytes")
-        thread_id = await thread_for(srv, chat_id)
+        root = await thread_for(srv, chat_id)
+        thread_id, branch_no = await asyncio.to_thread(branches.current, srv.store, root)
         agent_name, agent = srv.agent(body.get("agent", request.query_params.get("agent")))
         if_match = _if_match(request)
         msgs = run_input.messages
         last = msgs[-1] if msgs else None
+        if regenerate and (last is None or last.role != "user"):
+            raise HTTPError(422, "invalid_body", "regenerate-message: the messages must end with the user message "
+                            "to answer again (what the AI SDK's regenerate() sends)")
+        if regenerate or (last is not None and last.role == "user" and last.id and body.get("messageId") == last.id):
+            # AI SDK v6 regenerate / edit-and-resend: the answer goes on a new branch (tplog.integrations.branches)
+            assert last is not None
+            at = await asyncio.to_thread(branches.point, srv.store, thread_id, last.id)
+            if at is None and regenerate:
+                raise HTTPError(409, "unknown_message", f"regenerate-message: thread {thread_id} has no user "
+                                f"message {last.id!r} to answer again")
+            if at is not None:
+                head = await asyncio.to_thread(srv.store.head, thread_id)
+                if if_match is not None and if_match != head.version:
+                    raise HTTPError(409, "version_conflict", f"thread {thread_id}: If-Match expected version "
+                                    f"{if_match}, but the thread is at version {head.version}",
+                                    expected=if_match, actual=head.version)
+                reason = branches.REASON_REGENERATE if regenerate else branches.REASON_EDIT
+                try:
+                    thread_id = await asyncio.to_thread(branches.branch, srv.store, root, branch_no, thread_id, at,
+                                                        reason)
+                except TplogError as exc:
+                    raise http_error(exc) from exc
+                set_thread_id(thread_id)
+                if_match = at
         deferred: tuple[dict[str, Any], dict[str, Any]] | None = None
         client_results = False
         user_text: str | None = None
@@ -321,7 +353,7 @@ def create_app(
     async def chat_messages(request: Request) -> Response:
         from tplog.integrations.ui_messages import ui_messages
 
-        tid = await path_thread(srv, request)
+        tid = await _chat_branch(srv, await path_thread(srv, request))
         try:
             res = await asyncio.to_thread(srv.store.load, tid)
         except NotFoundError:  # a chat that has not sent anything yet
@@ -331,7 +363,7 @@ def create_app(
         return _json(await asyncio.to_thread(ui_messages, res.thread))
 
     async def chat_stream(request: Request) -> Response:
-        tid = await path_thread(srv, request)
+        tid = await _chat_branch(srv, await path_thread(srv, request))
         if not srv.resumable:
             return Response(status_code=204, headers={"x-tplog-worker": str(os.getpid())})
         return await resume_response(srv, tid)

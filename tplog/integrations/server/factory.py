@@ -12,6 +12,7 @@ from typing import Any
 
 from starlette.applications import Starlette
 
+from tplog.integrations.scheduled_prune import ENV_PRUNE, PruneSchedule, schedule_from_env
 from tplog.integrations.server.app import create_app
 from tplog.integrations.server.config import (
     ENV_AFTER_STOP,
@@ -94,6 +95,7 @@ def app_from_env(agents: Mapping[str, Any] | None = None) -> Starlette:
     (default 30). ``TPLOG_SERVER_METRICS``: path prefix for per-worker append timings.
     ``TPLOG_SERVER_TP_CHUNKS``: ``transient`` (default) / ``parts``. ``TPLOG_SERVER_AFTER_STOP``:
     ``interrupt`` (default) / ``wait`` / ``reject``. ``TPLOG_SERVER_RESUMABLE``: ``1`` (default) / ``0``.
+    ``TPLOG_SERVER_PRUNE``: a retention schedule (:mod:`tplog.integrations.scheduled_prune`).
     """
     path = os.environ.get(ENV_STORE)
     if not path:
@@ -122,6 +124,7 @@ def app_from_env(agents: Mapping[str, Any] | None = None) -> Starlette:
         tp_chunks=tp_chunks,  # type: ignore[arg-type]
         after_stop=after_stop,  # type: ignore[arg-type]
         resumable=resumable == "1",
+        prune=schedule_from_env(os.environ.get(ENV_PRUNE)),
     )
 
 
@@ -155,6 +158,7 @@ def serve(
     log_level: str = "info",
     shutdown_grace: float = 30.0,
     log_format: str = "text",
+    prune: PruneSchedule | None = None,
 ) -> None:
     """Serve ``store_path`` with uvicorn (``tplog serve``); blocks until stopped (SIGINT/SIGTERM).
 
@@ -165,6 +169,7 @@ def serve(
     ``shutdown_grace`` seconds, then are recorded as interrupted (``server_shutdown``).
     ``log_format="json"``: every log line (tplog's and uvicorn's, access lines included) is one
     JSON object naming the thread it is about (:mod:`tplog.logs`); ``"text"``: uvicorn's default.
+    ``prune``: apply a retention policy on a schedule (:mod:`tplog.integrations.scheduled_prune`).
     """
     import uvicorn
 
@@ -184,6 +189,9 @@ def serve(
     os.environ[ENV_SHUTDOWN_GRACE] = repr(grace)
     if agents:
         os.environ[ENV_AGENTS] = agents
+    if prune is not None:
+        prune.check()
+        os.environ[ENV_PRUNE] = prune.to_env()
     # text: uvicorn's own default configuration (passing log_config=None would turn it off)
     logging_options: dict[str, Any] = {} if log_format == "text" else {"log_config": log_config(log_format, log_level)}
     uvicorn.run(

@@ -37,6 +37,7 @@ from tplog.integrations.http import UI_STREAM_HEADERS, HTTPError, http_error
 from tplog.integrations.http import SSEResponse as _SSEResponse
 from tplog.integrations.http import header_safe as _header_safe
 from tplog.integrations.resume import AfterStop, LiveWriter, settle_open_turn, sweeper
+from tplog.integrations.scheduled_prune import PruneSchedule, prune_loop
 from tplog.integrations.server.config import AppendTimings, OnDisconnect, TpChunks
 from tplog.integrations.vercel import MESSAGE_ID_KEY, thread_id_for_chat
 from tplog.logs import set_thread_id
@@ -238,6 +239,7 @@ class Server:
         after_stop_wait: float = 30.0,
         live_flush: float = 0.05,
         resumable: bool = True,
+        prune: PruneSchedule | None = None,
     ) -> None:
         if on_disconnect not in ("finish", "interrupt"):
             raise ValueError(f"on_disconnect must be 'finish' or 'interrupt', not {on_disconnect!r}")
@@ -268,6 +270,9 @@ class Server:
         self.after_stop_wait = after_stop_wait
         self.live_flush = live_flush
         self.resumable = resumable
+        if prune is not None:
+            prune.check()
+        self.prune = prune
         self._live: LiveStreams | None = None
         self.live_tasks: set[asyncio.Task[None]] = set()
         self._astore: AsyncStore | None = None
@@ -317,6 +322,8 @@ class Server:
         self._watcher.start()
         if self.resumable:
             self.live_tasks.add(asyncio.get_running_loop().create_task(sweeper(self.live)))
+        if self.prune is not None:  # cancelled at shutdown with the sweeper
+            self.live_tasks.add(asyncio.get_running_loop().create_task(prune_loop(self._astore.store, self.prune)))
         unhook = self._hook_signals(asyncio.get_running_loop())
         try:
             yield

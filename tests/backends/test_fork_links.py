@@ -1,0 +1,164 @@
+"""A fork's inherited links, on every backend: ``incoming``/``children`` of every thread
+list a fork as they list the same thread copied (issue #22: a fork gives exactly what a
+copied thread would). The fork indexes its prefix's ``LinkAdded`` links and spawn facts
+under its own id when it is written; a rebuild recomputes those rows from the parent's
+events, and verify compares them.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from conftest import agent_start, completed, exchange, link, register, spawn_message, started, user
+from test_lifecycle import copy_by_append, store, tid  # noqa: F401  (the every-backend fixture)
+
+from tplog import Store
+
+
+def linked_parent(s: Store) -> tuple[str, list[str]]:
+    """A parent whose prefix links to three threads and spawns a fourth; returns it and every
+    thread that can be a link target. seq 1-2 start, 3-6 a turn pair, 7 link x, 8 link y (spawned_from),
+    9-12 a turn that spawns z, 13 link w, 14-17 a turn pair."""
+    x, y, z, w, parent = tid(), tid(), tid(), tid(), tid()
+    for t in (x, y, z, w):
+        s.append(t, [started(t)])
+    s.append(parent, [started(parent, title="links"), register(), *exchange("a?", "b")])
+    s.append(parent, [link(x), link(y, "spawned_from")])
+    s.append(parent, [user("spawn?"), agent_start(), spawn_message(z), completed()])
+    s.append(parent, [link(w, "referenced"), *exchange("c?", "d")])
+    return parent, [x, y, z, w]
+
+
+def same_links(s: Store, targets: list[str], f: str, c: str) -> None:
+    for t in targets:
+        rows = s.incoming(t)
+        fork_rows = [r for src, r in rows if src == f]
+        copy_rows = [r for src, r in rows if src == c]
+        assert sorted(fork_rows) == sorted(copy_rows), t
+        kids = s.children(t)
+        assert (f in kids) == (c in kids), t
+    assert s.children(f) == s.children(c)
+
+
+@pytest.mark.parametrize("at", [2, 6, 7, 8, 12, 13, 17])
+def test_fork_is_listed_by_incoming_and_children_like_a_copy(store: Store, at: int) -> None:  # noqa: F811
+    parent, targets = linked_parent(store)
+    f = store.fork(parent, at).thread_id
+    store.append(f, [link(targets[0], "cites"), *exchange("own?", "mine")])
+    c = copy_by_append(store, f)
+    everyone = [*targets, parent, f, c]
+    same_links(store, everyone, f, c)
+    # Forks of forks inherit through their parent, at any point of it.
+    g = store.fork(f, store.head(f).version).thread_id
+    h = store.fork(f, max(1, at)).thread_id
+    gc, hc = copy_by_append(store, g), copy_by_append(store, h)
+    same_links(store, [*everyone, g, h, gc, hc], g, gc)
+    same_links(store, [*everyone, g, h, gc, hc], h, hc)
+    # A rebuild derives the same rows from the log, and verify finds nothing wrong.
+    assert [r.differences for r in store.rebuild(verify=True)] == [[], []]
+    assert store.verify().problems == []
+    store.rebuild()
+    same_links(store, [*everyone, g, h, gc, hc], g, gc)
+    same_links(store, [*everyone, g, h, gc, hc], h, hc)
+    # Deleting a fork takes its inherited rows with it, as deleting the copy does its own.
+    store.delete_thread(f, cascade=True)
+    store.delete_thread(c)
+    for t in targets:
+        assert all(src not in (f, g, h) for src, _ in store.incoming(t))
+        assert f not in store.children(t)
+    assert [r.differences for r in store.rebuild(verify=True)] == [[], []]
+
+
+def test_fork_links_survive_a_memory_backup(tmp_path: object) -> None:
+    """``Store("memory:DIR")`` restores a backup's forks: reads, exports, links, verify."""
+    from pathlib import Path
+
+    from tplog import thread_hash
+
+    d = Path(str(tmp_path)) / "bk"
+    with Store("memory:", check_rules=False) as s:
+        parent, targets = linked_parent(s)
+        f = s.fork(parent, 13).thread_id
+        s.append(f, exchange("own?", "mine"))
+        g = s.fork(f, 14).thread_id
+        want = {t: (s.export(t), s.read(t), s.incoming(targets[0]), s.children(parent), s.links(t))
+                for t in (f, g)}
+        s.backup(str(d))
+    with Store(f"memory:{d}", check_rules=False) as b:
+        for t in (f, g):
+            doc, evs, inc, kids, links = want[t]
+            assert b.export(t) == doc and thread_hash(b.export(t)) == thread_hash(doc)
+            assert b.read(t) == evs
+            assert b.incoming(targets[0]) == inc and b.children(parent) == kids and b.links(t) == links
+        assert b.head(g).fork_of == f
+        assert b.verify().problems == []
+        # The restored store goes on like the original: appending to a fork, forking again.
+        b.append(g, exchange("later?", "yes"))
+        assert len(b.export(g).turns) == len(want[g][0].turns) + 2
+        b.delete_thread(parent, cascade=True)
+        assert not b.exists(f) and b.verify().problems == []
+
+
+def per_thread(events: list[Any]) -> dict[str, list[tuple[int, Any]]]:
+    """A projection built from the store-wide log: each thread's (seq, event) in log order."""
+    out: dict[str, list[tuple[int, Any]]] = {}
+    for e in events:
+        out.setdefault(e.thread_id, []).append((e.seq, e.event))
+    return out
+
+
+def test_log_readers_see_a_fork_as_they_see_a_copy(store: Store) -> None:  # noqa: F811
+    """``read_all``/``iter_all`` expand a fork's start into its inherited events (at the start's
+    position): a projection folded from the log holds the same events for a fork as for its copy."""
+    parent, _targets = linked_parent(store)
+    mark = store.last_position
+    f = store.fork(parent, 13).thread_id
+    store.append(f, exchange("own?", "mine"))
+    g = store.fork(f, 14).thread_id
+    store.append(g, [link(parent)])
+    c, gc = copy_by_append(store, f), copy_by_append(store, g)
+    whole = store.read_all()
+    proj = per_thread(whole)
+    for fork_id, copy_id in ((f, c), (g, gc)):
+        assert [s for s, _ in proj[fork_id]] == [s for s, _ in proj[copy_id]] == list(
+            range(1, store.head(fork_id).version + 1))
+        assert proj[fork_id][1:] == proj[copy_id][1:]  # seq 1 names its own thread id
+    # The expansion sits at the fork's start: positions never go back, the cursor is the position.
+    positions = [e.position for e in whole]
+    assert positions == sorted(positions)
+    start = next(e.position for e in whole if e.thread_id == f and e.seq == 1)
+    assert [e.seq for e in whole if e.position == start] == list(range(1, 14))
+    # Catch-up readers paging with any limit, or streaming with any chunk, see the same.
+    for limit in (1, 2, 5):
+        got: list[Any] = []
+        after = 0
+        while page := store.read_all(after=after, limit=limit):
+            got += page
+            after = page[-1].position
+        assert got == whole, limit
+        assert list(store.iter_all(chunk=limit)) == whole
+    # A reader that caught up to just before the fork sees the fork whole.
+    assert per_thread(store.read_all(after=mark))[f] == proj[f]
+    # The raw log still holds only the fork's own rows.
+    raw = store.backend.read_log(0, after=0, limit=None, scope=store.scope)
+    assert len([e for e in raw if e.thread_id == f]) == 1 + 4
+    # A deleted fork's start is gone from the log (its tombstone stays): nothing is expanded.
+    store.delete_thread(f, cascade=True)
+    assert {e.event.__class__.__name__ for e in store.read_all() if e.thread_id in (f, g)} == {"ThreadDeleted"}
+
+
+def test_a_fork_inherits_spawn_facts_alone(store: Store) -> None:  # noqa: F811
+    """A parent whose prefix spawns a thread but adds no link (its head counts no links): a fork at
+    its end still lists the spawned thread as its child, as the copy does (the children index says so)."""
+    spawned, parent = tid(), tid()
+    store.append(spawned, [started(spawned)])
+    store.append(parent, [started(parent), register(), user("spawn?"), agent_start(), spawn_message(spawned),
+                          completed()])
+    f = store.fork(parent, 6).thread_id
+    g = store.fork(f, 6).thread_id
+    c = copy_by_append(store, g)
+    assert sorted(store.children(parent)) == sorted([spawned, f])
+    assert sorted(store.children(f)) == sorted([spawned, g, c])  # the copy keeps the fork's spawned_from link
+    assert store.children(g) == store.children(c) == [spawned]
+    assert [r.differences for r in store.rebuild(verify=True)] == [[], []]
