@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any, cast
 
 import pytest
+from hypothesis import settings
 
 from tplog import (
     AgentConfig,
@@ -36,6 +37,11 @@ from tplog import (
     UserTurnSubmitted,
 )
 from tplog.store import AppendResult, Store
+
+# No per-example deadline: on a loaded 2-core runner, traced by coverage, single examples took over the
+# default 200 ms and failed tests that are about results, not speed.
+settings.register_profile("tplog", deadline=None)
+settings.load_profile("tplog")
 
 T = "2025-01-20T10:00:00Z"
 

@@ -129,7 +129,6 @@ def _pydantic_ai_history() -> bytes:
 
 
 def test_import_hints_at_the_format_the_input_looks_like(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
-    pytest.importorskip("pydantic_ai")
     store = str(tmp_path / "s")
     history = tmp_path / "history.json"
     history.write_bytes(_pydantic_ai_history())
@@ -206,7 +205,6 @@ def agents_module(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> str:
 def test_serve_agents_spec_errors(capsys: pytest.CaptureFixture[str], tmp_path: Path, agents_module: str) -> None:
     """A spec that does not load: exit 2, one line naming the spec and what is wrong, nothing started or
     created, no internal environment variable named."""
-    pytest.importorskip("uvicorn")
     store = tmp_path / "store"
     mod = agents_module
     cases = {
@@ -234,7 +232,6 @@ def test_serve_bad_agents_in_a_real_process(tmp_path: Path) -> None:
 
 
 def test_serve_port_in_use(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
-    pytest.importorskip("uvicorn")
     with socket.socket() as busy:
         busy.bind(("127.0.0.1", 0))
         busy.listen()
@@ -252,7 +249,6 @@ def test_serve_port_in_use(capsys: pytest.CaptureFixture[str], tmp_path: Path) -
 
 def test_env_is_untouched_by_a_failed_serve(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
     """A refused start leaves no server environment behind in this process."""
-    pytest.importorskip("uvicorn")
     before = {k for k in os.environ if k.startswith("TPLOG_SERVER_")}
     fails(capsys, "serve", str(tmp_path / "s"), "--agents", "nosuch_xyz:A")
     assert {k for k in os.environ if k.startswith("TPLOG_SERVER_")} == before

@@ -468,7 +468,6 @@ PAI_HISTORY = json.dumps([
 
 @pytest.mark.parametrize("given_id", ["chat-1", T1])
 def test_importers_map_an_outside_id_by_the_one_rule(tmp_path: Path, given_id: str) -> None:
-    pytest.importorskip("pydantic_ai")
     from pydantic_ai import messages as pm
 
     from tplog.integrations import importers
@@ -640,7 +639,6 @@ def test_an_idempotent_retry_of_a_refused_append_is_refused_again(store: Store) 
 def test_a_recorder_on_a_non_uuid_thread_id_is_refused_with_the_rule(store: Store) -> None:
     """The recorder appends through its caller's function, under the caller's id: the caller maps
     an outside id (``thread_id_for``); an unmapped one is refused, typed, with the rule id."""
-    pytest.importorskip("pydantic_ai")
     import asyncio
 
     from tplog.integrations.pydantic_ai import ThreadRecorder

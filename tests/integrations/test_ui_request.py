@@ -8,10 +8,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-
-pytest.importorskip("starlette")
-pytest.importorskip("httpx")
-
 from pydantic_ai import Agent
 from pydantic_ai.models.test import TestModel
 from starlette.applications import Starlette

@@ -55,7 +55,7 @@ class _Serve:
                  str(self.workers), "--shutdown-grace", "5"], cwd=self.cwd, stdout=logf, stderr=subprocess.STDOUT,
                 env={**os.environ, "PYTHONPATH": str(ROOT)})
 
-    def wait_up(self, timeout: float = 90.0) -> None:
+    def wait_up(self, timeout: float = 180.0) -> None:  # generous: workers traced by coverage start slowly
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:

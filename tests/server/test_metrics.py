@@ -10,11 +10,9 @@ from pathlib import Path
 
 import httpx
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
 from server.server_harness import ServerProcess, chat_body, wait_until
-
-pytest.importorskip("prometheus_client")
-from prometheus_client.parser import text_string_to_metric_families
 
 N_CHATS = 12
 
