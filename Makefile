@@ -1,7 +1,7 @@
 # Two commands set everything up on a fresh machine with Python 3.11+:
 #   make demo   records agent runs into ./demo-store (replacing only one it made) and prints what tplog derives
 #   make test   lints (ruff, mypy --strict) and runs the whole test suite
-# `make test-lowest` runs the suite against the lowest supported dependencies (not yet in CI).
+#   make test-lowest  the same suite against the lowest supported dependencies (CI runs both)
 #   make coverage  the whole suite with branch coverage of tplog/ (the Python processes the tests
 #                  start included), failing under 95 %; not part of `make test`, because tracing
 #                  the suite and every process it starts makes the run markedly slower

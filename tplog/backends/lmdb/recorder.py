@@ -50,7 +50,7 @@ from tplog.backends.contract import (
     check_append,
     check_fork_parent,
 )
-from tplog.backends.lmdb import finder
+from tplog.backends.lmdb import chunks, finder
 from tplog.backends.lmdb import projections as proj
 from tplog.backends.lmdb.commit import (
     _AsyncLeader,
@@ -110,6 +110,7 @@ class LmdbRecorder(LmdbMaintenance):
     size and growth, limits, ``auto_dictionary``)."""
 
     logs = 1
+    submits_in_order = True  # one queue, committed in order by one leader at a time (tplog.pipeline relies on it)
 
     def __init__(
         self,
@@ -408,7 +409,7 @@ class LmdbRecorder(LmdbMaintenance):
         ):
             raise WrongExpectedVersionError(thread_id, exp, head.version)
         old_updated = head.updated_ns if raw is not None else None
-        old_head = head if raw is not None else None  # _advance returns a copy: this stays as stored
+        old_head = head if raw is not None else None  # advance returns a copy: this stays as stored
         if req.fork is not None:
             ptk = tkey(req.fork.parent, scope)
             praw = heads.get(ptk) or cache.heads.get(ptk) or txn.get("heads", ptk)
@@ -443,6 +444,9 @@ class LmdbRecorder(LmdbMaintenance):
                 proj.apply_links(tables, thread_id, tk, seq, enc.event, enc.facts.spawned if enc.facts else (), scope)
             if state is not None:
                 feed(state, item_of(seq, enc.kind, enc.facts, enc.event))
+        if any(enc.kind in chunks.TURN_ENDS for enc in encoded):  # a closed turn: one chunk value
+            # stored_bytes stays the values' size as appended: every backend reports the same
+            chunks.compact(txn, self.codec, tk, head.version, thread_id)
         new_state: bytes | None = None
         if state is not None:
             new_state = proj.encode_state(state)
@@ -509,7 +513,7 @@ class LmdbRecorder(LmdbMaintenance):
         """The thread's stored events (the rules' slow paths, in the write transaction);
         a fork's prefix from its parent, as a copy would hold them."""
         own = [self.codec.decode_value(k, v, txn, where=(thread_id, from_u64(k, TKEY_SIZE)))
-               for k, v in txn.range("events", tk, tk + b"\xff" * 8)]
+               for k, v in chunks.EventRows(txn, self.codec).range(tk, tk + b"\xff" * 8, name=thread_id)]
         raw = txn.get("heads", tk)
         head = _head_dec.decode(raw) if raw is not None else None
         if head is None or head.fork_of is None or head.status != "active":
