@@ -18,7 +18,7 @@ import threading
 import time
 from collections import OrderedDict
 from collections.abc import Callable, Iterator, Sequence
-from typing import Any, Final, Literal, cast
+from typing import Any, Final, Literal, Unpack, cast
 
 import msgspec
 
@@ -41,8 +41,8 @@ from tplog.backends.contract import (
     outgoing,
     thread_key,
 )
-from tplog.backends.lmdb import LmdbRecorder  # the default backend, imported with the facade
-from tplog.codec import Codec, Encoded, Header, Limits
+from tplog.backends.lmdb import LmdbOptions, LmdbRecorder  # the default backend, imported with the facade
+from tplog.codec import Codec, Encoded, Header
 from tplog.errors import InvalidInputError, NotFoundError, ThreadDeletedError, TplogError
 from tplog.events import KIND_CODE, Event, LinkAdded, RecordedEvent, ThreadDeleted, ThreadStarted
 from tplog.lifecycle import check_filter
@@ -255,28 +255,24 @@ class Store:
         self,
         path: str | os.PathLike[str],
         *,
-        readonly: bool = False,
-        durability: str = "durable",
-        map_size: int = 64 << 20,
-        max_map_size: int = 1 << 40,
-        limits: Limits | None = None,
         fold_cache: int = 20_000,
-        auto_dictionary: int = 1000,
         check_rules: bool = True,
+        **options: Unpack[LmdbOptions],
     ) -> None:
         if not isinstance(check_rules, bool):
             raise InvalidInputError(f"check_rules must be True or False, not {check_rules!r}")
         if isinstance(fold_cache, bool) or not isinstance(fold_cache, int) or fold_cache < 0:
             raise InvalidInputError(f"fold_cache must be an int ≥ 0 (events), not {fold_cache!r}")
         self.path = path if isinstance(path, str) and path.startswith(MEMORY) else os.fspath(path)
-        self.backend: Recorder = open_backend(
-            path, readonly=readonly, durability=durability, map_size=map_size, max_map_size=max_map_size,
-            limits=limits, auto_dictionary=auto_dictionary)
+        unknown = sorted(set(options) - LmdbOptions.__optional_keys__)
+        if unknown:  # as Python says it of a signature: the memory and PostgreSQL backends ignore these
+            raise TypeError(f"Store() got unexpected keyword arguments: {', '.join(unknown)}")
+        self.backend: Recorder = open_backend(path, **options)
         if isinstance(self.path, str) and self.path.startswith("lmdb://"):
             self.path = self.path[len("lmdb://"):]
         self.codec: Codec = self.backend.codec
         self._folds = _FoldCache(fold_cache)
-        self.readonly = readonly
+        self.readonly = options.get("readonly", False)
         self.check_rules = check_rules
         self._scope: str | None = None
         self._view = False

@@ -41,13 +41,27 @@ from typing import Any, Final, Literal, Protocol, TypeVar, Union, runtime_checka
 import msgspec
 
 from tplog.codec import Codec, Encoded, facts_of
-from tplog.errors import InvalidInputError
-from tplog.events import LinkAdded, RecordedEvent, ThreadStarted
-from tplog.lifecycle import ThreadFilter
+from tplog.errors import InvalidEventError, InvalidInputError
+from tplog.events import (
+    AgentRegistered,
+    AgentTurnCompleted,
+    AgentTurnInterrupted,
+    AgentTurnStarted,
+    LinkAdded,
+    MessageRecorded,
+    RecordedEvent,
+    ThreadDeleted,
+    ThreadInfoChanged,
+    ThreadStarted,
+    UserTurnSubmitted,
+)
+from tplog.lifecycle import ThreadFilter, note
 from tplog.projections.fold import Item, ThreadState
 from tplog.protocol import model as m
+from tplog.protocol.rules import EventCheck, Tracker, advance_rules, check_event, exported_calls, rules_from_log
 
 __all__ = [
+    "advance",
     "ANY",
     "EXISTS",
     "NO_STREAM",
@@ -646,3 +660,69 @@ def check_append(append: Append) -> None:
                                       or part.expected != NO_STREAM or part.fork.at < 1):
             raise InvalidInputError(f"thread {part.thread_id}: a fork's append is its ThreadStarted alone, "
                                     "expected no_stream, at ≥ 1")
+
+
+def advance(thread_id: str, head: ThreadHead, events: Sequence[Encoded],
+            stored: list[Any] | Callable[[], list[Any]] | None, state: ThreadState | None = None,
+            checks: Sequence[EventCheck] | None = None) -> ThreadHead:
+    """The order rules and (``stored``: the thread's events, or what reads them, given
+    when the append checks the rules) the validation rules of tplog.protocol.rules, checked
+    event by event; the head they lead to (a copy). Every backend checks an append with this.
+    Without ``state`` (the state projection's row) the tool-call check takes the slow path:
+    simple, the same answers. ``checks``: the events' ``check_event`` results, if the caller
+    computed them already (outside the writer)."""
+    h = msgspec.structs.replace(head)
+    tracker = None
+    if stored is not None:
+        load = stored if callable(stored) else (lambda: stored)
+        if h.rules == 0 and h.version > 0:
+            rules_from_log(h, load())
+        tracker = Tracker(thread_id, h, state, lambda before: exported_calls([*load(), *before]))
+    for i, enc in enumerate(events):
+        ev = enc.event
+        seq = h.version + 1
+        where = f"thread {thread_id}, events[{i}] (would be seq {seq})"
+        if isinstance(ev, ThreadStarted):
+            if h.version != 0:
+                raise InvalidEventError(f"{where}: ThreadStarted must be the first event of a thread")
+            if ev.thread_id != thread_id:
+                raise InvalidEventError(
+                    f"{where}: ThreadStarted names thread {ev.thread_id!r} but is appended to {thread_id!r}"
+                )
+            h.links += len(outgoing(seq, ev))  # the links it declares
+        elif h.version == 0:
+            raise InvalidEventError(f"{where}: the first event of a thread must be ThreadStarted, "
+                                    f"not {type(ev).__name__}")
+        elif isinstance(ev, (MessageRecorded, AgentTurnCompleted, AgentTurnInterrupted)):
+            if h.open_turn_agent is None:
+                raise InvalidEventError(f"{where}: {type(ev).__name__} needs an open agent turn; "
+                                        "append AgentTurnStarted first")
+            if isinstance(ev, MessageRecorded):
+                h.messages += 1
+            else:
+                h.open_turn_agent = None
+                h.open_turn_seq = 0
+        elif isinstance(ev, (UserTurnSubmitted, AgentTurnStarted)):
+            if h.open_turn_agent is not None:
+                raise InvalidEventError(
+                    f"{where}: the agent turn of {h.open_turn_agent!r} opened at seq {h.open_turn_seq} is "
+                    "still open; append AgentTurnCompleted or AgentTurnInterrupted first"
+                )
+            if isinstance(ev, UserTurnSubmitted):
+                h.user_turns += 1
+            else:
+                h.open_turn_agent = ev.agent_id
+                h.open_turn_seq = seq
+                h.agent_turns += 1
+        elif isinstance(ev, LinkAdded):
+            h.links += 1
+        elif isinstance(ev, ThreadDeleted):
+            raise InvalidEventError(f"{where}: delete a thread with Store.delete_thread(), not by appending")
+        elif not isinstance(ev, (AgentRegistered, ThreadInfoChanged)):  # pragma: no cover
+            raise InvalidEventError(f"{where}: unknown event {type(ev).__name__}")
+        if tracker is not None:
+            tracker.step(ev, checks[i] if checks is not None else check_event(ev), seq, i)
+        note(h, ev)
+        h.version = seq
+    advance_rules(h, tracker)
+    return h

@@ -36,6 +36,7 @@ from tplog.backends.contract import (
     ThreadPage,
     Tracking,
     VerifyReport,
+    advance,
     apply_fork,
     check_append,
     check_fork_parent,
@@ -45,11 +46,10 @@ from tplog.backends.contract import (
     thread_key,
 )
 from tplog.backends.contract import VERSIONS as VERSIONS
-from tplog.codec import MSG_KIND, Codec, Encoded, Facts, Limits
+from tplog.codec import Codec, Encoded, Facts, Limits
 from tplog.errors import (
     HasForksError,
     IdempotencyError,
-    InvalidEventError,
     InvalidInputError,
     NotFoundError,
     RebuildInProgressError,
@@ -60,21 +60,12 @@ from tplog.errors import (
 )
 from tplog.events import (
     KIND_CODE,
-    AgentRegistered,
-    AgentTurnCompleted,
-    AgentTurnInterrupted,
-    AgentTurnStarted,
-    LinkAdded,
-    MessageRecorded,
     RecordedEvent,
     ThreadDeleted,
-    ThreadInfoChanged,
     ThreadStarted,
-    UserTurnSubmitted,
 )
-from tplog.lifecycle import ThreadFilter, matches, note
-from tplog.projections.fold import Item, ThreadState, feed
-from tplog.protocol.rules import Tracker, advance_rules, check_event, exported_calls, rules_from_log
+from tplog.lifecycle import ThreadFilter, matches
+from tplog.projections.fold import Item, ThreadState, feed, item_of
 
 __all__ = ["BACKUP_FILE", "MemoryRecorder"]
 
@@ -189,7 +180,7 @@ class MemoryRecorder:
                     pt = self._threads.get(thread_key(part.fork.parent, part.scope))
                     check_fork_parent(part.fork, None if pt is None else pt.head)
                 stored = self._history(t, part.scope) if t is not None and part.check_rules else []
-                new_head = _advance(part.thread_id, head, part.events, stored if part.check_rules else None)
+                new_head = advance(part.thread_id, head, part.events, stored if part.check_rules else None)
                 plans.append((tk, new_head, part.events, part))
                 out.append(None)
             results = iter([self._write(tk, h, p) for tk, h, _, p in plans])
@@ -234,7 +225,7 @@ class MemoryRecorder:
             if live_links:
                 self._index_links(tk, name, scope, s)
             if live_state:
-                feed(self._states.setdefault(tk, ThreadState()), _item(s))
+                feed(self._states.setdefault(tk, ThreadState()), item_of(s.seq, s.kind, s.facts, s.event))
         if live_links and part.fork is not None:  # the prefix's rows, as the facade read them
             for seq, ev, spawned in part.fork.inherited:
                 self._index(tk, name, scope, seq, ev, spawned)
@@ -523,7 +514,7 @@ class MemoryRecorder:
             t = self._threads.get(thread_key(thread_id, scope))
             if t is None:
                 raise NotFoundError(f"thread {thread_id} does not exist")
-            return [Item(s.seq, s.kind, s.facts, None if s.kind == MSG_KIND else s.event) for s in t.events]
+            return [item_of(s.seq, s.kind, s.facts, s.event) for s in t.events]
 
     def descendants(self, thread_id: str, *, scope: str | None = None,
                     max_depth: int | None = None) -> list[tuple[str, int]]:
@@ -602,7 +593,7 @@ class MemoryRecorder:
                     s = next(s for s in t.events if s.seq == seq)
                     if s.kind != _K_DELETED:
                         self._index_links(tk, t.head.thread_id, t.head.scope, s)
-                        feed(states.setdefault(tk, ThreadState()), _item(s))
+                        feed(states.setdefault(tk, ThreadState()), item_of(s.seq, s.kind, s.facts, s.event))
             finally:
                 self._links, self._children = saved
             events = sum(len(entries) for entries in self._logs)
@@ -797,65 +788,6 @@ def _decodes(line: bytes) -> bool:
     return True
 
 
-def _item(s: _Stored) -> Item:
-    return Item(s.seq, s.kind, s.facts, None if s.kind == MSG_KIND else s.event)
-
-
 def _recorded(thread_id: str, s: _Stored) -> RecordedEvent:
     return RecordedEvent(thread_id=thread_id, seq=s.seq, position=s.position, event_id=s.event_id,
                          recorded_at=s.recorded_at, event=s.event)
-
-
-def _advance(thread_id: str, head: ThreadHead, events: list[Encoded],
-             stored: list[Any] | Callable[[], list[Any]] | None, state: ThreadState | None = None) -> ThreadHead:
-    """The order rules and (``stored``: the thread's events, or what reads them, given
-    when the append checks the rules) the validation rules of tplog.protocol.rules, checked
-    event by event; the head they lead to (a copy). Without ``state`` (the state
-    projection's row) the tool-call check takes the slow path: simple, the same answers."""
-    h = msgspec.structs.replace(head)
-    tracker = None
-    if stored is not None:
-        load = stored if callable(stored) else (lambda: stored)
-        if h.rules == 0 and h.version > 0:
-            rules_from_log(h, load())
-        tracker = Tracker(thread_id, h, state, lambda before: exported_calls([*load(), *before]))
-    for i, enc in enumerate(events):
-        ev = enc.event
-        seq = h.version + 1
-        where = f"thread {thread_id}, events[{i}] (would be seq {seq})"
-        if isinstance(ev, ThreadStarted):
-            if h.version != 0:
-                raise InvalidEventError(f"{where}: ThreadStarted must be the first event of a thread")
-            if ev.thread_id != thread_id:
-                raise InvalidEventError(f"{where}: ThreadStarted names thread {ev.thread_id!r} "
-                                        f"but is appended to {thread_id!r}")
-            h.links += len(outgoing(seq, ev))
-        elif h.version == 0:
-            raise InvalidEventError(f"{where}: the first event of a thread must be ThreadStarted")
-        elif isinstance(ev, (MessageRecorded, AgentTurnCompleted, AgentTurnInterrupted)):
-            if h.open_turn_agent is None:
-                raise InvalidEventError(f"{where}: {type(ev).__name__} needs an open agent turn")
-            if isinstance(ev, MessageRecorded):
-                h.messages += 1
-            else:
-                h.open_turn_agent, h.open_turn_seq = None, 0
-        elif isinstance(ev, (UserTurnSubmitted, AgentTurnStarted)):
-            if h.open_turn_agent is not None:
-                raise InvalidEventError(f"{where}: the agent turn of {h.open_turn_agent!r} is still open")
-            if isinstance(ev, UserTurnSubmitted):
-                h.user_turns += 1
-            else:
-                h.open_turn_agent, h.open_turn_seq = ev.agent_id, seq
-                h.agent_turns += 1
-        elif isinstance(ev, LinkAdded):
-            h.links += 1
-        elif isinstance(ev, ThreadDeleted):
-            raise InvalidEventError(f"{where}: delete a thread with delete_thread(), not by appending")
-        elif not isinstance(ev, (AgentRegistered, ThreadInfoChanged)):
-            raise InvalidEventError(f"{where}: unknown event {type(ev).__name__}")
-        if tracker is not None:
-            tracker.step(ev, check_event(ev), seq, i)
-        note(h, ev)
-        h.version = seq
-    advance_rules(h, tracker)
-    return h

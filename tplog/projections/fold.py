@@ -33,7 +33,7 @@ from typing import Any, Final
 import msgspec
 from msgspec import UNSET
 
-from tplog.codec import Facts, TurnFacts, facts_of
+from tplog.codec import MSG_KIND, Facts, TurnFacts, facts_of
 from tplog.events import (
     KIND_CODE,
     AgentRegistered,
@@ -62,6 +62,7 @@ __all__ = [
     "events_from_thread",
     "fold",
     "interrupts",
+    "item_of",
     "pending",
 ]
 
@@ -281,6 +282,11 @@ class Item(msgspec.Struct, frozen=True):
     kind: int
     facts: Facts | None
     event: Event | TurnFacts | None
+
+
+def item_of(seq: int, kind: int, facts: Facts | None, event: Any) -> Item:
+    """A stored event as the folds see it: a message's body is left out (its facts carry what they need)."""
+    return Item(seq, kind, facts, None if kind == MSG_KIND else event)
 
 
 def items_from_events(events: Iterable[Event]) -> Iterator[Item]:

@@ -7,6 +7,6 @@ path (``recorder``) with group commit and the writer cache (``commit``), reads
 (``verify``) are this backend's private detail; the rest of tplog sees the contract.
 """
 
-from tplog.backends.lmdb.recorder import LmdbRecorder
+from tplog.backends.lmdb.recorder import LmdbOptions, LmdbRecorder
 
-__all__ = ["LmdbRecorder"]
+__all__ = ["LmdbOptions", "LmdbRecorder"]

@@ -36,9 +36,7 @@ from __future__ import annotations
 import os
 import threading
 from concurrent.futures import Future
-from typing import Any
-
-import msgspec
+from typing import Any, TypedDict
 
 from tplog.backends.contract import (
     EXISTS,
@@ -47,6 +45,7 @@ from tplog.backends.contract import (
     AppendResult,
     Handle,
     ThreadHead,
+    advance,
     apply_fork,
     check_append,
     check_fork_parent,
@@ -69,7 +68,6 @@ from tplog.backends.lmdb.engine import ReadTxn, WriteTxn, open_engine
 from tplog.backends.lmdb.keys import TKEY_SIZE, eid_key, event_key, from_u64, scope_tag, tkey, u64
 from tplog.backends.lmdb.maintenance import LmdbMaintenance
 from tplog.codec import (
-    MSG_KIND,
     Codec,
     Encoded,
     Limits,
@@ -78,7 +76,6 @@ from tplog.codec import (
 )
 from tplog.errors import (
     IdempotencyError,
-    InvalidEventError,
     InvalidInputError,
     StoreClosedError,
     ThreadDeletedError,
@@ -86,24 +83,24 @@ from tplog.errors import (
     WrongExpectedVersionError,
 )
 from tplog.events import (
-    AgentRegistered,
-    AgentTurnCompleted,
-    AgentTurnInterrupted,
-    AgentTurnStarted,
     Event,
-    LinkAdded,
-    MessageRecorded,
-    ThreadDeleted,
-    ThreadInfoChanged,
-    ThreadStarted,
-    UserTurnSubmitted,
 )
-from tplog.lifecycle import note
-from tplog.projections.fold import Item, ThreadState, feed
-from tplog.protocol.rules import EventCheck, Tracker, advance_rules, exported_calls, rules_from_log
+from tplog.projections.fold import feed, item_of
 
-__all__ = ["LmdbRecorder"]
+__all__ = ["LmdbOptions", "LmdbRecorder"]
 
+
+
+class LmdbOptions(TypedDict, total=False):
+    """The options :class:`tplog.Store` passes to the backend (documented there); their
+    defaults are :class:`LmdbRecorder`'s."""
+
+    readonly: bool
+    durability: str
+    map_size: int
+    max_map_size: int
+    limits: Limits | None
+    auto_dictionary: int
 
 
 class LmdbRecorder(LmdbMaintenance):
@@ -412,7 +409,7 @@ class LmdbRecorder(LmdbMaintenance):
         ):
             raise WrongExpectedVersionError(thread_id, exp, head.version)
         old_updated = head.updated_ns if raw is not None else None
-        old_head = head if raw is not None else None  # _advance returns a copy: this stays as stored
+        old_head = head if raw is not None else None  # advance returns a copy: this stays as stored
         if req.fork is not None:
             ptk = tkey(req.fork.parent, scope)
             praw = heads.get(ptk) or cache.heads.get(ptk) or txn.get("heads", ptk)
@@ -423,7 +420,8 @@ class LmdbRecorder(LmdbMaintenance):
             old_state = states.get(tk) or cache.states.get(tk) or txn.get("proj", proj.STATE_PREFIX + tk)
             state = proj.decode_state(old_state)
         # A fork's state row folds its own events only (the facade folds its prefix): no rules fast path.
-        head = self._advance(thread_id, head, encoded, req.checks, None if head.fork_of else state, txn, tk)
+        history = (lambda: self._thread_events(thread_id, txn, tk)) if req.checks is not None else None
+        head = advance(thread_id, head, encoded, history, None if head.fork_of else state, req.checks)
         now = _now_ns()
         seq0 = head.version - len(encoded) + 1
         first_pos = pos + 1
@@ -445,7 +443,7 @@ class LmdbRecorder(LmdbMaintenance):
             if live[0]:
                 proj.apply_links(tables, thread_id, tk, seq, enc.event, enc.facts.spawned if enc.facts else (), scope)
             if state is not None:
-                feed(state, Item(seq, enc.kind, enc.facts, None if enc.kind == MSG_KIND else enc.event))
+                feed(state, item_of(seq, enc.kind, enc.facts, enc.event))
         if live[0] and req.fork is not None:  # the prefix's link rows, as the facade read them
             for seq, ev, spawned in req.fork.inherited:
                 proj.apply_links(tables, thread_id, tk, seq, ev, spawned, scope)
@@ -513,66 +511,6 @@ class LmdbRecorder(LmdbMaintenance):
             event_ids=[e.event_id for e in encoded],
             duplicate=True,
         )
-
-    def _advance(self, thread_id: str, head: ThreadHead, encoded: list[Encoded], checks: list[EventCheck] | None,
-                 state: ThreadState | None, txn: ReadTxn, tk: bytes) -> ThreadHead:
-        """Check the events against the thread's state and (``checks`` given) the
-        validation rules (tplog.protocol.rules), and return the new head."""
-        h = msgspec.structs.replace(head)
-        tracker = None
-        if checks is not None:
-            if h.rules == 0 and h.version > 0:
-                rules_from_log(h, self._thread_events(thread_id, txn, tk))
-            tracker = Tracker(thread_id, h, state,
-                              lambda before: exported_calls([*self._thread_events(thread_id, txn, tk), *before]))
-        for i, enc in enumerate(encoded):
-            ev = enc.event
-            seq = h.version + 1
-            where = f"thread {thread_id}, events[{i}] (would be seq {seq})"
-            if isinstance(ev, ThreadStarted):
-                if h.version != 0:
-                    raise InvalidEventError(f"{where}: ThreadStarted must be the first event of a thread")
-                if ev.thread_id != thread_id:
-                    raise InvalidEventError(
-                        f"{where}: ThreadStarted names thread {ev.thread_id!r} but is appended to {thread_id!r}"
-                    )
-                h.links += len(proj.outgoing(seq, ev))  # the links it declares
-            elif h.version == 0:
-                raise InvalidEventError(f"{where}: the first event of a thread must be ThreadStarted, "
-                                        f"not {type(ev).__name__}")
-            elif isinstance(ev, (MessageRecorded, AgentTurnCompleted, AgentTurnInterrupted)):
-                if h.open_turn_agent is None:
-                    raise InvalidEventError(f"{where}: {type(ev).__name__} needs an open agent turn; "
-                                            "append AgentTurnStarted first")
-                if isinstance(ev, MessageRecorded):
-                    h.messages += 1
-                else:
-                    h.open_turn_agent = None
-                    h.open_turn_seq = 0
-            elif isinstance(ev, (UserTurnSubmitted, AgentTurnStarted)):
-                if h.open_turn_agent is not None:
-                    raise InvalidEventError(
-                        f"{where}: the agent turn of {h.open_turn_agent!r} opened at seq {h.open_turn_seq} is "
-                        "still open; append AgentTurnCompleted or AgentTurnInterrupted first"
-                    )
-                if isinstance(ev, UserTurnSubmitted):
-                    h.user_turns += 1
-                else:
-                    h.open_turn_agent = ev.agent_id
-                    h.open_turn_seq = seq
-                    h.agent_turns += 1
-            elif isinstance(ev, LinkAdded):
-                h.links += 1
-            elif isinstance(ev, ThreadDeleted):
-                raise InvalidEventError(f"{where}: delete a thread with Store.delete_thread(), not by appending")
-            elif not isinstance(ev, (AgentRegistered, ThreadInfoChanged)):  # pragma: no cover
-                raise InvalidEventError(f"{where}: unknown event {type(ev).__name__}")
-            if tracker is not None and checks is not None:
-                tracker.step(ev, checks[i], seq, i)
-            note(h, ev)
-            h.version = seq
-        advance_rules(h, tracker)
-        return h
 
     def _thread_events(self, thread_id: str, txn: ReadTxn, tk: bytes) -> list[Event]:
         """The thread's stored events (the rules' slow paths, in the write transaction);

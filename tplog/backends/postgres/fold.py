@@ -7,10 +7,9 @@ from collections.abc import Callable, Iterable
 from typing import Any, Final
 
 from tplog.backends.contract import Inherited, ThreadHead, outgoing
-from tplog.codec import MSG_KIND, facts_of
-from tplog.projections.fold import Item, ThreadState
+from tplog.projections.fold import ThreadState
 
-__all__ = ["ORD_SHIFT", "Batch", "Thread", "index_inherited", "index_links", "item_of"]
+__all__ = ["ORD_SHIFT", "Batch", "Thread", "index_inherited", "index_links"]
 
 SPAWNED_FROM: Final = "spawned_from"
 #: Link ordinals (contract.outgoing: a seq, or DECLARED | i) are stored minus 2**63: a bigint, same order.
@@ -52,11 +51,6 @@ class Batch:
     def next_off(self, log: int) -> int:
         self.offsets[log] = off = self.offsets.get(log, 0) + 1
         return off
-
-
-def item_of(seq: int, kind: int, event: Any) -> Item:
-    """An event as the folds see it."""
-    return Item(seq, kind, facts_of(event), None if kind == MSG_KIND else event)
 
 
 def index_inherited(b: Batch, key_of: KeyOf, log: int, scope: str, tk: bytes, name: str,

@@ -33,11 +33,11 @@ from tplog.backends.postgres.connections import (
     _state_dec,
     event_key,
 )
-from tplog.backends.postgres.fold import item_of
+from tplog.codec import facts_of
 from tplog.errors import InvalidInputError, NotFoundError, RebuildRequiredError
 from tplog.events import KIND_CODE, RecordedEvent
 from tplog.lifecycle import ACTIVITY_CODE, ThreadFilter, matches
-from tplog.projections.fold import Item, ThreadState
+from tplog.projections.fold import Item, ThreadState, item_of
 
 __all__ = ["PgReads"]
 
@@ -336,7 +336,8 @@ class PgReads(PgConnections):
             return head, [self._event(conn, head.thread_id, log, tk, *r).event for r in rows]
 
     def items(self, thread_id: str, *, scope: str | None = None) -> list[Item]:
-        return [item_of(e.seq, KIND_CODE[type(e.event)], e.event) for e in self.read_thread(thread_id, scope=scope)]
+        return [item_of(e.seq, KIND_CODE[type(e.event)], facts_of(e.event), e.event)
+                for e in self.read_thread(thread_id, scope=scope)]
 
     @_retried
     def descendants(self, thread_id: str, *, scope: str | None = None,

@@ -18,9 +18,10 @@ import psycopg
 
 from tplog.backends.contract import Inherited, RebuildReport, outgoing
 from tplog.backends.memory import VERSIONS
-from tplog.backends.postgres.fold import Batch, index_inherited, index_links, item_of
+from tplog.backends.postgres.fold import Batch, index_inherited, index_links
+from tplog.codec import facts_of
 from tplog.events import KIND_CODE, RecordedEvent, ThreadDeleted
-from tplog.projections.fold import ThreadState, feed
+from tplog.projections.fold import ThreadState, feed, item_of
 
 
 class Source(Protocol):
@@ -65,7 +66,7 @@ class _Fold:
                 if kind == _K_DELETED:
                     self.forget(log, scope, tk)  # its events before the snapshot went with it
                     continue
-                it = item_of(seq, kind, ev)
+                it = item_of(seq, kind, facts_of(ev), ev)
                 key_of = lambda t, s: self.rec._key(t, s, conn)  # noqa: E731
                 index_links(self.b, key_of, log, scope, tk, thread_id, seq, ev, it.facts)
                 if seq == 1 and any(lk.relation == "spawned_from" for _, lk in outgoing(seq, ev)):

@@ -49,12 +49,13 @@ from tplog.backends.contract import (
     Handle,
     ThreadAppend,
     ThreadHead,
+    advance,
     apply_fork,
     check_append,
     check_fork_parent,
     thread_key,
 )
-from tplog.backends.memory import VERSIONS, _advance
+from tplog.backends.memory import VERSIONS
 from tplog.backends.postgres.connections import (
     _RETRY,
     MAX_BATCH,
@@ -75,7 +76,7 @@ from tplog.backends.postgres.fold import index_inherited, index_links
 from tplog.backends.postgres.maintenance import PgMaintenance
 from tplog.backends.postgres.placement import Placement
 from tplog.backends.postgres.schema import check_schema_name
-from tplog.codec import MSG_KIND, Codec, Encoded, Limits
+from tplog.codec import Codec, Encoded, Limits
 from tplog.errors import (
     HasForksError,
     IdempotencyError,
@@ -86,7 +87,7 @@ from tplog.errors import (
     WrongExpectedVersionError,
 )
 from tplog.events import ThreadDeleted
-from tplog.projections.fold import Item, ThreadState, feed
+from tplog.projections.fold import ThreadState, feed, item_of
 
 __all__ = ["PostgresRecorder"]
 
@@ -395,7 +396,7 @@ class PostgresRecorder(PgMaintenance):
                         t.state = ThreadState() if t.loaded_state is None else _state_dec.decode(t.loaded_state)
                     # a fork's state row lacks its parent's prefix: the rules take the slow path
                     state = None if head.fork_of else t.state
-                staged.append((part, t, _advance(part.thread_id, head, part.events, stored, state)))
+                staged.append((part, t, advance(part.thread_id, head, part.events, stored, state)))
                 out.append(None)
         except TplogError as exc:
             return exc
@@ -488,7 +489,7 @@ class PostgresRecorder(PgMaintenance):
             if b.live_links:
                 self._index_links(b, log, scope, tk, name, seq, enc.event, enc.facts)
             if t.state is not None:
-                feed(t.state, Item(seq, enc.kind, enc.facts, None if enc.kind == MSG_KIND else enc.event))
+                feed(t.state, item_of(seq, enc.kind, enc.facts, enc.event))
         if part.fork is not None:
             if b.live_links:  # the prefix's link rows, as the facade read them
                 index_inherited(b, self._wkey, log, scope, tk, name, part.fork.inherited)
