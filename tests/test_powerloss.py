@@ -26,6 +26,7 @@ import pytest
 from conftest import started, user
 
 from tplog import Store
+from tplog.errors import StorageError
 
 _spec = importlib.util.spec_from_file_location(
     "powerloss_harness", Path(__file__).resolve().parent.parent / "tools" / "powerloss_harness.py")
@@ -114,6 +115,32 @@ def test_backup_is_on_disk_when_it_returns(tmp_path: Path) -> None:
     assert rep["files"] >= 0
     with Store(tmp_path / "backing" / "b", check_rules=False) as b:
         assert [r.event for r in b.read("a")] == [started("a"), user("hello")]
+
+
+def test_backup_fails_when_the_power_goes_before_its_flush(tmp_path: Path, monkeypatch: Any) -> None:
+    """Found by the soak: ``backup`` listed the copy's files with ``os.walk``, which passes
+    over a directory it cannot read. A cut between LMDB's copy and the listing (every
+    operation failing from then on) flushed nothing, and ``backup`` returned anyway: its
+    caller took an unflushed copy for a backup. It must fail, typed."""
+    from tplog.backends.lmdb import engine
+
+    mount = ph.Mount(tmp_path / "backing", tmp_path / "mnt")
+    flush_tree = engine._fsync_tree
+
+    def cut_then_flush(dest: str) -> None:  # the power goes after the copy, before its flush
+        mount.command("freeze")
+        flush_tree(dest)
+
+    monkeypatch.setattr(engine, "_fsync_tree", cut_then_flush)
+    try:
+        with Store(tmp_path / "s", auto_dictionary=0, check_rules=False) as s:
+            s.append("a", [started("a"), user("hello")])
+            with pytest.raises(StorageError, match="flushing the copy failed"):
+                s.backup(str(tmp_path / "mnt" / "b"))
+        rep = mount.command("cut flushed 1")
+    finally:
+        mount.unmount()
+    assert rep["dropped_writes"] > 0  # the copy was there, unflushed, and the cut took it
 
 
 def test_file_system_drops_only_unflushed_writes(tmp_path: Path) -> None:

@@ -551,6 +551,15 @@ def _cut(mount: Mount, procs: list[subprocess.Popen[bytes]], mode: str, seed: in
     return msgs
 
 
+def _keep_failure(dest: Path, precheck: Path, msgs: list[dict[str, Any]], problems: list[str]) -> None:
+    """Keep a failed round for a post-mortem: the store as the cut left it, the workers'
+    lines and the problems found."""
+    with contextlib.suppress(OSError):
+        shutil.copytree(precheck, dest)
+        (dest / "msgs.json").write_text(json.dumps(msgs))
+        (dest / "problems.txt").write_text("\n".join(problems) + "\n")
+
+
 def run_random(workdir: str, cuts: int, *, seed: int = 0, mode: str = "mixed", durability: str = "mixed",
                writers: int = 2, threads: int = 2, steps: int = 10_000, max_wait: float = 1.5,
                rounds_per_store: int = 5, broken: str | None = None,
@@ -590,9 +599,19 @@ def run_random(workdir: str, cuts: int, *, seed: int = 0, mode: str = "mixed", d
         except BaseException:
             mount.unmount()
             raise
+        before = (tally.lost, tally.torn, len(tally.problems))
+        precheck = base / "precheck"  # the store as the cut left it: checking it opens it
+        shutil.rmtree(precheck, ignore_errors=True)
+        if broken is None and (backing / "store").exists():
+            shutil.copytree(backing / "store", precheck / "store")
         if (backing / "store").exists():
             check(str(backing / "store"), msgs, known, dur, tpw, tally, f"round {r} ({dur}, {m})",
                   probe=broken is not None)
+        if broken is None and (tally.lost, tally.torn, len(tally.problems)) != before:
+            _keep_failure(base / f"failed-round-{r}", precheck, msgs, tally.problems[before[2]:])
+            if log:
+                for p in tally.problems[before[2]:]:
+                    log(f"problem: {p} (kept in {base / f'failed-round-{r}'})")
         if log:
             log(f"round {r}: {dur}/{m} {len(msgs)} lines, {tally.cuts} cuts, {tally.acked_events_checked} "
                 f"acked checked, lost {tally.lost}, torn {tally.torn}, problems {len(tally.problems)}")
