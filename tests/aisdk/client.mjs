@@ -45,22 +45,33 @@ function trackingFetch(input, init) {
     const reader = res.body.getReader();
     const decoder = new TextDecoder();
     let seen = "";
+    let cutNext = false;
     const body = new ReadableStream({
       async pull(controller) {
+        if (cutNext) {
+          // Erroring a stream drops what it still holds: cut only once the chat shows the marker
+          // (a loaded machine may deliver word0..word2 in the one chunk that was just enqueued).
+          for (let i = 0; i < 1200 && !chatShows(marker); i++) await new Promise((r) => setTimeout(r, 25));
+          row.cut = true;
+          await reader.cancel(); // the connection goes away, as when the network drops
+          controller.error(new TypeError("network error")); // what fetch raises then
+          return;
+        }
         const { done, value } = await reader.read();
         if (done) { controller.close(); return; }
         controller.enqueue(value);
         seen += decoder.decode(value, { stream: true });
-        if (seen.includes(marker)) {
-          row.cut = true;
-          await reader.cancel(); // the connection goes away, as when the network drops
-          controller.error(new TypeError("network error")); // what fetch raises then
-        }
+        cutNext = seen.includes(marker);
       },
       cancel(reason) { return reader.cancel(reason); },
     });
     return new Response(body, { status: res.status, statusText: res.statusText, headers: res.headers });
   });
+}
+
+function chatShows(text) {
+  const last = chat?.messages.at(-1);
+  return last?.role === "assistant" && last.parts.some((p) => p.type === "text" && p.text.includes(text));
 }
 
 let sends = 0;
