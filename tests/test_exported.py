@@ -10,7 +10,7 @@ EXPECTED = {
     "HasForksError", "IdempotencyError", "ImageUrl", "InterruptState", "Interruption", "InvalidEventError",
     "InvalidInputError", "LimitExceededError", "Limits", "LinkAdded", "Message", "MessagePart", "MessageRecorded",
     "NORMATIVE_EVENT_TYPES", "NORMATIVE_PART_KINDS", "NO_STREAM", "NotFoundError", "PendingCall", "PendingState",
-    "ProjectionError", "PruneReport", "ReadOnlyError", "RebuildInProgressError", "RebuildRequiredError",
+    "Pipeline", "PipelineError", "ProjectionError", "PruneReport", "ReadOnlyError", "RebuildInProgressError", "RebuildRequiredError",
     "RecordedEvent", "RequestMessage", "ResponseMessage", "RetentionPolicy", "RetryPromptPart", "StorageError",
     "StorageFullError", "Store", "StoreClosedError", "SystemMessage", "THREAD_END", "THREAD_MERGE", "THREAD_SPAWN",
     "TextPart", "ThinkingPart", "Thread", "ThreadDeleted", "ThreadDeletedError", "ThreadHead", "ThreadInfoChanged",
