@@ -4,7 +4,8 @@
 #               of tplog/ (the Python processes the tests start included), failing under 95 %
 # `make test-lowest` runs the suite against the lowest supported dependencies (not yet in CI).
 #   make mutation  mutation testing of the core modules ([tool.mutmut] in pyproject.toml); survivors are
-#                  reviewed in tests/MUTANTS.md. One module: make mutation MUTANTS='tplog._codec.*'
+#                  reviewed in tests/MUTANTS.md. One module with a narrowed test selection (in a copy,
+#                  mutants-one/): make mutation MODULE=tplog/codec.py TESTS='tests/test_store.py -k "not postgres"'
 PYTHON ?= python3
 VENV   ?= .venv
 BIN    := $(VENV)/bin
@@ -56,9 +57,13 @@ $(BIN)/.mutation-installed: $(BIN)/.installed
 	touch $@
 
 mutation: $(BIN)/.mutation-installed
+ifdef MODULE
+	$(BIN)/python tools/mutation_one.py $(MODULE) $(TESTS)
+else
 	nice -n 10 $(BIN)/mutmut run --max-children 2 $(MUTANTS)
 	$(BIN)/mutmut export-cicd-stats
 	$(BIN)/python tools/mutation_report.py
+endif
 
 clean:
-	rm -rf $(VENV) .venv-lowest demo-store .pytest_cache .coverage .coverage.* mutants
+	rm -rf $(VENV) .venv-lowest demo-store .pytest_cache .coverage .coverage.* mutants mutants-one
