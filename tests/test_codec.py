@@ -8,6 +8,7 @@ these tests call the builders themselves (tests/MUTANTS.md)."""
 from __future__ import annotations
 
 import typing
+import zlib
 from typing import Any
 
 import msgspec
@@ -16,6 +17,7 @@ from conftest import T, agent_start, completed, link, response, spawn_message, u
 
 from tplog import codec
 from tplog.codec import ABORTED, V3_SPAWN, Facts, TurnFacts, facts_of, turn_facts_of
+from tplog.errors import CorruptionError, InvalidInputError
 from tplog.events import (
     EVENT_TYPES,
     AgentTurnCompleted,
@@ -224,3 +226,110 @@ def test_the_check_type_decodes_like_event_but_leaves_any_undecoded() -> None:
         dec.decode(bad)
     with pytest.raises(msgspec.ValidationError):
         msgspec.msgpack.decode(bad, type=Event)
+
+
+# --------------------------------------------------------------------------- stored values
+
+KEY = b"thread-key\x00\x00\x00\x00\x00\x00\x00\x02"
+WHERE = ("t", 2)
+TRUNCATED = r"^stored value is truncated or of an unknown format \(thread t, seq 2\)$"
+CRC = r"^stored value failed its CRC-32 check \(thread t, seq 2\)$"
+HEADER_CRC = r"^stored value failed its header CRC-32 check \(thread t, seq 2\)$"
+
+
+def _calls(n: int) -> MessageRecorded:
+    parts = [m.ToolCallPart(tool_name=f"tool_{i}", tool_call_id=f"call_{i:04d}", args={"i": i}) for i in range(n)]
+    return _msg(m.ResponseMessage, parts)
+
+
+def _value(event: Any) -> bytes:
+    return codec.Codec().encode(event, "ev-1", 1234).finish(KEY)
+
+
+def _format1(value: bytes) -> bytes:
+    """The same header and body as a format-1 value (one CRC over value[10:] and the key)."""
+    rest = value[10:-4]
+    crc = zlib.crc32(KEY, zlib.crc32(rest))
+    return b"\x01" + value[1:6] + crc.to_bytes(4, "big") + rest
+
+
+def test_a_header_longer_than_255_bytes_is_read_back() -> None:
+    ev = _calls(20)
+    value = _value(ev)
+    hlen = int.from_bytes(value[10:12], "big")
+    assert value[10] > 0 and value[11] != hlen  # the high byte of the header length is in use
+    c = codec.Codec()
+    assert codec.header_end(value) == 12 + hlen
+    assert codec.verified_header_end(KEY, value) == 12 + hlen
+    c.check_header(KEY, value, where=WHERE)
+    c.check(KEY, value, where=WHERE)
+    assert c.header(value).facts == Facts(message_type="response",
+                                          calls=[(f"call_{i:04d}", f"tool_{i}") for i in range(20)])
+    assert c.decode_value(KEY, value, where=WHERE) == ev
+    assert bytes(codec.stored_body(value)) == value[12 + hlen:-4]
+    assert c.decode_event(c.body_bytes(value, where=WHERE)) == ev
+    v1 = _format1(value)
+    c.check_header(KEY, v1, where=WHERE)
+    assert bytes(codec.stored_body(v1)) == v1[12 + hlen:]
+    assert c.decode_value(KEY, v1, where=WHERE) == ev
+
+
+def _with_hlen(value: bytes, hlen: int) -> bytes:
+    return value[:10] + hlen.to_bytes(2, "big") + value[12:]
+
+
+@pytest.mark.parametrize("name", ["check", "check_header", "decode_value"])
+def test_damaged_values_name_what_is_wrong(name: str) -> None:
+    c = codec.Codec()
+    value = _value(response("hello there"))
+    hlen = int.from_bytes(value[10:12], "big")
+    call = getattr(c, name)
+    header_crc = HEADER_CRC if name == "check_header" else CRC
+    cases = {
+        "empty after the prefix": (value[:11], TRUNCATED),
+        "shorter than prefix and body CRC": (value[:15], TRUNCATED),
+        "unknown format": (b"\x04" + value[1:], TRUNCATED),
+        "unknown flag": (value[:1] + b"\x04" + value[2:], TRUNCATED),
+        "header longer than the value": (_with_hlen(value, 0x100 + hlen), TRUNCATED),
+        "header running into the body CRC": (_with_hlen(value, len(value) - 14), TRUNCATED),
+        "header ending at the body CRC": (_with_hlen(value, len(value) - 16), header_crc),
+        "a header byte flipped": (value[:14] + bytes([value[14] ^ 1]) + value[15:], header_crc),
+    }
+    for what, (bad, message) in cases.items():
+        with pytest.raises(CorruptionError, match=message):
+            call(KEY, bad, where=WHERE)
+            pytest.fail(what)
+    body_flipped = value[:-5] + bytes([value[-5] ^ 1]) + value[-4:]
+    if name == "check_header":
+        call(KEY, body_flipped, where=WHERE)  # the body is checked when it is read
+    else:
+        with pytest.raises(CorruptionError, match=CRC):
+            call(KEY, body_flipped, where=WHERE)
+    with pytest.raises(CorruptionError, match=header_crc):
+        call(KEY.replace(b"\x02", b"\x03"), value, where=WHERE)  # moved to another key
+
+
+def test_damaged_format1_values() -> None:
+    c = codec.Codec()
+    v1 = _format1(_value(response("hello there")))
+    for name in ("check", "check_header", "decode_value"):
+        getattr(c, name)(KEY, v1, where=WHERE)
+        with pytest.raises(CorruptionError, match=CRC):
+            getattr(c, name)(KEY, v1[:-1] + bytes([v1[-1] ^ 1]), where=WHERE)
+        # a format-1 value has no body CRC: twelve bytes and an empty header are a whole (if wrong) value
+        with pytest.raises(CorruptionError, match=CRC):
+            getattr(c, name)(KEY, _with_hlen(v1[:12], 0), where=WHERE)
+        with pytest.raises(CorruptionError, match=TRUNCATED):
+            getattr(c, name)(KEY, _with_hlen(v1, len(v1) - 11), where=WHERE)
+
+
+def test_blob_refcounts_use_all_32_bits() -> None:
+    blob = (7).to_bytes(4, "big") + b"\x01" + bytes(8) + b"rest"
+    assert codec.blob_refcount(blob) == 7
+    assert codec.blob_with_refcount(blob, 2**31 + 5) == (2**31 + 5).to_bytes(4, "big") + blob[4:]
+    assert codec.blob_refcount(codec.blob_with_refcount(blob, 2**32 - 1)) == 2**32 - 1
+
+
+def test_train_refuses_too_few_samples_by_name() -> None:
+    with pytest.raises(InvalidInputError, match=r"^cannot train a zstd dictionary from these 2 samples: "):
+        codec.Codec.train([b"a", b"b"])
