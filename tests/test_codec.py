@@ -333,3 +333,80 @@ def test_blob_refcounts_use_all_32_bits() -> None:
 def test_train_refuses_too_few_samples_by_name() -> None:
     with pytest.raises(InvalidInputError, match=r"^cannot train a zstd dictionary from these 2 samples: "):
         codec.Codec.train([b"a", b"b"])
+
+
+def _fmt(value: bytes, fmt: int, flags: int | None = None, hlen: int | None = None) -> bytes:
+    """``value`` as format ``fmt`` (2 or 3) with its header CRC made right for the new prefix."""
+    flags = value[1] if flags is None else flags
+    hlen = int.from_bytes(value[10:12], "big") if hlen is None else hlen
+    v = bytes([fmt, flags]) + value[2:10] + hlen.to_bytes(2, "big") + value[12:]
+    end = min(12 + hlen, len(v))
+    crc = zlib.crc32(KEY, zlib.crc32(v[10:end], codec.HEADER_CRC_SEED[fmt]))
+    return v[:6] + crc.to_bytes(4, "big") + v[10:]
+
+
+def test_header_checks_at_the_edges() -> None:
+    c = codec.Codec()
+    value = _value(response("hello there"))
+    end = codec.header_end(value)
+    empty = _fmt(bytes(16), 3, hlen=0)  # an empty header and body: the shortest whole format-3 value
+    assert codec.verified_header_end(KEY, empty) == 12
+    c.check_header(KEY, empty, where=WHERE)
+    for flags in (0, 1, 2, 3):
+        flagged = _fmt(value, 3, flags=flags)  # the header CRC does not cover the flags
+        assert codec.verified_header_end(KEY, flagged) == end
+        c.check_header(KEY, flagged, where=WHERE)
+    v2 = _fmt(value, 2)
+    c.check_header(KEY, v2, where=WHERE)
+    assert codec.verified_header_end(KEY, v2) == 0  # format 2: check_header tells it from damage
+    into_crc = _fmt(value, 3, hlen=len(value) - 14)  # a right header CRC, over a header running into the body CRC
+    assert codec.verified_header_end(KEY, into_crc) == 0
+    with pytest.raises(CorruptionError, match=TRUNCATED):
+        c.check_header(KEY, into_crc, where=WHERE)
+    flipped = value[:14] + bytes([value[14] ^ 1]) + value[15:]
+    assert codec.verified_header_end(KEY, flipped) == 0
+    assert codec.verified_header_end(KEY, _fmt(value, 3, flags=4)) == 0
+    assert codec.verified_header_end(KEY, value[:15]) == 0
+    assert codec.verified_header_end(KEY, value[:5]) == 0
+
+
+def test_peek_header_reads_kind_and_facts_off_the_bytes() -> None:
+    kind = codec.MSG_KIND
+    assert codec.peek_header(_value(response("no facts"))) == kind
+    assert codec.peek_header(_value(_calls(1))) == kind | codec.PEEK_FACTS
+    long = _value(_calls(20))
+    assert long[10] > 0 and codec.peek_header(long) == kind | codec.PEEK_FACTS
+    assert codec.peek_header(_value(user())) == codec.KIND_CODE[UserTurnSubmitted]
+    assert codec.peek_header(_value(agent_start())) == -1  # a turn boundary's header has five elements
+
+
+def test_depth_ok_visits_every_container_after_a_non_container() -> None:
+    # a value that is neither a leaf type nor a container is passed over, not the end of the walk
+    assert codec._depth_ok([[[["x"]]], object()], 2) is False
+    assert codec._depth_ok([[[["x"]]], object()], 4) is True
+
+
+class Renamed(msgspec.Struct, rename="camel", array_like=True, forbid_unknown_fields=True):
+    first_field: int
+    with_default: int = 5
+    with_factory: list[int] = msgspec.field(default_factory=list)
+
+
+class Strict(msgspec.Struct, forbid_unknown_fields=True):
+    a: int
+
+
+def test_raw_mirror_keeps_encoded_names_and_struct_options() -> None:
+    made: dict[type, Any] = {}
+    mirror = codec._raw_mirror(Renamed, made)
+    assert [(f.name, f.encode_name) for f in msgspec.structs.fields(mirror)] == [
+        ("first_field", "firstField"), ("with_default", "withDefault"), ("with_factory", "withFactory")]
+    cfg = mirror.__struct_config__
+    assert (cfg.array_like, cfg.forbid_unknown_fields) == (True, True)
+    assert msgspec.msgpack.decode(msgspec.msgpack.encode([1]), type=mirror) == mirror(first_field=1)
+    strict = codec._raw_mirror(Strict, {})
+    assert strict.__struct_config__.forbid_unknown_fields is True
+    with pytest.raises(msgspec.ValidationError, match=r"unknown field `b`"):
+        msgspec.msgpack.decode(msgspec.msgpack.encode({"a": 1, "b": 2}), type=strict)
+    annotated = codec._raw_mirror(typing.Annotated[Strict, "meta"], made)
+    assert annotated == typing.Annotated[made[Strict], "meta"]
