@@ -13,6 +13,7 @@ from typing import Any
 
 import msgspec
 import pytest
+import zstandard
 from conftest import T, agent_start, completed, link, response, spawn_message, user
 
 from tplog import codec
@@ -410,3 +411,46 @@ def test_raw_mirror_keeps_encoded_names_and_struct_options() -> None:
         msgspec.msgpack.decode(msgspec.msgpack.encode({"a": 1, "b": 2}), type=strict)
     annotated = codec._raw_mirror(typing.Annotated[Strict, "meta"], made)
     assert annotated == typing.Annotated[made[Strict], "meta"]
+
+
+def _trained() -> bytes:
+    bodies = [msgspec.msgpack.encode(_calls(i % 7 + 1)) + str(i).encode() for i in range(300)]
+    return codec.Codec.train(bodies, size=4096)
+
+
+def test_the_newest_dictionary_in_use_compresses_and_names_itself_in_the_frame() -> None:
+    data = _trained()
+    dict_id = zstandard.ZstdCompressionDict(data).dict_id()
+    c = codec.Codec()
+    c.add_dictionary(5, data, use=False)
+    assert c.current_dict == 0 and c.has_dictionary(5)
+    c.add_dictionary(5, data)  # known already: now in use
+    assert c.current_dict == 5
+    c.add_dictionary(3, data)  # older than the one in use: known, not used
+    c.add_dictionary(3, data)
+    assert c.current_dict == 5 and c.has_dictionary(3) and not c.has_dictionary(4)
+    ev = _calls(5)
+    value = c.encode(ev, "ev-1", 1).finish(KEY)
+    assert value[1] == codec.F_COMPRESSED and int.from_bytes(value[2:6], "big") == 5
+    assert zstandard.get_frame_parameters(bytes(codec.stored_body(value))).dict_id == dict_id
+    assert c.decode_value(KEY, value, where=WHERE) == ev
+    other = codec.Codec()
+    with pytest.raises(CorruptionError, match=r"^value needs zstd dictionary 5, which the store does not have"):
+        other.decode_value(KEY, value, where=WHERE)
+
+
+def test_damage_messages_of_the_other_layouts() -> None:
+    c = codec.Codec()
+    value = _value(response("hello there"))
+    v2 = _fmt(value, 2)
+    with pytest.raises(CorruptionError, match=HEADER_CRC):
+        c.check_header(KEY, v2[:14] + bytes([v2[14] ^ 1]) + v2[15:], where=WHERE)
+    with pytest.raises(CorruptionError, match=HEADER_CRC):
+        c.check_header(KEY, bytes([3]) + bytes(15), where=WHERE)  # whole, if empty: its CRC is wrong
+    long = _value(_calls(20))
+    with pytest.raises(CorruptionError, match=CRC):
+        c.check(KEY, long[:14] + bytes([long[14] ^ 1]) + long[15:], where=WHERE)
+    # a format-1 value referencing a blob is told apart from format 2/3 by its format byte, not its flags
+    v1 = _format1(_fmt(value, 3, flags=codec.F_BLOB))
+    with pytest.raises(CorruptionError, match=r"^blob reference without a blob reader \(thread t, seq 2\)$"):
+        c.decode_value(KEY, v1, where=WHERE)
