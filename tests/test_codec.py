@@ -454,3 +454,16 @@ def test_damage_messages_of_the_other_layouts() -> None:
     v1 = _format1(_fmt(value, 3, flags=codec.F_BLOB))
     with pytest.raises(CorruptionError, match=r"^blob reference without a blob reader \(thread t, seq 2\)$"):
         c.decode_value(KEY, v1, where=WHERE)
+
+
+def test_whole_values_whose_body_does_not_decode_say_so() -> None:
+    c = codec.Codec()
+    undecodable = r"^stored event does not decode: .* \(thread t, seq 2\)$"
+    empty3 = _fmt(bytes(16), 3, hlen=0)
+    empty3 = empty3[:12] + zlib.crc32(KEY, zlib.crc32(b"")).to_bytes(4, "big")  # both CRCs right, no body
+    empty1 = _format1(empty3)
+    assert len(empty1) == 12
+    garbage1 = _format1(empty3[:12] + b"\xc1" + bytes(4))  # uncompressed; 0xc1 is never msgpack
+    for value in (empty3, empty1, garbage1):
+        with pytest.raises(CorruptionError, match=undecodable):
+            c.decode_value(KEY, value, where=WHERE)
