@@ -49,12 +49,14 @@ def main(argv: list[str]) -> int:
 
 
 def _undecided_or_survived(work: Path) -> list[str]:
-    """On a re-run, the survivors of the last run (mutmut keeps the killed ones decided)."""
+    """On a re-run, the survivors of the last run and the mutants it did not reach (mutmut keeps the
+    killed ones decided and runs only the named ones)."""
     if not (work / "mutants").exists():
         return []
     out = subprocess.run([str(Path(sys.executable).parent / "mutmut"), "results"], cwd=work,
                          capture_output=True, text=True, check=False).stdout
-    return [line.split(":")[0].strip() for line in out.splitlines() if ": survived" in line or ": no tests" in line]
+    again = (": survived", ": no tests", ": not checked")
+    return [line.split(":")[0].strip() for line in out.splitlines() if line.rstrip().endswith(again)]
 
 
 if __name__ == "__main__":
