@@ -9,14 +9,17 @@ from __future__ import annotations
 
 import typing
 import zlib
+from pathlib import Path
 from typing import Any
 
 import msgspec
 import pytest
 import zstandard
-from conftest import T, agent_start, completed, link, response, spawn_message, user
+from conftest import T, agent_start, completed, link, response, spawn_message, started, user
+from conftest import ToyStore as Store
 
 from tplog import codec
+from tplog.backends.lmdb.keys import event_key, tkey
 from tplog.codec import ABORTED, V3_SPAWN, Facts, TurnFacts, facts_of, turn_facts_of
 from tplog.errors import CorruptionError, InvalidInputError
 from tplog.events import (
@@ -467,3 +470,40 @@ def test_whole_values_whose_body_does_not_decode_say_so() -> None:
     for value in (empty3, empty1, garbage1):
         with pytest.raises(CorruptionError, match=undecodable):
             c.decode_value(KEY, value, where=WHERE)
+
+
+# --------------------------------------------------------------------------- through a store's tables
+
+
+def test_a_missing_or_truncated_shared_blob_is_named(tmp_path: Path) -> None:
+    with Store(tmp_path / "s", limits=codec.Limits(blob_threshold=4096)) as s:
+        s.append("t", [started("t"), user("lorem ipsum " * 700)])
+        with s.engine.read() as txn:
+            [(sha, blob)] = [(bytes(k), bytes(v)) for k, v in txn.range("blobs")]
+        for stored, message in ((blob[:12], "the event's shared blob is truncated"),
+                                (blob[:13], "shared blob failed its CRC-32 check"),  # a whole prefix, no data
+                                (None, "the event's shared blob is missing")):
+            if stored is None:
+                s.engine.run_write(lambda txn: txn.delete("blobs", sha))
+            else:
+                s.engine.run_write(lambda txn, v=stored: txn.put("blobs", sha, v))
+            with pytest.raises(CorruptionError, match=rf"^{message} \(thread t, seq 2\)$") as ei:
+                s.read("t")
+            assert (ei.value.thread_id, ei.value.seq) == ("t", 2)
+
+
+def test_a_reader_without_the_dictionary_loads_it_from_the_store(tmp_path: Path) -> None:
+    with Store(tmp_path / "s", auto_dictionary=0) as s:
+        s.append("t", [started("t"), agent_start()] + [_calls(i % 5 + 1) for i in range(150)])
+        assert s.train_dictionary() == 1
+        ev = _calls(4)
+        s.append("t", [ev])
+        key = event_key(tkey("t"), 153)
+        with s.engine.read() as txn:
+            value = bytes(txn.get("events", key))
+            assert value[1] == codec.F_COMPRESSED and int.from_bytes(value[2:6], "big") == 1
+            fresh = codec.Codec()
+            assert fresh.decode_event(fresh.body_bytes(value, txn, where=WHERE)) == ev
+            assert fresh.has_dictionary(1) and fresh.current_dict == 1
+        with pytest.raises(CorruptionError, match=r"^value needs zstd dictionary 1, which the store does not have"):
+            codec.Codec().body_bytes(value, where=WHERE)
