@@ -507,3 +507,23 @@ def test_a_reader_without_the_dictionary_loads_it_from_the_store(tmp_path: Path)
             assert fresh.has_dictionary(1) and fresh.current_dict == 1
         with pytest.raises(CorruptionError, match=r"^value needs zstd dictionary 1, which the store does not have"):
             codec.Codec().body_bytes(value, where=WHERE)
+
+
+def _stored(stored: bytes, flags: int) -> bytes:
+    """A format-3 value of an empty-ish header and ``stored`` as its body, both CRCs right."""
+    header = msgspec.msgpack.encode([codec.MSG_KIND, "ev-1", 1, None])
+    head = len(header).to_bytes(2, "big") + header
+    crc = zlib.crc32(KEY, zlib.crc32(head, codec.HEADER_CRC_SEED[3]))
+    return (bytes([3, flags]) + bytes(4) + crc.to_bytes(4, "big") + head + stored
+            + zlib.crc32(KEY, zlib.crc32(stored)).to_bytes(4, "big"))
+
+
+def test_a_compressed_body_that_does_not_decode_names_the_event_on_the_fast_path_too() -> None:
+    c = codec.Codec()
+    good = _value(response("lorem ipsum " * 20))
+    assert good[1] == codec.F_COMPRESSED
+    c.decode_value(KEY, good, where=WHERE)  # the decompressor is made and kept: the next read takes the fast path
+    bad = _stored(zstandard.ZstdCompressor(write_content_size=True).compress(b"\xc1" * 200), codec.F_COMPRESSED)
+    for _ in range(2):
+        with pytest.raises(CorruptionError, match=r"^stored event does not decode: .* \(thread t, seq 2\)$"):
+            c.decode_value(KEY, bad, where=WHERE)
