@@ -237,7 +237,7 @@ class TplogSystem(System):
         evs: list[Any] = []
         st = self.state.get(conv.tid)
         if st is None:
-            ts = tpai._iso(msg.timestamp)
+            ts = tpai.mapping._iso(msg.timestamp)
             st = self.state[conv.tid] = [False, ts]
             evs += [
                 ThreadStarted(thread_id=conv.tid, created_at=ts),

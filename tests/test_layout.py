@@ -55,7 +55,7 @@ def test_public_homes_hold_the_exported_objects() -> None:
     import tplog.events
     import tplog.store
 
-    assert tplog.aio.AsyncStore is tplog.AsyncStore is tplog.store.AsyncStore
+    assert tplog.aio.AsyncStore is tplog.AsyncStore
     assert tplog.store.ExpectedVersion is not None and "ExpectedVersion" in tplog.store.__all__
     for module in (tplog.errors, tplog.events):
         assert set(module.__all__) <= set(tplog.__all__)

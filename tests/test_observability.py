@@ -19,8 +19,8 @@ from conftest import ToyStore as Store
 from conftest import exchange, started, user
 
 from tplog import WrongExpectedVersionError
+from tplog.aio import AsyncStore
 from tplog.logs import JsonFormatter, ThreadIdFilter, thread_context
-from tplog.store import AsyncStore
 
 T1 = "0b6b3b56-8a4e-4c1e-9f51-6a3c3e2f7a10"
 T2 = "1c2d3e4f-5a6b-4c7d-8e9f-0a1b2c3d4e5f"

@@ -28,8 +28,9 @@ from tplog import (
     TplogError,
     WrongExpectedVersionError,
 )
+from tplog.aio import AsyncStore
 from tplog.protocol import model as m
-from tplog.store import AppendResult, AsyncStore
+from tplog.store import AppendResult
 
 
 def test_many_tasks_group_commit_each_gets_its_own_result(tmp_path: Path) -> None:
@@ -200,8 +201,8 @@ def test_a_large_append_is_checked_and_compressed_off_the_loop(tmp_path: Path) -
     """Checking, compressing and hashing a 1 MB tool return takes tens of milliseconds:
     past ASYNC_INLINE_BYTES that runs in a worker thread, and the loop serves others."""
     from tplog import MessageRecorded
+    from tplog.aio import ASYNC_INLINE_BYTES
     from tplog.protocol import model as m
-    from tplog.store import ASYNC_INLINE_BYTES
 
     rows = [{"id": i, "name": f"row {i} " * 4, "tags": ["a", "b"]} for i in range(20_000)]
     part = m.ToolReturnPart(tool_name="query", tool_call_id="c1", status="success", content={"rows": rows})

@@ -23,13 +23,13 @@ from tplog import InvalidInputError, Store
 from tplog.integrations import pydantic_ai_fast as _pai_fast
 from tplog.integrations.pydantic_ai import (
     HistoryCache,
-    _message_validated,
     events_from_messages,
     history_from_thread,
     load_history,
     message_to_tp,
     request_from_user_turn,
 )
+from tplog.integrations.pydantic_ai.mapping import _message_validated
 from tplog.projections.fold import fold
 from tplog.protocol import model as m
 
@@ -220,7 +220,7 @@ def test_tool_return_content_with_multimodal_items_is_rebuilt_as_pydantic_does()
 def _slow_to_tp(msg: pm.ModelMessage, default_timestamp: str) -> Any:
     """message_to_tp's pydantic-dump path, with the direct path switched off."""
     orig = _pai_fast.fast_message_to_tp
-    _pai_fast_mod = sys.modules["tplog.integrations.pydantic_ai"]
+    _pai_fast_mod = sys.modules["tplog.integrations.pydantic_ai.mapping"]
     _pai_fast_mod.fast_message_to_tp = lambda *a: None  # type: ignore[attr-defined]
     try:
         return message_to_tp(msg, "agent-1", default_timestamp=default_timestamp)

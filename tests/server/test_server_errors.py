@@ -28,6 +28,7 @@ from tplog import (
 from tplog.errors import CorruptionError
 from tplog.integrations import server as srvmod
 from tplog.integrations.server import ENV_METRICS, ENV_ON_DISCONNECT, ENV_STORE, HTTPError, create_app, http_error
+from tplog.integrations.server import factory as srvfactory
 
 
 @pytest.mark.parametrize(("exc", "status", "code"), [
@@ -63,11 +64,11 @@ def test_bad_configuration_is_refused_before_serving(tmp_path: Path, monkeypatch
     with pytest.raises(ValueError, match="needs at least one agent"):
         create_app(tmp_path / "s", {})
     with pytest.raises(srvmod.ServeError, match="agents 'race_agents': expected MODULE:ATTRIBUTE"):
-        srvmod._load_agents("race_agents")
+        srvfactory._load_agents("race_agents")
     with pytest.raises(srvmod.ServeError, match="agents 'os:sep': not a non-empty dict of agents"):
-        srvmod._load_agents("os:sep")
-    assert list(srvmod._load_agents("server.race_agents:agents")) == ["racer"]  # a callable returning them
-    assert list(srvmod._load_agents(None)) == ["demo"]
+        srvfactory._load_agents("os:sep")
+    assert list(srvfactory._load_agents("server.race_agents:agents")) == ["racer"]  # a callable returning them
+    assert list(srvfactory._load_agents(None)) == ["demo"]
     monkeypatch.delenv(ENV_STORE, raising=False)
     with pytest.raises(RuntimeError, match=f"set {ENV_STORE}"):
         srvmod.app_from_env()

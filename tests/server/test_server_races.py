@@ -17,8 +17,9 @@ from conftest import started, user
 
 from server.server_harness import ROOT, ServerProcess, chat_body, read_events
 from tplog import NO_STREAM, Store, ThreadStarted, UserTurnSubmitted
-from tplog.integrations.server import ENV_AGENTS, _Writer
-from tplog.store import AsyncStore
+from tplog.aio import AsyncStore
+from tplog.integrations.server import ENV_AGENTS
+from tplog.integrations.server.state import _Writer
 
 
 def _texts(store: Store, tid: str) -> list[str]:

@@ -27,14 +27,14 @@ from tplog.codec import F_BLOB, blob_refcount, stored_body
 from tplog.errors import CorruptionError, RebuildInProgressError
 
 if TYPE_CHECKING:
-    from tplog.backends.lmdb.recorder import LmdbRecorder
+    from tplog.backends.lmdb.maintenance import LmdbMaintenance
 
 _head_dec = msgspec.msgpack.Decoder(ThreadHead)
 
 __all__ = ["verify"]
 
 
-def verify(store: LmdbRecorder, *, projections: bool = True) -> VerifyReport:
+def verify(store: LmdbMaintenance, *, projections: bool = True) -> VerifyReport:
     rep = VerifyReport()
     codec = store.codec
     refs: dict[bytes, int] = {}

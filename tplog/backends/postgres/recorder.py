@@ -28,17 +28,13 @@ as its original result and an uncommitted one is written once.
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
-import os
 import threading
 import time
-import urllib.parse
 from collections import deque
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable
 from concurrent.futures import Future
-from contextlib import contextmanager
-from typing import Any, Final, ParamSpec, TypeVar
+from typing import Any
 
 import msgspec
 import psycopg
@@ -50,136 +46,52 @@ from tplog.backends.contract import (
     NO_STREAM,
     Append,
     AppendResult,
-    Cursor,
-    Direction,
     Handle,
-    RebuildReport,
     ThreadAppend,
     ThreadHead,
-    ThreadPage,
-    Tracking,
-    VerifyReport,
     apply_fork,
     check_append,
     check_fork_parent,
-    outgoing,
-    own_seqs,
     thread_key,
 )
 from tplog.backends.memory import VERSIONS, _advance
+from tplog.backends.postgres.connections import (
+    _RETRY,
+    MAX_BATCH,
+    WRITERS,
+    _finder_cols,
+    _head_dec,
+    _head_enc,
+    _Job,
+    _parse_url,
+    _redact,
+    _state_dec,
+    event_key,
+)
 from tplog.backends.postgres.errors import LockTimeoutError, PostgresUnavailableError, SchemaError
 from tplog.backends.postgres.fold import Batch as _Batch
 from tplog.backends.postgres.fold import Thread as _Thread
-from tplog.backends.postgres.fold import index_links, item_of
+from tplog.backends.postgres.fold import index_links
+from tplog.backends.postgres.maintenance import PgMaintenance
 from tplog.backends.postgres.placement import Placement
-from tplog.backends.postgres.schema import SCHEMA_VERSION, TABLES, check_schema_name, ddl
+from tplog.backends.postgres.schema import check_schema_name
 from tplog.codec import MSG_KIND, Codec, Encoded, Limits
 from tplog.errors import (
     HasForksError,
     IdempotencyError,
     InvalidInputError,
     NotFoundError,
-    RebuildInProgressError,
-    RebuildRequiredError,
-    StoreClosedError,
     ThreadDeletedError,
     TplogError,
     WrongExpectedVersionError,
 )
-from tplog.events import KIND_CODE, RecordedEvent, ThreadDeleted
-from tplog.lifecycle import ACTIVITY_CODE, ThreadFilter, matches
+from tplog.events import ThreadDeleted
 from tplog.projections.fold import Item, ThreadState, feed
 
 __all__ = ["PostgresRecorder"]
 
-P = ParamSpec("P")
-R = TypeVar("R")
-#: Submissions joined into one transaction at most (bounds its size and its lock time).
-MAX_BATCH: Final = 256
-#: Writer threads (each its own connection and transaction): while one holds its log's counter
-#: row through COMMIT, the next checks its batch and writes up to that row, so the log's
-#: lock is held back to back instead of idle during every other transaction's first round trip.
-WRITERS: Final = 2
-_head_enc = msgspec.msgpack.Encoder()
-_head_dec = msgspec.msgpack.Decoder(ThreadHead)
-_state_dec = msgspec.msgpack.Decoder(ThreadState)
-#: Why a whole batch is retried (as single submissions, or once more after a reconnect).
-_RETRY = (psycopg.errors.DeadlockDetected, psycopg.errors.SerializationFailure, psycopg.errors.UniqueViolation)
 
-
-def event_key(tk: bytes, seq: int) -> bytes:
-    """What a stored value's CRCs are keyed with (as on LMDB): a value copied to another row fails them."""
-    return tk + seq.to_bytes(8, "big")
-
-
-def _finder_cols(head: ThreadHead) -> tuple[int, str]:
-    """The head's ``activity`` and ``agents`` columns (agents as JSON: unnest flattens 2-D arrays)."""
-    return ACTIVITY_CODE.get(head.activity, 0), msgspec.json.encode(head.agent_ids).decode()
-
-
-def _scope(scope: str | None) -> str:
-    # Scopes are non-empty strings, so '' stands for "unscoped" in a NOT NULL key column.
-    return "" if scope is None else scope
-
-
-def _parse_url(url: str) -> tuple[str, dict[str, str]]:
-    """The libpq URL without tplog's own query parameters (``schema``, ``logs``, ``writers``), and those."""
-    parts = urllib.parse.urlsplit(url)
-    if parts.scheme not in ("postgresql", "postgres"):
-        raise InvalidInputError(f"not a PostgreSQL URL (postgresql://…): {_redact(url)!r}")
-    query = urllib.parse.parse_qsl(parts.query, keep_blank_values=True)
-    ours = {k: v for k, v in query if k in ("schema", "logs", "writers")}
-    rest = urllib.parse.urlencode([(k, v) for k, v in query if k not in ours])
-    return urllib.parse.urlunsplit(parts._replace(query=rest)), ours
-
-
-def _redact(url: str) -> str:
-    parts = urllib.parse.urlsplit(url)
-    if parts.password is None:
-        return url
-    netloc = parts.netloc.replace(":" + parts.password + "@", ":***@")
-    return urllib.parse.urlunsplit(parts._replace(netloc=netloc))
-
-
-def _retried(fn: Callable[P, R]) -> Callable[P, R]:
-    """Reads are idempotent: one on a pooled connection the server has since dropped is run
-    again (the pool discards a broken connection when it comes back)."""
-
-    def run(*args: P.args, **kwargs: P.kwargs) -> R:
-        for _ in range(3):
-            try:
-                return fn(*args, **kwargs)
-            except PostgresUnavailableError:
-                time.sleep(0.05)
-        return fn(*args, **kwargs)
-
-    run.__doc__, run.__name__ = fn.__doc__, fn.__name__
-    return run
-
-
-class _Held:
-    """A named lock: a session advisory lock on its own connection (dies with the process)."""
-
-    def __init__(self, conn: psycopg.Connection[Any]) -> None:
-        self._conn = conn
-
-    def release(self) -> None:
-        # Unlocked before the close: a closed session's locks go only when its server process
-        # has exited, after close() returned (the next try_lock could still find it held).
-        with contextlib.suppress(psycopg.Error):
-            self._conn.execute("SELECT pg_advisory_unlock_all()")
-        self._conn.close()
-
-
-class _Job:
-    __slots__ = ("append", "delete", "future")
-
-    def __init__(self, append: Append | None, delete: tuple[str, Encoded, str | None] | None,
-                 future: Future[Any]) -> None:
-        self.append, self.delete, self.future = append, delete, future
-
-
-class PostgresRecorder:
+class PostgresRecorder(PgMaintenance):
     """The :class:`~tplog.backends.contract.Recorder` on a PostgreSQL database.
 
     ``url``: ``postgresql://user:password@host:port/db`` (libpq's URL; ``?schema=NAME``
@@ -246,119 +158,6 @@ class PostgresRecorder:
                                           daemon=True) for i in range(writers)]
         for w in self._writers:
             w.start()
-
-    # ------------------------------------------------------------------ connections and schema
-
-    def _connect(self) -> psycopg.Connection[Any]:
-        try:
-            return psycopg.connect(self._conninfo, **self._kwargs)
-        except psycopg.OperationalError as exc:
-            msg = str(exc).strip()
-            auth = "password authentication failed" in msg or "no password supplied" in msg
-            raise PostgresUnavailableError(f"cannot connect to PostgreSQL at {self.url}: {msg}",
-                                           retryable=not auth) from exc
-
-    def _open_schema(self, conn: psycopg.Connection[Any], logs: int | None, *, create: bool, migrate: bool) -> int:
-        """Check (or create) the schema; the number of logs it keeps."""
-        exists = conn.execute("SELECT to_regclass(%s) IS NOT NULL", (f"{self.schema}.meta",)).fetchone()
-        #: Whether this open created the schema, and the version it found (what ``tplog migrate`` reports).
-        self.schema_created, self.schema_found = False, SCHEMA_VERSION
-        if not (exists and exists[0]):
-            if not create:
-                raise SchemaError(f"PostgreSQL database at {self.url} has no tplog schema {self.schema!r}; open it "
-                                  f"with create=True (or `tplog migrate {self.url}`) to create it")
-            # One creator at a time (two processes opening a new store at once). A session lock taken
-            # before the transaction: its snapshot then sees the other creator's tables (catalog
-            # lookups inside a transaction that waited on an advisory lock may not).
-            conn.execute("SELECT pg_advisory_lock(hashtextextended(%s, 0))", (f"tplog-ddl:{self.schema}",))
-            try:
-                with conn.transaction():
-                    again = conn.execute("SELECT to_regclass(%s) IS NOT NULL", (f"{self.schema}.meta",)).fetchone()
-                    if not (again and again[0]):
-                        for stmt in ddl(self.schema, logs or 1):
-                            conn.execute(stmt.encode())
-                        self.schema_created = True
-                        conn.execute("INSERT INTO tracking VALUES ('links', 'live', %s), ('state', 'live', %s)",
-                                     (VERSIONS["links"], VERSIONS["state"]))
-            finally:
-                conn.execute("SELECT pg_advisory_unlock(hashtextextended(%s, 0))", (f"tplog-ddl:{self.schema}",))
-        meta = dict(conn.execute("SELECT key, value FROM meta").fetchall())
-        version = self.schema_found = int(meta.get("schema_version", 0))
-        if version > SCHEMA_VERSION:
-            raise SchemaError(f"tplog schema {self.schema!r} at {self.url} is version {version}, newer than this "
-                              f"tplog understands ({SCHEMA_VERSION}); upgrade tplog")
-        if version < SCHEMA_VERSION:
-            if not migrate:
-                raise SchemaError(f"tplog schema {self.schema!r} at {self.url} is version {version}, older than "
-                                  f"{SCHEMA_VERSION}; run `tplog migrate {self.url}` (or open with migrate=True)")
-            self._migrate(conn, version)
-        stored = int(meta.get("logs", 1))
-        if logs is not None and logs != stored:
-            raise SchemaError(f"tplog schema {self.schema!r} at {self.url} keeps {stored} logs, not {logs}; "
-                              "the number of logs is fixed when the schema is created")
-        return stored
-
-    def _migrate(self, conn: psycopg.Connection[Any], version: int) -> None:
-        from tplog.backends.postgres.schema import MIGRATIONS
-
-        with conn.transaction():
-            # One migrator at a time; another may have upgraded the schema meanwhile.
-            conn.execute("SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))", (f"tplog-ddl:{self.schema}",))
-            row = conn.execute(f"SELECT value FROM {self.schema}.meta WHERE key = 'schema_version'".encode()
-                               ).fetchone()
-            version = int(row[0]) if row else version
-            while version < SCHEMA_VERSION:
-                steps = MIGRATIONS.get(version)
-                if steps is None:
-                    raise SchemaError(f"tplog schema {self.schema!r} at {self.url} is version {version}: no upgrade "
-                                      f"to {SCHEMA_VERSION} exists; copy the store with `tplog copy`")
-                for stmt in steps:
-                    conn.execute(stmt.encode())
-                version += 1
-                conn.execute("UPDATE meta SET value = %s WHERE key = 'schema_version'", (str(version),))
-
-    @contextmanager
-    def _read(self) -> Iterator[psycopg.Connection[Any]]:
-        self._check_open()
-        try:
-            with self._pool.connection() as conn:
-                yield conn
-        except psycopg.errors.UndefinedTable as exc:
-            raise SchemaError(f"tplog schema {self.schema!r} at {self.url} is missing a table: {exc}") from exc
-        except (psycopg.OperationalError, psycopg_pool.PoolTimeout) as exc:
-            raise PostgresUnavailableError(f"PostgreSQL at {self.url}: {str(exc).strip()}") from exc
-
-    def _check_open(self) -> None:
-        if self._closing:
-            raise StoreClosedError(f"PostgreSQL store {self.url} (schema {self.schema}) has been closed")
-
-    def log_of(self, thread_id: str, *, scope: str | None = None) -> int:
-        """With several logs: the stored thread's log (a spawned child's is its parent's, see
-        ``placement.py``), else the one its id hashes to."""
-        return self._key(thread_id, scope)[0]
-
-    def _key(self, thread_id: str, scope: str | None,
-             conn: psycopg.Connection[Any] | None = None) -> tuple[int, str, bytes]:
-        sc, tk = _scope(scope), thread_key(thread_id, scope)
-        if self.logs == 1:
-            return 0, sc, tk
-        log = self._placement.known((sc, tk))
-        if log is None:
-            if conn is not None:
-                log = self._placement.log(conn, (sc, tk))
-            else:
-                with self._read() as c:
-                    log = self._placement.log(c, (sc, tk))
-        return log, sc, tk
-
-    def _wkey(self, thread_id: str, scope: str | None) -> tuple[int, str, bytes]:
-        """``_key`` in the writer's transaction: the logs its batch planned."""
-        if self.logs > 1:
-            sc, tk = _scope(scope), thread_key(thread_id, scope)
-            log = getattr(self._wlocal, "wlogs", {}).get((sc, tk))  # this writer thread's batch
-            if log is not None:
-                return log, sc, tk
-        return self._key(thread_id, scope, getattr(self._wlocal, "conn", None))
 
     # ------------------------------------------------------------------ writes
 
@@ -841,429 +640,3 @@ class PostgresRecorder:
         return AppendResult(thread_id=thread_id, first_seq=seq, last_seq=seq, first_position=pos, last_position=pos,
                             event_ids=[tomb.event_id])
 
-    # ------------------------------------------------------------------ reads
-
-    def _event(self, conn: psycopg.Connection[Any], thread_id: str, log: int, tk: bytes, seq: int, position: int,
-               event_id: str, value: bytes) -> RecordedEvent:
-        where = (thread_id, seq)
-        reader = _Blobs(conn, log)
-        ev = self.codec.decode_value(event_key(tk, seq), value, reader, where=where)
-        hdr = self.codec.header(value, where=where)
-        return RecordedEvent(thread_id=thread_id, seq=seq, position=position, event_id=event_id,
-                             recorded_at=hdr.recorded_at, event=ev)
-
-    @_retried
-    def head(self, thread_id: str, *, scope: str | None = None) -> ThreadHead | None:
-        with self._read() as conn:
-            row = conn.execute("SELECT head, last_position FROM heads WHERE log_id = %s AND scope = %s AND tk = %s "
-                               "AND head IS NOT NULL", self._key(thread_id, scope, conn)).fetchone()
-        return None if row is None else msgspec.structs.replace(_head_dec.decode(row[0]), last_position=row[1])
-
-    @_retried
-    def read_thread(self, thread_id: str, *, scope: str | None = None, after: int | None = None,
-                    limit: int | None = None, direction: Direction = "forward") -> list[RecordedEvent]:
-        log, sc, tk = self._key(thread_id, scope)
-        fwd = direction == "forward"
-        cond = "" if after is None else (" AND e.seq > %(after)s" if fwd else " AND e.seq < %(after)s")
-        sql = ("SELECT h.thread_id, e.seq, e.position, e.event_id, e.value FROM heads h LEFT JOIN LATERAL ("
-               "SELECT seq, position, event_id, value FROM events e WHERE e.log_id = h.log_id AND e.scope = h.scope "
-               f"AND e.tk = h.tk{cond} ORDER BY e.seq {'ASC' if fwd else 'DESC'} LIMIT %(limit)s) e ON true "
-               "WHERE h.log_id = %(log)s AND h.scope = %(scope)s AND h.tk = %(tk)s AND h.head IS NOT NULL "
-               f"ORDER BY e.seq {'ASC' if fwd else 'DESC'}")
-        with self._read() as conn:
-            rows = conn.execute(sql, {"after": after, "limit": limit, "log": log, "scope": sc, "tk": tk},
-                                binary=True).fetchall()
-            if not rows:
-                raise NotFoundError(f"thread {thread_id} does not exist")
-            return [self._event(conn, r[0], log, tk, r[1], r[2], r[3], r[4]) for r in rows if r[1] is not None]
-
-    @_retried
-    def read_log(self, log: int, *, after: int = 0, limit: int | None = None,
-                 scope: str | None = None) -> list[RecordedEvent]:
-        if isinstance(log, bool) or not isinstance(log, int) or not 0 <= log < self.logs:
-            raise InvalidInputError(f"log {log} does not exist: this store keeps {self.logs} log(s)")
-        with self._read() as conn:
-            rows = conn.execute(
-                "SELECT h.thread_id, e.tk, e.seq, e.position, e.event_id, e.value FROM events e JOIN heads h "
-                "ON h.log_id = e.log_id AND h.scope = e.scope AND h.tk = e.tk WHERE e.log_id = %s AND e.scope = %s "
-                "AND e.position > %s ORDER BY e.position LIMIT %s", (log, _scope(scope), after, limit),
-                binary=True).fetchall()
-            return [self._event(conn, r[0], log, bytes(r[1]), r[2], r[3], r[4], r[5]) for r in rows]
-
-    @_retried
-    def positions(self) -> Cursor:
-        with self._read() as conn:
-            return tuple(r[0] for r in conn.execute("SELECT position FROM logs ORDER BY log_id").fetchall())
-
-    def _notify_local(self) -> None:
-        with self._cond:
-            self._cond.notify_all()
-
-    def wait(self, cursor: Cursor, timeout: float | None = None) -> Cursor:
-        """Commits of this process wake waiters at once; other processes' through
-        LISTEN/NOTIFY (one log) or a short poll (several logs)."""
-        deadline = None if timeout is None else time.monotonic() + timeout
-        if self.logs == 1:
-            self._listen()
-        while True:
-            now = self.positions()
-            if any(p > c for p, c in zip(now, cursor, strict=False)) or self._closing:
-                return now
-            left = None if deadline is None else deadline - time.monotonic()
-            if left is not None and left <= 0:
-                return now
-            with self._cond:
-                self._cond.wait(0.5 if self.logs == 1 else 0.05 if left is None else min(left, 0.05))
-
-    def _listen(self) -> None:
-        with self._cond:
-            if self._listener is not None:
-                return
-            self._listener = threading.Thread(target=self._listen_loop, name=f"tplog-pg-listen-{self.schema}",
-                                              daemon=True)
-            self._listener.start()
-
-    def _listen_loop(self) -> None:
-        while not self._closing:
-            try:
-                with psycopg.connect(self._conninfo, **self._kwargs) as conn:
-                    conn.execute(f"LISTEN {self._channel}".encode())
-                    while not self._closing:
-                        for _ in conn.notifies(timeout=0.5, stop_after=1):
-                            self._notify_local()
-            except psycopg.Error:
-                time.sleep(0.5)  # the server went away: waiters poll meanwhile
-
-    @_retried
-    def threads(self, *, scope: str | None = None, after: str | None = None, limit: int = 50,
-                include_deleted: bool = False, where: ThreadFilter | None = None) -> ThreadPage:
-        if isinstance(limit, bool) or not isinstance(limit, int) or limit <= 0:
-            raise InvalidInputError("limit must be > 0")
-        conds: list[str] = []
-        params: list[Any] = [_scope(scope)]
-        cur: tuple[int, bytes] | None = None
-        if after is not None:
-            try:
-                raw = bytes.fromhex(after)
-                if len(raw) != 24:
-                    raise ValueError
-            except ValueError as exc:
-                raise InvalidInputError(f"cursor {after!r} is not one this store returned") from exc
-            cur = (int.from_bytes(raw[:8], "big", signed=True), raw[8:])
-        if not include_deleted:
-            conds.append("NOT deleted")
-        if where is not None:  # the indexed filters in SQL, the others on the decoded heads
-            if where.status is not None:
-                conds.append("activity = ANY(%s::smallint[])")
-                params.append([ACTIVITY_CODE[a] for a in where.status])
-            if where.agent is not None:
-                conds.append("agents @> ARRAY[%s]::text[]")
-                params.append(where.agent)
-            if where.updated_after is not None:
-                conds.append("updated_ns >= %s")
-                params.append(where.updated_after)
-            if where.updated_before is not None:
-                conds.append("updated_ns < %s")
-                params.append(where.updated_before)
-            if where.has_children is not None:
-                conds.append(("" if where.has_children else "NOT ") + "EXISTS (SELECT 1 FROM children c WHERE "
-                             "c.log_id = heads.log_id AND c.scope = heads.scope AND c.parent = heads.tk)")
-        heads: list[ThreadHead] = []
-        last: Any = None
-        more = False
-        batch = limit + 1 if where is None else max(limit + 1, 256)
-        with self._read() as conn:
-            while True:  # batches of candidates until the page is full or they run out
-                bound = "" if cur is None else " AND (updated_ns, tk) < (%s, %s)"
-                extra = "".join(" AND " + c for c in conds)
-                rows = conn.execute(
-                    f"SELECT head, last_position, updated_ns, tk FROM heads WHERE scope = %s AND head IS NOT NULL"
-                    f"{extra}{bound} ORDER BY updated_ns DESC, tk DESC LIMIT %s",
-                    [*params, *(cur or ()), batch]).fetchall()
-                for r in rows:
-                    h = msgspec.structs.replace(_head_dec.decode(r[0]), last_position=r[1])
-                    if where is not None and not matches(where, h):
-                        continue
-                    if len(heads) >= limit:
-                        more = True
-                        break
-                    heads.append(h)
-                    last = r
-                if more or len(rows) < batch:
-                    break
-                cur = (rows[-1][2], bytes(rows[-1][3]))
-        cursor = (last[2].to_bytes(8, "big", signed=True) + bytes(last[3])).hex() if more and last is not None else None
-        return ThreadPage(heads, cursor)
-
-    def _require_live(self, conn: psycopg.Connection[Any], name: str) -> bool:
-        # A projection turns stale only when a process with other fold code rebuilds it: a live
-        # answer is trusted for a second, sparing every link/state read a second query.
-        now = time.monotonic()
-        if self._live_until.get(name, 0.0) > now:
-            return True
-        row = conn.execute("SELECT status, version FROM tracking WHERE name = %s", (name,)).fetchone()
-        live = row is not None and row[0] == "live" and row[1] == VERSIONS[name]
-        if live:
-            self._live_until[name] = now + 1.0
-        return live
-
-    @_retried
-    def incoming(self, thread_id: str, *, scope: str | None = None, relation: str | None = None,
-                 after: tuple[str, str] | None = None, limit: int | None = None) -> list[tuple[str, str]]:
-        log, sc, tk = self._key(thread_id, scope)
-        cond, params = "", [log, sc, tk]
-        if relation is not None:
-            cond += " AND relation = %s"
-            params.append(relation.encode())
-        if after is not None:
-            cond += " AND (relation, source) > (%s, %s)"
-            params += [after[1].encode(), thread_key(after[0], scope)]
-        sql = ("SELECT source_id, relation, source, ord FROM links WHERE log_id = %s AND scope = %s AND target = %s"
-               f"{cond} ORDER BY relation, source, ord LIMIT %s")
-        with self._read() as conn:
-            self._links_live(conn)
-            rows = conn.execute(sql.encode(), [*params, limit]).fetchall()
-            if limit is not None and len(rows) == limit and rows:
-                last = rows[-1]  # a page never ends between two links of one pair
-                rows += conn.execute(
-                    "SELECT source_id, relation, source, ord FROM links WHERE log_id = %s AND scope = %s AND "
-                    "target = %s AND relation = %s AND source = %s AND ord > %s ORDER BY ord",
-                    (log, sc, tk, last[1], last[2], last[3])).fetchall()
-            if not rows:
-                self._require_known(conn, thread_id, log, sc, tk)
-        return [(r[0], bytes(r[1]).decode()) for r in rows]
-
-    def _links_live(self, conn: psycopg.Connection[Any]) -> None:
-        if not self._require_live(conn, "links"):
-            raise RebuildRequiredError(f"PostgreSQL {self.url}: the links projection is stale; "
-                                       "run rebuild(['links'])")
-
-    def _require_known(self, conn: psycopg.Connection[Any], thread_id: str, log: int, sc: str, tk: bytes) -> None:
-        """An empty links answer for a thread never stored, that no stored thread links to
-        or names as spawned, is ``NotFoundError``."""
-        row = conn.execute(
-            "SELECT EXISTS (SELECT 1 FROM heads WHERE log_id = %(l)s AND scope = %(s)s AND tk = %(t)s AND head IS NOT "
-            "NULL) OR EXISTS (SELECT 1 FROM links WHERE log_id = %(l)s AND scope = %(s)s AND target = %(t)s) OR "
-            "EXISTS (SELECT 1 FROM children WHERE log_id = %(l)s AND scope = %(s)s AND parent = %(t)s) OR "
-            "EXISTS (SELECT 1 FROM children WHERE scope = %(s)s AND child = %(t)s AND flags & 2 = 2)",
-            {"l": log, "s": sc, "t": tk}).fetchone()
-        if not (row and row[0]):
-            raise NotFoundError(f"thread {thread_id} does not exist, and no stored thread links to it")
-
-    @_retried
-    def children(self, thread_id: str, *, scope: str | None = None, after: str | None = None,
-                 limit: int | None = None) -> list[str]:
-        log, sc, tk = self._key(thread_id, scope)
-        cond, params = "", [log, sc, tk]
-        if after is not None:
-            cond = " AND child > %s"
-            params.append(thread_key(after, scope))
-        with self._read() as conn:
-            self._links_live(conn)
-            rows = conn.execute(("SELECT child_id FROM children WHERE log_id = %s AND scope = %s AND parent = %s"
-                                 f"{cond} ORDER BY child LIMIT %s").encode(), [*params, limit]).fetchall()
-            if not rows:
-                self._require_known(conn, thread_id, log, sc, tk)
-        return [r[0] for r in rows]
-
-    @_retried
-    def thread_state(self, thread_id: str, *, scope: str | None = None) -> ThreadState | None:
-        with self._read() as conn:
-            live = self._require_live(conn, "state")
-            row = conn.execute("SELECT s.state, h.head FROM heads h LEFT JOIN states s ON s.log_id = h.log_id AND "
-                               "s.scope = h.scope AND s.tk = h.tk WHERE h.log_id = %s AND h.scope = %s AND "
-                               "h.tk = %s AND h.head IS NOT NULL", self._key(thread_id, scope, conn)).fetchone()
-        if row is None:
-            raise NotFoundError(f"thread {thread_id} does not exist")
-        if not live or _head_dec.decode(row[1]).fork_of is not None:
-            return None  # stale; or a fork, whose state the facade folds with its parent's prefix
-        return ThreadState() if row[0] is None else _state_dec.decode(row[0])
-
-    @_retried
-    def thread_events(self, thread_id: str, *, scope: str | None = None,
-                      after: int = 0) -> tuple[ThreadHead, list[Any]]:
-        log, sc, tk = self._key(thread_id, scope)
-        with self._read() as conn, conn.transaction():
-            conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")  # the head and its events agree
-            row = conn.execute("SELECT head, last_position FROM heads WHERE log_id = %s AND scope = %s AND tk = %s "
-                               "AND head IS NOT NULL", (log, sc, tk)).fetchone()
-            if row is None:
-                raise NotFoundError(f"thread {thread_id} does not exist")
-            head = msgspec.structs.replace(_head_dec.decode(row[0]), last_position=row[1])
-            if head.status != "active" or after > head.version:
-                after = 0
-            rows = conn.execute("SELECT seq, position, event_id, value FROM events WHERE log_id = %s AND scope = %s "
-                                "AND tk = %s AND seq > %s ORDER BY seq", (log, sc, tk, after), binary=True).fetchall()
-            return head, [self._event(conn, head.thread_id, log, tk, *r).event for r in rows]
-
-    def items(self, thread_id: str, *, scope: str | None = None) -> list[Item]:
-        return [item_of(e.seq, KIND_CODE[type(e.event)], e.event) for e in self.read_thread(thread_id, scope=scope)]
-
-    @_retried
-    def descendants(self, thread_id: str, *, scope: str | None = None,
-                    max_depth: int | None = None) -> list[tuple[str, int]]:
-        root = self._key(thread_id, scope)
-        seen = {root[2]}
-        out: list[tuple[str, int]] = []
-        frontier = [root]
-        depth = 0
-        with self._read() as conn:
-            while frontier and (max_depth is None or depth < max_depth):
-                self._links_live(conn)
-                depth += 1
-                rows = conn.execute(
-                    "SELECT c.child_id, c.child FROM unnest(%s::int[], %s::bytea[]) AS x(l, p) JOIN children c "
-                    "ON c.log_id = x.l AND c.scope = %s AND c.parent = x.p ORDER BY x.p, c.child",
-                    ([k[0] for k in frontier], [k[2] for k in frontier], root[1])).fetchall()
-                if not rows and depth == 1:  # the root: is it known at all?
-                    self._require_known(conn, thread_id, *root)
-                nxt = []
-                for child_id, ck in rows:
-                    ck = bytes(ck)
-                    if ck not in seen:
-                        seen.add(ck)
-                        out.append((child_id, depth))
-                        nxt.append(self._key(child_id, scope, conn))
-                frontier = nxt
-        return out
-
-    def links(self, thread_id: str, *, scope: str | None = None) -> list[Any]:
-        return [lk for e in self.read_thread(thread_id, scope=scope) for _, lk in outgoing(e.seq, e.event)]
-
-    # ------------------------------------------------------------------ projections
-
-    @_retried
-    def tracking(self) -> list[Tracking]:
-        with self._read() as conn:
-            rows = {r[0]: r for r in conn.execute("SELECT name, status, version FROM tracking").fetchall()}
-            pos = tuple(r[0] for r in conn.execute("SELECT position FROM logs ORDER BY log_id").fetchall())
-        out = []
-        for name in VERSIONS:
-            r = rows.get(name)
-            status = "live" if r is not None and r[1] == "live" and r[2] == VERSIONS[name] else "stale"
-            out.append(Tracking(name=name, version=None if r is None else r[2], code_version=VERSIONS[name],
-                                status=status, position=pos if status == "live" else (0,) * self.logs))
-        return out
-
-    def rebuild(self, names: Sequence[str], *, verify: bool = False, force: bool = False, chunk: int = 20_000,
-                progress: Callable[[int, int], None] | None = None) -> list[RebuildReport]:
-        from tplog.backends.postgres.rebuild import rebuild
-
-        for n in names:
-            if n not in VERSIONS:
-                raise InvalidInputError(f"unknown projection {n!r}; known: {', '.join(VERSIONS)}")
-        self._check_open()
-        claims = []
-        try:
-            for n in names:
-                held = self.try_lock(f"rebuild-{n}")
-                if held is None and not force:
-                    raise RebuildInProgressError(f"PostgreSQL {self.url}: a rebuild of {n} is in progress")
-                claims.append(held)
-            with self._read() as conn:
-                return rebuild(self, conn, list(names), verify=verify, chunk=chunk, progress=progress)
-        finally:
-            for c in claims:
-                if c is not None:
-                    c.release()
-
-    # ------------------------------------------------------------------ maintenance
-
-    def try_lock(self, name: str) -> _Held | None:
-        if not isinstance(name, str) or not name or not all(c.isascii() and (c.isalnum() or c in "-_")
-                                                            for c in name):
-            raise InvalidInputError(f"lock name must be ASCII letters, digits, '-' or '_', not {name!r}")
-        self._check_open()
-        conn = self._connect()
-        row = conn.execute("SELECT pg_try_advisory_lock(hashtextextended(%s, 0))",
-                           (f"tplog:{self.schema}:{name}",)).fetchone()
-        if row is None or not row[0]:
-            conn.close()
-            return None
-        return _Held(conn)
-
-    def backup(self, dest: str, *, compact: bool = True) -> None:
-        """Every table as ``COPY`` binary files in ``dest``, from one snapshot (``pg_dump`` does it too)."""
-        os.makedirs(dest, exist_ok=True)
-        with self._read() as conn, conn.transaction():
-            conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
-            for table in TABLES:
-                with open(os.path.join(dest, f"{table}.copy"), "wb") as f, conn.cursor().copy(
-                        f"COPY {table} TO STDOUT (FORMAT binary)".encode()) as copy:
-                    for data in copy:
-                        f.write(data)
-
-    @_retried
-    def stats(self) -> dict[str, Any]:
-        with self._read() as conn:
-            threads = conn.execute("SELECT count(*) FROM heads WHERE head IS NOT NULL").fetchone()
-            events = conn.execute("SELECT count(*), coalesce(sum(length(value)), 0) FROM events").fetchone()
-            pos = [r[0] for r in conn.execute("SELECT position FROM logs ORDER BY log_id").fetchall()]
-        assert threads is not None and events is not None
-        return {"backend": "postgres", "schema": self.schema, "logs": self.logs, "threads": threads[0],
-                "events": events[0], "stored_bytes": int(events[1]), "last_positions": pos,
-                "schema_version": SCHEMA_VERSION}
-
-    def verify(self, *, projections: bool = True) -> VerifyReport:
-        problems: list[str] = []
-        events = 0
-        with self._read() as conn:
-            rows = conn.execute(
-                "SELECT h.thread_id, h.head, h.log_id, h.tk, coalesce(array_agg(e.seq ORDER BY e.seq) FILTER "
-                "(WHERE e.seq IS NOT NULL), '{}') FROM heads h LEFT JOIN events e ON e.log_id = h.log_id AND "
-                "e.scope = h.scope AND e.tk = h.tk WHERE h.head IS NOT NULL GROUP BY h.log_id, h.scope, h.tk",
-            ).fetchall()
-            for thread_id, raw, _log, _tk, seqs in rows:
-                head = _head_dec.decode(raw)
-                want = own_seqs(head)
-                if list(seqs) != want:
-                    problems.append(f"thread {thread_id}: seqs {list(seqs)[:5]}… do not match its head "
-                                    f"(version {head.version})")
-            for r in conn.execute("SELECT h.thread_id, e.log_id, e.tk, e.seq, e.position, e.event_id, e.value "
-                                  "FROM events e JOIN heads h ON h.log_id = e.log_id AND h.scope = e.scope AND "
-                                  "h.tk = e.tk", binary=True):
-                events += 1
-                try:
-                    self._event(conn, r[0], r[1], bytes(r[2]), r[3], r[4], r[5], r[6])
-                except TplogError as exc:
-                    problems.append(str(exc))
-        if projections:
-            for rep in self.rebuild(list(VERSIONS), verify=True):
-                problems += rep.differences
-        return VerifyReport(events=events, threads=len(rows), problems=problems)
-
-    def sync(self) -> None:
-        """Commits are durable when acknowledged (``synchronous_commit``): nothing to do."""
-        self._check_open()
-
-    def train_dictionary(self, *, samples: int = 2000, size: int = 64 << 10) -> int:
-        """0: values are compressed without a dictionary here (no shared dictionary table yet)."""
-        self._check_open()
-        return 0
-
-    def check_open(self) -> None:
-        self._check_open()
-
-    def close(self) -> None:
-        with self._cond:
-            if self._closing:
-                return
-            self._closing = True
-            self._cond.notify_all()
-        for w in self._writers:
-            w.join()
-        self._pool.close()
-        self._closed = True
-
-
-class _Blobs:
-    """What the codec reads a blob reference through (``get("blobs", sha)``)."""
-
-    def __init__(self, conn: psycopg.Connection[Any], log: int) -> None:
-        self._conn, self._log = conn, log
-
-    def get(self, table: str, key: bytes) -> bytes | None:
-        if table != "blobs":
-            return None
-        row = self._conn.execute("SELECT value FROM blobs WHERE log_id = %s AND sha = %s", (self._log, key)).fetchone()
-        return None if row is None else bytes(row[0])

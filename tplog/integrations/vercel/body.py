@@ -1,0 +1,109 @@
+"""The UI request body: the user's new message, client-side tool results and approvals.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from tplog.protocol import model as m
+from tplog.protocol.json import to_builtins
+
+__all__ = [
+    "body_tool_calls", "client_tool_results", "last_user_message", "parts_of_body", "unanswered_calls",
+    "user_turn_from_body",
+]
+
+
+# --------------------------------------------------------------------------- request body
+
+
+def last_user_message(body: dict[str, Any] | None) -> dict[str, Any] | None:
+    if not body:
+        return None
+    msgs = body.get("messages")
+    if not isinstance(msgs, list) or not msgs:
+        return None
+    last = msgs[-1]
+    if isinstance(last, dict) and last.get("role") == "user":
+        return last
+    return None
+
+
+def user_turn_from_body(body: dict[str, Any] | None, *, submitted_at: str) -> m.UserTurn | None:
+    """The user turn in a UI request body (its last message, if it is the user's), via Pydantic AI's loader."""
+    msg = last_user_message(body)
+    if msg is None:
+        return None
+    import pydantic
+    from pydantic_ai.ui.vercel_ai import VercelAIAdapter
+    from pydantic_ai.ui.vercel_ai.request_types import UIMessage
+
+    from tplog.integrations.pydantic_ai import is_user_request, user_turn_from_request
+
+    ui = pydantic.TypeAdapter(UIMessage).validate_python(msg)
+    loaded = VercelAIAdapter.load_messages([ui])
+    if not loaded or not is_user_request(loaded[-1]):
+        return None
+    return user_turn_from_request(loaded[-1], submitted_at=submitted_at)  # type: ignore[arg-type]
+
+
+def body_tool_calls(body: dict[str, Any] | None) -> dict[str, str]:
+    """``tool_call_id -> tool_name`` of the tool parts in a UI request body's messages."""
+    out: dict[str, str] = {}
+    for msg in (body or {}).get("messages") or []:
+        for part in (msg.get("parts") or []) if isinstance(msg, dict) else []:
+            if not isinstance(part, dict) or not isinstance(part.get("toolCallId"), str):
+                continue
+            ptype = part.get("type", "")
+            name = part.get("toolName") if ptype == "dynamic-tool" else ptype[5:] if ptype.startswith("tool-") else None
+            if isinstance(name, str):
+                out[part["toolCallId"]] = name
+    return out
+
+
+def client_tool_results(body: dict[str, Any] | None) -> dict[str, tuple[str, Any]]:
+    """Tool results the client made (AI SDK v6 ``addToolOutput``/``addToolResult``):
+    ``tool_call_id -> ("output", value) | ("error", text)`` from the ``output-available`` /
+    ``output-error`` tool parts of the body's last message when it is the assistant's.
+
+    Server-run tools of earlier steps show up there too: only the ids of calls still waiting for
+    a result are client results (the caller knows which those are).
+    """
+    msgs = (body or {}).get("messages")
+    last = msgs[-1] if isinstance(msgs, list) and msgs else None
+    if not isinstance(last, dict) or last.get("role") != "assistant":
+        return {}
+    out: dict[str, tuple[str, Any]] = {}
+    for part in last.get("parts") or []:
+        if not isinstance(part, dict) or not isinstance(part.get("toolCallId"), str):
+            continue
+        ptype = part.get("type", "")
+        if not (isinstance(ptype, str) and (ptype.startswith("tool-") or ptype == "dynamic-tool")):
+            continue
+        if part.get("providerExecuted"):
+            continue
+        if part.get("state") == "output-available" and "output" in part:
+            out[part["toolCallId"]] = ("output", part["output"])
+        elif part.get("state") == "output-error" and isinstance(part.get("errorText"), str):
+            out[part["toolCallId"]] = ("error", part["errorText"])
+    return out
+
+
+def unanswered_calls(history: Any) -> set[str]:
+    """Ids of the tool calls of a Pydantic AI history's last response that no later request answers."""
+    from pydantic_ai import messages as pm
+
+    if not history:
+        return set()
+    calls: set[str] = set()
+    for msg in history:
+        if isinstance(msg, pm.ModelResponse):
+            calls = {p.tool_call_id for p in msg.parts if isinstance(p, pm.ToolCallPart)}
+        else:
+            calls -= {p.tool_call_id for p in msg.parts if isinstance(p, pm.ToolReturnPart | pm.RetryPromptPart)}
+    return calls
+
+
+def parts_of_body(body: dict[str, Any] | None) -> list[dict[str, Any]] | None:
+    turn = user_turn_from_body(body, submitted_at="")
+    return None if turn is None else to_builtins(turn)["parts"]
