@@ -371,6 +371,7 @@ def test_header_checks_at_the_edges() -> None:
     assert codec.verified_header_end(KEY, flipped) == 0
     assert codec.verified_header_end(KEY, _fmt(value, 3, flags=4)) == 0
     assert codec.verified_header_end(KEY, value[:15]) == 0
+    assert codec.verified_header_end(KEY, value[:10]) == 0
     assert codec.verified_header_end(KEY, value[:5]) == 0
 
 
@@ -522,8 +523,38 @@ def test_a_compressed_body_that_does_not_decode_names_the_event_on_the_fast_path
     c = codec.Codec()
     good = _value(response("lorem ipsum " * 20))
     assert good[1] == codec.F_COMPRESSED
-    c.decode_value(KEY, good, where=WHERE)  # the decompressor is made and kept: the next read takes the fast path
     bad = _stored(zstandard.ZstdCompressor(write_content_size=True).compress(b"\xc1" * 200), codec.F_COMPRESSED)
+    with pytest.raises(CorruptionError, match=r"^stored event does not decode: .* \(thread t, seq 2\)$"):
+        c.decode_value(KEY, bad, where=WHERE)  # no decompressor yet: the slow path
+    c.decode_value(KEY, good, where=WHERE)  # the decompressor is made and kept: the next read takes the fast path
     for _ in range(2):
         with pytest.raises(CorruptionError, match=r"^stored event does not decode: .* \(thread t, seq 2\)$"):
             c.decode_value(KEY, bad, where=WHERE)
+
+
+def test_more_edges_of_long_headers_and_empty_bodies() -> None:
+    c = codec.Codec()
+    long_id = codec.Codec().encode(response("x"), "e" * 300, 1).finish(KEY)  # a long header without facts
+    assert long_id[10] > 0 and codec.peek_header(long_id) == codec.MSG_KIND
+    long = _value(_calls(20))
+    end = codec.header_end(long)
+    no_body = long[:end] + long[-4:]  # header and its CRC whole, the body gone: a CRC error, not a truncation
+    with pytest.raises(CorruptionError, match=CRC):
+        c.check(KEY, no_body, where=WHERE)
+    empty_body = _stored(b"", 0)  # both CRCs right, the body empty
+    with pytest.raises(CorruptionError, match=r"^stored event does not decode: .* \(thread t, seq 2\)$"):
+        c.decode_value(KEY, empty_body, where=WHERE)
+
+
+def test_compressed_bodies_against_the_decompression_limit() -> None:
+    body = msgspec.msgpack.encode(response("lorem ipsum " * 20))
+    frame = zstandard.ZstdCompressor(write_content_size=True).compress(body)
+    value = _stored(frame, codec.F_COMPRESSED)
+    assert codec.Codec(codec.Limits(max_decompressed_bytes=len(body))).decode_value(KEY, value) == response(
+        "lorem ipsum " * 20)
+    small = codec.Codec(codec.Limits(max_decompressed_bytes=len(body) - 1))
+    with pytest.raises(CorruptionError, match=rf"^stored body declares {len(body)} bytes, over "
+                                              rf"max_decompressed_bytes={len(body) - 1} \(thread t, seq 2\)$"):
+        small.decode_value(KEY, value, where=WHERE)
+    with pytest.raises(CorruptionError, match=r"^stored body is not a zstd frame: .* \(thread t, seq 2\)$"):
+        codec.Codec().decode_value(KEY, _stored(b"not a zstd frame", codec.F_COMPRESSED), where=WHERE)
