@@ -12,6 +12,9 @@ call, with its durable default (recorded in the output):
   ``user_turn_from_request``; the turn's start and end ride along with the message
   that opens / closes it); 16 writers as threads on one store and as 16 asyncio tasks
   on ``AsyncStore``.
+- **tplog pipelined** (1 writer) — the live recorder's path: ``Store.pipeline`` per
+  conversation, each message acknowledged once queued, the append that ends a turn
+  waiting until it and everything before it is durable.
 - **DIY SQLite WAL FULL + orjson** — one row per message (``thread_id, seq, JSON``,
   unique index), pydantic's ``dump_json`` in, one commit per message; read back with
   ``orjson.loads`` (its own objects) or ``ModelMessagesTypeAdapter.validate_json``.
@@ -87,6 +90,7 @@ AGENT = "agent"
 
 TPLOG = "tplog"
 TPLOG_ASYNC = "tplog AsyncStore (16 asyncio tasks)"
+TPLOG_PIPE = "tplog pipelined (live recorder)"
 DIY = "DIY SQLite WAL FULL + orjson"
 ES = "eventsourcing (SQLite)"
 OAI = "OpenAI Agents SQLiteSession (async)"
@@ -275,6 +279,33 @@ class TplogSystem(System):
 
     def close(self) -> None:
         self.store.close()
+
+
+class TplogPipelined(TplogSystem):
+    """A live recorder's path: ``Store.pipeline`` per conversation; a message is acknowledged
+    once queued, the append that ends a turn waits until the turn is durable."""
+
+    name = TPLOG_PIPE
+    settings = (
+        'Store(path, durability="durable"), Store.pipeline(thread): messages acknowledged once queued '
+        "(their commits keep two device flushes each), each turn's end waits until it and everything before it "
+        "is durable"
+    )
+
+    def __init__(self, root: pathlib.Path) -> None:
+        super().__init__(root)
+        self.pipes: dict[str, Any] = {}
+
+    def append(self, conv: Conv, i: int) -> None:
+        p = self.pipes.get(conv.tid)
+        if p is None:
+            p = self.pipes[conv.tid] = self.store.pipeline(conv.tid)
+        p.append(self.events(conv, i))  # a conversation's last message ends its turn: durable in the timing
+
+    def close(self) -> None:
+        for p in self.pipes.values():
+            p.commit()
+        super().close()
 
 
 class DiySqlite(System):
@@ -714,7 +745,11 @@ def main(argv: list[str] | None = None) -> int:
         peers, notes = available(root)
         report.notes += notes
         default_sync = _sqlite_default_synchronous(root)
-        settings = {TPLOG: TplogSystem.settings, TPLOG_ASYNC: TplogSystem.settings + "; AsyncStore over it"}
+        settings = {
+            TPLOG: TplogSystem.settings,
+            TPLOG_ASYNC: TplogSystem.settings + "; AsyncStore over it",
+            TPLOG_PIPE: TplogPipelined.settings,
+        }
         for cls in peers:
             s = cls.settings
             settings[cls.name] = s + (f" (SQLite's default synchronous here: {default_sync})" if "default" in s else "")
@@ -726,6 +761,8 @@ def main(argv: list[str] | None = None) -> int:
             systems: list[tuple[str, Callable[[], tuple[int, float]]]] = []
             if with_tplog:
                 systems.append((TPLOG, measure_append(TplogSystem, root, per, workload, TPLOG, dev)))
+                if per is one:
+                    systems.append((TPLOG_PIPE, measure_append(TplogPipelined, root, per, workload, TPLOG_PIPE, dev)))
                 if per is many:
                     systems.append(
                         (
@@ -814,6 +851,14 @@ def main(argv: list[str] | None = None) -> int:
                 for peer in (ES, OAI, LG):
                     if any(c.name == peer for c in peers):
                         g.append(report.goal(f"16 writers: {label} ÷ {peer}", 3.0, num, (W_APPEND16, peer)))
+            g.append(
+                report.goal(
+                    f"live run, 1 recorder: {TPLOG_PIPE} ÷ DIY SQLite WAL FULL",
+                    1.0,
+                    (W_APPEND1, TPLOG_PIPE),
+                    (W_APPEND1, DIY),
+                )
+            )
             for w, what in ((W_SHORT_PAI, "~20-message"), (W_LONG_PAI, "2,000-message")):
                 g.append(
                     report.goal(

@@ -15,8 +15,8 @@ The same corpus goes into each system (untimed; sizes only):
 - JSONL, one file per thread.
 
 For LMDB stores: ``used`` = pages in use x page size (what a compacting backup
-would copy), ``file`` = blocks allocated to ``data.mdb``. Goal: tplog ≤ 0.40x the
-raw JSON bytes.
+would copy), ``file`` = blocks allocated to ``data.mdb``. Goal: tplog ≤ 0.50x the
+raw JSON bytes (issue 24's decision; it was 0.40x).
 """
 
 from __future__ import annotations
@@ -169,7 +169,7 @@ def main(argv: list[str] | None = None) -> int:
     report.goal_value(
         "storage, default: tplog used bytes ÷ raw JSON",
         ratios.get("**tplog, default**"),
-        0.40,
+        0.50,
         "tplog, default: pages in use",
         "raw JSON bytes",
         at_most=True,
@@ -177,7 +177,7 @@ def main(argv: list[str] | None = None) -> int:
     report.goal_value(
         "storage, trained dictionary: tplog used bytes ÷ raw JSON",
         ratios.get("**tplog, trained dictionary**"),
-        0.40,
+        0.50,
         "tplog with a trained dictionary: pages in use",
         "raw JSON bytes",
         at_most=True,

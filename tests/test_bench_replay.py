@@ -52,4 +52,6 @@ def test_the_replay_writes_the_rows_tplog_wrote(tmp_path: Path) -> None:
                 assert replayed[name] == stored[name], name
             else:  # tplog's table may also hold rows from creating the store
                 assert replayed[name].items() <= stored[name].items(), name
-        assert len(replayed["events"]) == len(evs)
+        assert len(replayed["global"]) == len(evs)
+        # closed turns were re-stored as chunk rows (tplog/backends/lmdb/chunks.py), and replayed as such
+        assert len(replayed["events"]) < len(evs)

@@ -162,9 +162,30 @@ def test_pending_children_interrupts_links_on_a_terminal(store: str) -> None:
     out = on_terminal("children", store, TID, "--recursive")
     assert re.search(rf"1\s+{SPAWNED}", out) and re.search(rf"2\s+{GRANDCHILD}", out), out
     out = on_terminal("interrupts", store, TID)
-    assert re.search(r"\d+\s+\d+\s+user_cancelled\s+2025-01-20T10:00:15Z\s+turn", out), out
+    assert re.search(r"#\d+\s+\d+\s+user_cancelled\s+2025-01-20T10:00:15Z\s+turn", out), out
     out = on_terminal("links", store, TID)
     assert re.search(r"\S+\s+spawned_from", out) and "referenced" in out
+
+
+def test_pending_and_interrupts_number_turns_as_the_turns_tree_does(store: str) -> None:
+    """The JSON's turn is a 0-based index; on a terminal it is the tree's #N, so one turn has one number."""
+    with Store(store, readonly=True) as s:
+        [call] = s.pending(TID).pending
+        [fact] = s.interrupts(TID).facts
+    tree = on_terminal("turns", store, TID)
+    numbers = re.findall(r"^[├└]── #(\d+) ", tree, re.M)
+    assert numbers == [str(i) for i in range(1, len(numbers) + 1)], tree
+
+    def turn_of(needle: str) -> str:  # the #N of the tree node holding the line with needle
+        above = tree[: tree.index(needle)]
+        return re.findall(r"^[├└]── #(\d+) ", above, re.M)[-1]
+
+    assert turn_of(f"[{call.tool_call_id}]") == str(call.turn + 1)
+    pending = on_terminal("pending", store, TID)
+    assert re.search(rf"^{call.tool_call_id}\s.*\s#{call.turn + 1}\s+{call.seq}$", pending, re.M), pending
+    assert turn_of("interrupted at") == str(fact.turn + 1)
+    interrupts = on_terminal("interrupts", store, TID)
+    assert re.search(rf"^\s*#{fact.turn + 1}\s+{fact.seq}\s+user_cancelled", interrupts, re.M), interrupts
 
 
 def test_stat_on_a_terminal(store: str) -> None:
@@ -342,6 +363,16 @@ def test_progress_draws_on_a_terminal_only() -> None:
     with progress(pipe) as update:
         update("rebuild links", 1, 3)
     assert pipe.getvalue() == ""
+
+
+def test_copy_on_a_terminal_draws_the_shared_progress_and_shows_its_result(store: str, tmp_path: Path) -> None:
+    out = on_terminal("copy", store, str(tmp_path / "copy"))
+    total = re.search(r"^copy ━+ +0/(\d+) ", out, re.M)
+    assert total, out
+    n = total.group(1)  # tplog.console.progress's done/total column: right-aligned to the total's width
+    assert re.search(rf"^copy ━+ {' ' * (len(n) - 1)}0/{n} -:--:--$", out, re.M), out
+    assert re.search(rf"^copy +━+ {n}/{n} ", out, re.M) and re.search(r"^verify [━╸]+ +\d+/\d+ ", out, re.M), out
+    assert re.search(r"^threads +3$", out, re.M) and re.search(r"^verified +yes$", out, re.M), out
 
 
 def test_rebuild_on_a_terminal_shows_its_result_as_a_table(store: str) -> None:

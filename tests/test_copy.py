@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 import uuid
@@ -127,3 +128,12 @@ def test_cli_progress_bar_on_a_terminal_only(tmp_path: Path) -> None:
     assert proc.returncode == 0
     assert json.loads(out)["mismatches"] == []  # stdout stays the JSON report
     assert b"copy" in err and b"verify" in err and "━".encode() in err  # rich's bar, on the terminal
+    # drawn by tplog.console.progress, as import/rebuild/verify/prune are: its done/total column is
+    # right-aligned to the total's width ("  0/575"), and the bars are erased at the end (transient)
+    text = re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", err.decode())
+    first = re.search(r"copy ━+ +0/(\d+) ", text)
+    assert first, text
+    total = first.group(1)
+    assert re.search(rf"copy ━+ {' ' * (len(total) - 1)}0/{total} -:--:--", text), text
+    assert re.search(r"verify [━╸]+ +\d+/\d+ ", text), text
+    assert err.endswith(b"\x1b[2K")  # the last thing written clears the bar's line

@@ -7,6 +7,8 @@ exactly the events in ``events-vN.json``, and a store holding them must read
 them back. Format 1 (one CRC over the value) and format 2 (a header CRC and a
 body CRC) are read but no longer written; format 3 (format 2 whose agent-turn
 boundaries carry their fold fields in the header) is what appends write.
+``chunks-v4.bin`` pins the LMDB chunk rows (format 4: a closed turn's events in one
+value, ``tplog/backends/lmdb/chunks.py``) holding those format-3 events.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ import pytest
 
 import tplog
 from tplog.backends.lmdb import projections as proj
+from tplog.backends.lmdb.chunks import CHUNK, chunk_events, chunk_recorded, expand
 from tplog.backends.lmdb.keys import TKEY_SIZE, event_key, from_u64, tkey, u64
 from tplog.codec import FORMAT, FORMATS, PREFIX_SIZE, Codec, header_end, verified_header_end
 from tplog.events import EVENT_TYPES
@@ -227,3 +230,79 @@ def test_the_rebuild_fast_path_checks_headers_as_the_codec_does(version: int) ->
         assert verified_header_end(key, bytes(bad)) == 0
         with pytest.raises(tplog.CorruptionError):
             codec.check_header(key, bytes(bad))
+
+
+# --------------------------------------------------------------------------- chunk rows (format 4)
+
+CHUNKS: list[dict[str, Any]] = msgspec.msgpack.decode((GOLDEN / "chunks-v4.bin").read_bytes())
+
+
+def test_golden_chunks_decode_to_the_v3_events() -> None:
+    """``chunks-v4.bin`` (``tools/make_golden_chunks.py``: the events of ``events-v3.bin``
+    as LMDB chunk rows, one compressed, one plain) expand to values that decode exactly as
+    ``events-v3.json`` says, and the one-call decoders agree."""
+    _, expected = GOLDEN_SETS[3]
+    by_seq = {e["seq"]: e for e in expected["events"]}
+    assert [c["value"][0] for c in CHUNKS] == [CHUNK, CHUNK] and {c["value"][1] for c in CHUNKS} == {0, 1}
+    codec = Codec()
+    seen = []
+    for c in CHUNKS:
+        rows = expand(codec, c["key"], c["value"], None, "golden")
+        assert [k for k, _ in rows] == [event_key(c["key"][:TKEY_SIZE], c["first"] + i) for i in range(len(rows))]
+        events = chunk_events(codec, c["key"], c["value"], None, "golden")
+        first, headers, evs = chunk_recorded(codec, c["key"], c["value"], None, "golden")
+        assert first == c["first"] and evs == events
+        for (k, v), ev, hdr in zip(rows, events, headers, strict=True):
+            exp = by_seq[from_u64(k, TKEY_SIZE)]
+            got_hdr, got_ev = _decode(codec, {"key": k, "value": v})
+            assert got_hdr == hdr
+            assert (hdr.kind, hdr.event_id, hdr.recorded_at) == (exp["kind_code"], exp["event_id"], exp["recorded_at"])
+            assert _j(msgspec.to_builtins(hdr.turn)) == exp.get("turn")
+            assert _j(msgspec.to_builtins(ev)) == _j(msgspec.to_builtins(got_ev)) == exp["struct"]
+            seen.append(exp["seq"])
+        assert chunk_events(codec, c["key"], c["value"], None, "golden", after=c["first"]) == events[1:]
+    assert seen == list(range(1, 21))
+
+
+def test_golden_chunks_detect_tampering() -> None:
+    codec = Codec()
+    c = CHUNKS[0]
+    for at in (1, 5, 7, 12, 17, 20, len(c["value"]) // 2, len(c["value"]) - 1):
+        bad = bytearray(c["value"])
+        bad[at] ^= 1
+        with pytest.raises(tplog.CorruptionError):
+            expand(codec, c["key"], bytes(bad), None, "golden")
+        with pytest.raises(tplog.CorruptionError):
+            chunk_events(codec, c["key"], bytes(bad), None, "golden")
+    with pytest.raises(tplog.CorruptionError):
+        expand(codec, CHUNKS[1]["key"], c["value"], None, "golden")  # right value, wrong key
+    for cut in (len(c["value"]) - 1, 17, 0):
+        with pytest.raises(tplog.CorruptionError):
+            expand(codec, c["key"], c["value"][:cut], None, "golden")
+
+
+def test_store_reads_golden_chunks(tmp_path: Path) -> None:
+    """Chunk rows planted as a store holds them (seqs 1..20 in two chunks, seq 21 a single
+    format-3 value) read back, fold in a rebuild and pass `tplog verify`."""
+    records, expected = GOLDEN_SETS[3]
+    tid = expected["thread_id"]
+    with Store(tmp_path / "s") as s:
+        _plant(s, tid, list(zip(records, expected["events"], strict=True)))
+
+        def swap(txn: Any) -> None:
+            for r in records[:20]:
+                txn.delete("events", r["key"])
+            for c in CHUNKS:
+                txn.put("events", c["key"], c["value"])
+
+        s.engine.run_write(swap)
+        evs = s.read(tid)
+        assert [e.seq for e in evs] == list(range(1, 22))
+        assert [_j(msgspec.to_builtins(e.event)) for e in evs] == [e["struct"] for e in expected["events"]]
+        assert s.read_all() == evs
+        assert s.read(tid, after=5, limit=9) == evs[5:14]
+        assert s.read(tid, after=15, direction="backward") == evs[:14][::-1]
+        assert all(r.events == 21 for r in s.rebuild())
+        assert all(r.differences == [] for r in s.rebuild(verify=True))
+        rep = verify_store(s)
+        assert rep.ok, rep.problems

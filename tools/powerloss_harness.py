@@ -11,7 +11,8 @@ and :func:`run_boundaries`.
 Unlike the SIGKILL harness (tools/crash_harness.py), whose victims leave the
 OS page cache behind, this one loses what the page cache held: each round
 mounts the FUSE file system of tools/powerloss_fs.py over a backing directory,
-starts worker processes that append (durable or relaxed, several threads each,
+starts worker processes that append (durable, relaxed or pipelined — ``Store.pipeline``, acknowledged
+at each ``commit()`` — several threads each,
 so appends form group commits), delete threads, back up, train dictionaries,
 rebuild projections and ``sync``, on a small map that must grow, and then
 cuts the power: the file system freezes (every later write, flush or metadata change fails), the
@@ -120,7 +121,8 @@ def worker(store_dir: str, wid: int, threads: int, seed: int, durability: str, s
             os.write(1, line)
 
     try:
-        store = Store(store_dir, durability=durability, map_size=MAP_SIZE, check_rules=False,
+        store = Store(store_dir, durability="durable" if durability == "pipelined" else durability,
+                      map_size=MAP_SIZE, check_rules=False,
                       auto_dictionary=0 if deterministic else 200)
     except (TplogError, OSError) as exc:  # cut while opening
         emit({"error": f"{type(exc).__name__}: {exc}"})
@@ -135,11 +137,26 @@ def worker(store_dir: str, wid: int, threads: int, seed: int, durability: str, s
         version = 0
         n_thread = 0
         tid = f"w{wid}-{ti}-{seed}-{n_thread}"
+        # durability "pipelined": appends through Store.pipeline, acknowledged (the "ack" lines) only
+        # once a commit() — a turn's end — returned; what was queued after it may be lost, nothing before
+        pipe = None
+        queued: list[tuple[list[str], Any]] = []
+
+        def commit_pipe() -> None:
+            if pipe is not None:
+                pipe.commit()
+                for qids, handle in queued:
+                    res = handle.result()[0]
+                    emit({"ack": qids, "t": tid, "seq": res.last_seq, "pos": res.last_position})
+            queued.clear()
+
         for step in range(steps):
             r = rng.random()
             uniq = f"{wid}-{ti}-{seed}-{step}"
             try:
                 if (version and r < 0.03 and not deterministic) or (deterministic and step == steps - 2):
+                    commit_pipe()
+                    pipe = None
                     emit({"del_try": tid})
                     res = store.delete_thread(tid)
                     emit({"del_ack": tid, "pos": res.last_position})
@@ -174,12 +191,25 @@ def worker(store_dir: str, wid: int, threads: int, seed: int, durability: str, s
                     ids.append(f"u.{size}.{uniq}-{k}")
                 events = [derive_event(i, tid) for i in ids]
                 emit({"try": ids, "t": tid})
+                if durability == "pipelined":
+                    if pipe is None:
+                        pipe = store.pipeline(tid, expected_version=version or NO_STREAM)
+                    queued.append((ids, pipe.append(events, event_ids=ids)))
+                    version += len(ids)
+                    if rng.random() < 0.3:
+                        commit_pipe()
+                    continue
                 res = store.append(tid, events, event_ids=ids, expected_version=version or NO_STREAM)
                 version = res.last_seq
                 emit({"ack": ids, "t": tid, "seq": res.last_seq, "pos": res.last_position})
             except TplogError as exc:  # the cut: the file system fails every operation now
                 emit({"error": f"{type(exc).__name__}: {exc}"})
                 os._exit(3)
+        try:
+            commit_pipe()
+        except TplogError as exc:
+            emit({"error": f"{type(exc).__name__}: {exc}"})
+            os._exit(3)
 
     ts = [threading.Thread(target=run_thread, args=(i,)) for i in range(threads)]
     for t in ts:
@@ -641,7 +671,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--soak", action="store_true", help="--cuts cuts: 60%% random, the rest flush boundaries")
     ap.add_argument("--seed", type=int, default=None)
     ap.add_argument("--mode", default="mixed", choices=["mixed", "flushed", "harsh"])
-    ap.add_argument("--durability", default="mixed", choices=["mixed", "durable", "relaxed"])
+    ap.add_argument("--durability", default="mixed", choices=["mixed", "durable", "relaxed", "pipelined"])
     ap.add_argument("--writers", type=int, default=2)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--broken", choices=["nosync", "nometasync"], default=None,

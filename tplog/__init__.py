@@ -26,6 +26,7 @@ from tplog.errors import (
     InvalidInputError,
     LimitExceededError,
     NotFoundError,
+    PipelineError,
     ProjectionError,
     ReadOnlyError,
     RebuildInProgressError,
@@ -53,6 +54,7 @@ from tplog.events import (
     ThreadStarted,
     UserTurnSubmitted,
 )
+from tplog.pipeline import Pipeline
 from tplog.projections.fold import (
     FoldResult,
     InterruptState,
@@ -185,6 +187,8 @@ __all__ = [
     "NotFoundError",
     "PendingCall",
     "PendingState",
+    "Pipeline",
+    "PipelineError",
     "ProjectionError",
     "PruneReport",
     "ReadOnlyError",

@@ -26,6 +26,7 @@ from tplog.backends.contract import (
 from tplog.codec import Codec
 from tplog.errors import TplogError
 from tplog.events import Event, RecordedEvent
+from tplog.pipeline import Pipeline
 from tplog.projections.fold import FoldResult, InterruptState, PendingState
 from tplog.protocol import model as m
 from tplog.retire import PruneReport, RetentionPolicy
@@ -133,6 +134,10 @@ class AsyncStore:
             raise
         _log_appended(res)
         return res
+
+    def pipeline(self, thread_id: str, *, expected_version: ExpectedVersion = ANY) -> Pipeline:
+        """As :meth:`Store.pipeline` (use its ``aappend`` / ``acommit``)."""
+        return Pipeline(self.store, thread_id, expected_version=expected_version)
 
     async def read(
         self,

@@ -5,7 +5,8 @@ stdout is not a terminal or with ``--json``; on a terminal the same result is
 shown as tables and trees (tplog.render, printed by tplog.console);
 errors go to stderr as ``error: <message>`` with exit status 2 (1 for a
 validation report with errors); Ctrl-C prints ``tplog: interrupted`` and exits
-130. Run ``tplog COMMAND --help`` for each.
+130; a reader that closes the pipe early (``tplog tail | head -1``) ends the command
+quietly with exit status 0. Run ``tplog COMMAND --help`` for each.
 """
 
 from __future__ import annotations
@@ -441,42 +442,18 @@ def cmd_verify(args: argparse.Namespace) -> int:
 
 
 def cmd_copy(args: argparse.Namespace) -> int:
+    from tplog.console import progress
     from tplog.copy import copy_store, open_store
 
     if args.chunk is not None and args.chunk < 1:
         raise InvalidInputError(f"--chunk must be ≥ 1, not {args.chunk}")
-    with open_store(args.src, source=True) as src, open_store(args.dest) as dest, _progress_bar() as progress:
+    with open_store(args.src, source=True) as src, open_store(args.dest) as dest, progress() as update:
         rep = copy_store(src, dest, chunk=args.chunk or 256, verify=not args.no_verify,
-                         check_rules=args.check_rules, progress=progress)
+                         check_rules=args.check_rules, progress=update)
     _emit({"source": args.src, "dest": args.dest, "threads": rep.threads, "tombstones": rep.tombstones,
            "events": rep.events, "skipped": rep.skipped, "seconds": round(rep.seconds, 3), "verified": rep.verified,
            "mismatches": [{"thread_id": m.thread_id, "source": m.source, "dest": m.dest} for m in rep.mismatches]})
     return 0 if rep.ok else 1
-
-
-@contextlib.contextmanager
-def _progress_bar() -> Iterator[Callable[[str, int, int], None] | None]:
-    """A rich progress bar on stderr when it is a terminal (and rich is installed), else None."""
-    if not sys.stderr.isatty():
-        yield None
-        return
-    try:
-        from rich.console import Console
-        from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
-    except ImportError:  # pragma: no cover - rich is in the cli extra
-        sys.stderr.write("tplog: no progress bar without rich: pip install 'tplog[cli]'\n")
-        yield None
-        return
-    with Progress(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
-                  TimeRemainingColumn(), console=Console(stderr=True), transient=True) as bar:
-        tasks: dict[str, Any] = {}
-
-        def progress(phase: str, done: int, total: int) -> None:
-            if phase not in tasks:
-                tasks[phase] = bar.add_task(phase, total=total)
-            bar.update(tasks[phase], completed=done, total=total)
-
-        yield progress
 
 
 def cmd_migrate(args: argparse.Namespace) -> int:
@@ -677,15 +654,29 @@ def main(argv: Sequence[str] | None = None) -> int:
         from tplog.console import is_terminal
 
         _human = args.command if not getattr(args, "json", True) and is_terminal(sys.stdout) else None
-        return int(args.fn(args))
+        code = int(args.fn(args))
+        sys.stdout.flush()  # a closed pipe shows here, not in the interpreter's last flush
+        return code
     except TplogError as exc:
         sys.stderr.write(f"error: {exc}\n")
         return 2
     except KeyboardInterrupt:  # Ctrl-C: the shell's convention (128 + SIGINT), no traceback
         sys.stderr.write("tplog: interrupted\n")
         return 130
-    except BrokenPipeError:  # pragma: no cover
+    except BrokenPipeError:  # the reader closed the pipe (tplog tail | head -1): it wants no more, not an error
+        _drop_stdout()
         return 0
+
+
+def _drop_stdout() -> None:
+    """Point stdout at /dev/null, so what is still buffered for the closed pipe is dropped quietly
+    when the interpreter flushes it at exit (else: "Exception ignored ... BrokenPipeError")."""
+    with contextlib.suppress(OSError, ValueError):  # a stdout without a descriptor (in-process callers)
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        try:
+            os.dup2(devnull, sys.stdout.fileno())
+        finally:
+            os.close(devnull)
 
 
 if __name__ == "__main__":  # pragma: no cover

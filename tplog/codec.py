@@ -556,32 +556,47 @@ class Codec:
             if zlib.crc32(stored_body(value), zlib.crc32(stored)) != crc:
                 raise CorruptionError("shared blob failed its CRC-32 check", thread_id=where[0], seq=where[1])
         if flags & F_COMPRESSED:
-            if not self.has_dictionary(dict_id) and txn is not None:
-                data = txn.get("dicts", dict_id.to_bytes(8, "big"))
-                if data is not None:  # and compress with it from now on, if it is the newest
-                    self.add_dictionary(dict_id, bytes(data))
-            if not self.has_dictionary(dict_id):
-                raise CorruptionError(f"value needs zstd dictionary {dict_id}, which the store does not have",
-                                      thread_id=where[0], seq=where[1])
-            try:
-                declared = zstandard.frame_content_size(stored)
-            except zstandard.ZstdError as exc:
-                raise CorruptionError(f"stored body is not a zstd frame: {exc}", thread_id=where[0],
-                                      seq=where[1]) from exc
-            if declared > self.limits.max_decompressed_bytes:  # -1 (unknown) is bounded below
-                raise CorruptionError(
-                    f"stored body declares {declared} bytes, over max_decompressed_bytes="
-                    f"{self.limits.max_decompressed_bytes}", thread_id=where[0], seq=where[1])
-            try:
-                return self._decompressor(dict_id).decompress(
-                    stored, max_output_size=self.limits.max_decompressed_bytes
-                )
-            except zstandard.ZstdError as exc:
-                raise CorruptionError(
-                    f"stored body does not decompress within max_decompressed_bytes="
-                    f"{self.limits.max_decompressed_bytes}: {exc}", thread_id=where[0], seq=where[1]
-                ) from exc
+            return self.unpack(dict_id, stored, txn, where=where)
         return stored  # type: ignore[no-any-return]
+
+    def pack(self, data: bytes) -> tuple[int, int, bytes]:
+        """(flags, dict id, stored) for ``data`` as a body is packed: compressed with the
+        current dictionary when it is long enough and shrinks, else as it is."""
+        if len(data) >= self.limits.compress_min_bytes:
+            comp = self._compressor(self.current_dict).compress(data)
+            if len(comp) + 4 < len(data):
+                return F_COMPRESSED, self.current_dict, comp
+        return 0, 0, data
+
+    def unpack(self, dict_id: int, stored: bytes | memoryview, txn: Any = None, *,
+               where: tuple[str | None, int | None] = (None, None)) -> bytes:
+        """Decompress a stored zstd frame (with dictionary ``dict_id``), bounded by
+        ``max_decompressed_bytes``; ``txn`` loads a dictionary this codec has not seen."""
+        if not self.has_dictionary(dict_id) and txn is not None:
+            data = txn.get("dicts", dict_id.to_bytes(8, "big"))
+            if data is not None:  # and compress with it from now on, if it is the newest
+                self.add_dictionary(dict_id, bytes(data))
+        if not self.has_dictionary(dict_id):
+            raise CorruptionError(f"value needs zstd dictionary {dict_id}, which the store does not have",
+                                  thread_id=where[0], seq=where[1])
+        try:
+            declared = zstandard.frame_content_size(stored)
+        except zstandard.ZstdError as exc:
+            raise CorruptionError(f"stored body is not a zstd frame: {exc}", thread_id=where[0],
+                                  seq=where[1]) from exc
+        if declared > self.limits.max_decompressed_bytes:  # -1 (unknown) is bounded below
+            raise CorruptionError(
+                f"stored body declares {declared} bytes, over max_decompressed_bytes="
+                f"{self.limits.max_decompressed_bytes}", thread_id=where[0], seq=where[1])
+        try:
+            return self._decompressor(dict_id).decompress(
+                stored, max_output_size=self.limits.max_decompressed_bytes
+            )
+        except zstandard.ZstdError as exc:
+            raise CorruptionError(
+                f"stored body does not decompress within max_decompressed_bytes="
+                f"{self.limits.max_decompressed_bytes}: {exc}", thread_id=where[0], seq=where[1]
+            ) from exc
 
     def decode_value(self, key: bytes, value: bytes, txn: Any = None, *,
                      where: tuple[str | None, int | None] = (None, None)) -> Event:

@@ -41,6 +41,7 @@ __all__ = [
     "InvalidInputError",
     "LimitExceededError",
     "NotFoundError",
+    "PipelineError",
     "ProjectionError",
     "ReadOnlyError",
     "RebuildInProgressError",
@@ -132,6 +133,11 @@ class WrongExpectedVersionError(ConflictError):
 
 class IdempotencyError(ConflictError):
     """An event id that is already stored was re-used for different events."""
+
+
+class PipelineError(ConflictError):
+    """An earlier append of a :class:`~tplog.pipeline.Pipeline` failed (its error is
+    the ``__cause__``); nothing the pipeline queued after it was written."""
 
 
 class HasForksError(ConflictError):

@@ -136,15 +136,20 @@ def _turns(d: dict[str, Any]) -> list[Block]:
     return [root]
 
 
+def _turn_no(index: int) -> str:
+    """A turn index (0-based in the JSON) numbered as ``tplog turns`` numbers it: #1 is the first."""
+    return f"#{index + 1}"
+
+
 def _pending(d: dict[str, Any]) -> list[Block]:
     cols = ["tool call", "tool", "state", "kind", "turn", "seq"]
-    rows = [[p["tool_call_id"], p["tool_name"], p["state"], _cell(p.get("kind")), str(p["turn"]), str(p["seq"])]
+    rows = [[p["tool_call_id"], p["tool_name"], p["state"], _cell(p.get("kind")), _turn_no(p["turn"]), str(p["seq"])]
             for p in d["pending"]]
     blocks: list[Block] = [Table("pending tool calls", cols, rows, right=frozenset({"turn", "seq"}))]
     ab = d.get("abandoned") or []
     if ab:
         blocks.append(Table("abandoned", cols, [[p["tool_call_id"], p["tool_name"], p["state"], _cell(p.get("kind")),
-                                                 str(p["turn"]), str(p["seq"])] for p in ab],
+                                                 _turn_no(p["turn"]), str(p["seq"])] for p in ab],
                             right=frozenset({"turn", "seq"})))
     return blocks
 
@@ -152,7 +157,7 @@ def _pending(d: dict[str, Any]) -> list[Block]:
 def _interrupts(d: dict[str, Any]) -> list[Block]:
     blocks: list[Block] = [KeyValues(None, [("interrupted now", _cell(d.get("interrupted")))])]
     cols = ["turn", "seq", "reason", "at", "source", "tool call", "agent"]
-    rows = [[str(f["turn"]), str(f["seq"]), _cell(f.get("reason")), _cell(f.get("interrupted_at")),
+    rows = [[_turn_no(f["turn"]), str(f["seq"]), _cell(f.get("reason")), _cell(f.get("interrupted_at")),
              _cell(f.get("source")), _cell(f.get("tool_call_id")), _cell(f.get("agent_id"))]
             for f in d.get("facts") or []]
     blocks.append(Table("interruptions", cols, rows, right=frozenset({"turn", "seq"}), wrap=frozenset({"agent"})))

@@ -45,6 +45,7 @@ from tplog.codec import Codec, Encoded, Header, Limits
 from tplog.errors import InvalidInputError, NotFoundError, ThreadDeletedError, TplogError
 from tplog.events import KIND_CODE, Event, LinkAdded, RecordedEvent, ThreadDeleted, ThreadStarted
 from tplog.lifecycle import check_filter
+from tplog.pipeline import Pipeline
 from tplog.projections.fold import (
     Folder,
     FoldResult,
@@ -409,6 +410,11 @@ class Store:
             raise
         _log_appended(res)
         return res
+
+    def pipeline(self, thread_id: str, *, expected_version: ExpectedVersion = ANY) -> Pipeline:
+        """A :class:`~tplog.pipeline.Pipeline` recording ``thread_id``: appends acknowledged
+        once queued, each turn's end (and ``commit()``) durable with everything before it."""
+        return Pipeline(self, thread_id, expected_version=expected_version)
 
     @staticmethod
     def _check_expected(expected: object) -> None:

@@ -48,7 +48,8 @@ class ServerProcess:
         self.proc: subprocess.Popen[bytes] | None = None
         self.pids: set[int] = set()
 
-    def start(self, timeout: float = 40.0) -> ServerProcess:
+    def start(self, timeout: float = 120.0) -> ServerProcess:
+        # generous: on a loaded 2-core CI machine starting workers took over 40 s (no worker had answered)
         cmd = [sys.executable, "-m", "uvicorn", "--factory", "tplog.integrations.server:app_from_env",
                "--host", "127.0.0.1", "--port", str(self.port), "--workers", str(self.workers),
                "--log-level", "warning", "--timeout-graceful-shutdown", "20"]

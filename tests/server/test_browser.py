@@ -114,7 +114,10 @@ def _text(drv: Any) -> str:
 def test_list_thread_child(browser_server: tuple[ServerProcess, str, str], driver: Any,
                            tmp_path_factory: pytest.TempPathFactory) -> None:
     srv, parent, child = browser_server
-    shots = tmp_path_factory.mktemp("screenshots")
+    # CI keeps them where TPLOG_SCREENSHOTS says (.ci/run: .ci/screenshots in the checkout); else a temp dir
+    keep = os.environ.get("TPLOG_SCREENSHOTS")
+    shots = Path(keep) if keep else tmp_path_factory.mktemp("screenshots")
+    shots.mkdir(parents=True, exist_ok=True)
 
     # the list: both threads, most recently updated (the child, linked last) first
     driver.get(srv.url + "/")

@@ -127,6 +127,8 @@ class MemoryRecorder:
     since the epoch for heads' times (tests pass a counter so that two backends
     order their listings the same way)."""
 
+    submits_in_order = True  # each submission is applied before submit returns (tplog.pipeline relies on it)
+
     def __init__(self, *, clock: Callable[[], int] = time.time_ns, limits: Limits | None = None,
                  logs: int = 1) -> None:
         if isinstance(logs, bool) or not isinstance(logs, int) or logs < 1:

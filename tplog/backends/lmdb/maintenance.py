@@ -18,7 +18,7 @@ from tplog.backends.contract import (
     Tracking,
     VerifyReport,
 )
-from tplog.backends.lmdb import finder
+from tplog.backends.lmdb import chunks, finder
 from tplog.backends.lmdb import projections as proj
 from tplog.backends.lmdb.commit import _enc, _head_dec, _now_ns, _resolved
 from tplog.backends.lmdb.engine import Held, WriteTxn
@@ -81,7 +81,8 @@ class LmdbMaintenance(LmdbReads):
             last = txn.last("global")
             pos = (from_u64(last[0]) if last else 0) + 1  # before removing any: positions are never reused
             tables = proj._Tables(txn, shadow=False)
-            for k, v in list(txn.range("events", tk, tk + b"\xff" * 8)):
+            rows = chunks.EventRows(txn, self.codec)
+            for k, v in list(rows.range(tk, tk + b"\xff" * 8, name=thread_id)):
                 seq = from_u64(k, TKEY_SIZE)
                 hdr = self.codec.header(v, where=(thread_id, seq))
                 ref = txn.get("eventids", eid_key(hdr.event_id, scope))
@@ -107,6 +108,7 @@ class LmdbMaintenance(LmdbReads):
                             txn.delete("blobs", sha)
                         else:
                             txn.put("blobs", sha, blob_with_refcount(blob, n))
+            for k in rows.raw_keys(tk, tk + b"\xff" * 8):  # single rows and chunks
                 txn.delete("events", k)
             txn.delete("proj", proj.STATE_PREFIX + tk)
             proj.drop_child_everywhere(txn, tk)
@@ -194,8 +196,9 @@ class LmdbMaintenance(LmdbReads):
         """
         bodies: list[bytes] = []
         with self.engine.read() as txn:
+            rows = chunks.EventRows(txn, self.codec)
             for _pk, key in txn.range("global", b"", None, reverse=True):
-                v = txn.get("events", key)
+                v = rows.get(key)
                 if v is None:
                     continue
                 b = self.codec.body_bytes(v, txn)
@@ -222,7 +225,7 @@ class LmdbMaintenance(LmdbReads):
     def stats(self) -> dict[str, Any]:
         """Counts and sizes: threads, events, bytes, map size, per-table entries."""
         info = self.engine.info()
-        info["events"] = info["tables"]["events"]["entries"]
+        info["events"] = info["tables"]["global"]["entries"]  # one per event (``events`` rows may be chunks)
         info["threads"] = info["tables"]["heads"]["entries"]
         info["last_position"] = self.last_position
         info["dictionaries"] = info["tables"]["dicts"]["entries"]

@@ -59,6 +59,7 @@ from tplog.backends.contract import VERSIONS as VERSIONS
 from tplog.backends.contract import RebuildReport as RebuildReport
 from tplog.backends.contract import ThreadHead
 from tplog.backends.contract import outgoing as outgoing
+from tplog.backends.lmdb.chunks import EventRows
 from tplog.backends.lmdb.engine import ReadTxn, WriteTxn
 from tplog.backends.lmdb.keys import TKEY_SIZE, from_u64, tkey, u64
 from tplog.codec import (
@@ -314,6 +315,7 @@ def _items_in(
     last = start - 1
     check, check_header, header = codec.check, codec.check_header, codec.header
     skipped = SKIPPED_FOR_LINKS if do_links else SKIPPED
+    rows = EventRows(txn, codec)
     for pk, key in txn.range("global", u64(start)):
         if scanned >= limit:
             break
@@ -322,7 +324,7 @@ def _items_in(
         if covered is not None and covered(key, last):
             continue
         read += 1
-        value = txn.get("events", key)
+        value = rows.get(key)
         if value is None:  # pragma: no cover - the index and the events change together
             continue
         tk = key[:TKEY_SIZE]
@@ -383,7 +385,7 @@ def _scan_keys(txn: ReadTxn, codec: Codec, after: bytes, limit: int, do_links: b
     name: str = ""
     scope: str | None = None
     n = 0
-    rows = txn.range("events", after + b"\x00" if after else b"")
+    rows = EventRows(txn, codec).range(after + b"\x00" if after else b"")
     # The loop runs once per event of the log: the header decode is inlined (on a
     # mismatch, codec.check_header / codec.header raise the typed error).
     for n, (key, value) in enumerate(itertools.islice(rows, limit), 1):  # noqa: B007 (n, key: read after it)
@@ -668,7 +670,7 @@ def _rebuild(engine: Any, codec: Codec, names: list[str], verify: bool, chunk: i
     # (log position positions[i]) holds; the last chunk's range is open-ended.
     last_keys: list[bytes] = []
     positions: list[int] = []
-    total = int(engine.info()["tables"]["events"]["entries"]) if progress is not None else 0
+    total = int(engine.info()["tables"]["global"]["entries"]) if progress is not None else 0
     after = b""
     carry: tuple[bytes, ThreadState] | None = None
     while True:

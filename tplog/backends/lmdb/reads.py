@@ -10,7 +10,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from tplog.backends.contract import Cursor, Direction, ThreadHead, ThreadPage
-from tplog.backends.lmdb import finder
+from tplog.backends.lmdb import chunks, finder
 from tplog.backends.lmdb import projections as proj
 from tplog.backends.lmdb.commit import _check_page_limit, _child_dec, _GroupCommit, _head_dec, _ids_dec
 from tplog.backends.lmdb.engine import LmdbEngine, ReadTxn
@@ -75,21 +75,41 @@ class LmdbReads:
                 raise NotFoundError(f"thread {thread_id} does not exist")
             name = _head_dec.decode(raw).thread_id
             if direction == "forward":
-                it = txn.range("events", event_key(tk, 0 if after is None else after + 1), tk + b"\xff" * 8)
-            else:
-                end = event_key(tk, after) if after is not None else tk + b"\xff" * 8
-                it = txn.range("events", tk, end, reverse=True)
-            for k, v in it:
+                start = event_key(tk, 0 if after is None else after + 1)
+                for k, v in txn.range("events", start, tk + b"\xff" * 8):
+                    if limit is not None and len(out) >= limit:
+                        break
+                    if chunks.is_chunk(v):  # decoded in one call; the events before ``start`` dropped
+                        out.extend(self._chunk_recorded(txn, k, v, name, scope, start, limit, len(out)))
+                    else:
+                        out.append(self._decode_value(txn, k, v, name, from_u64(k, TKEY_SIZE), scope=scope))
+                return out
+            end = event_key(tk, after) if after is not None else tk + b"\xff" * 8
+            for k, v in chunks.EventRows(txn, self.codec).range(tk, end, reverse=True, name=name):
                 if limit is not None and len(out) >= limit:
                     break
                 out.append(self._decode_value(txn, k, v, name, from_u64(k, TKEY_SIZE), scope=scope))
+        return out
+
+    def _chunk_recorded(self, txn: ReadTxn, key: bytes, value: bytes, name: str, scope: str | None, start: bytes,
+                        limit: int | None, have: int) -> list[RecordedEvent]:
+        first, headers, events = chunks.chunk_recorded(self.codec, key, value, txn, name)
+        skip = max(0, from_u64(start, TKEY_SIZE) - first)
+        stop = len(events) if limit is None else min(len(events), skip + limit - have)
+        out = []
+        for i in range(skip, stop):
+            hdr = headers[i]
+            ref = txn.get("eventids", eid_key(hdr.event_id, scope))
+            out.append(RecordedEvent(thread_id=name, seq=first + i, position=from_u64(ref, TKEY_SIZE + 8)
+                                     if ref is not None else 0, event_id=hdr.event_id,
+                                     recorded_at=hdr.recorded_at, event=events[i]))
         return out
 
     def iter_thread_values(self, thread_id: str, *, scope: str | None = None) -> Iterator[tuple[int, Header, bytes]]:
         """(seq, header, raw value) for a thread, without decoding bodies."""
         tk = tkey(thread_id, scope)
         with self.engine.read() as txn:
-            for k, v in txn.range("events", tk, tk + b"\xff" * 8):
+            for k, v in chunks.EventRows(txn, self.codec).range(tk, tk + b"\xff" * 8, name=thread_id):
                 seq = from_u64(k, TKEY_SIZE)
                 self.codec.check(k, v, where=(thread_id, seq))
                 yield seq, self.codec.header(v, where=(thread_id, seq)), v
@@ -108,10 +128,11 @@ class LmdbReads:
         out: list[RecordedEvent] = []
         names: dict[bytes, str] = {}
         with self.engine.read() as txn:
+            rows = chunks.EventRows(txn, self.codec)
             for pk, key in txn.range("global", u64(max(start, 1))):
                 if limit is not None and len(out) >= limit:
                     break
-                value = txn.get("events", key)
+                value = rows.get(key)
                 if value is None:  # pragma: no cover - deleted between index and event (same txn: impossible)
                     continue
                 tk = key[:TKEY_SIZE]
@@ -297,9 +318,15 @@ class LmdbReads:
             if head.status != "active" or after > head.version:
                 after = 0
             name = head.thread_id
-            decode = self.codec.decode_value
-            events = [decode(k, v, txn, where=(name, from_u64(k, TKEY_SIZE)))
-                      for k, v in txn.range("events", event_key(tk, after + 1), tk + b"\xff" * 8)]
+            codec = self.codec
+            decode = codec.decode_value
+            events: list[Any] = []
+            add = events.append
+            for k, v in txn.range("events", event_key(tk, after + 1), tk + b"\xff" * 8):
+                if chunks.is_chunk(v):  # one decompression and one decode for the chunk's events
+                    events.extend(chunks.chunk_events(codec, k, v, txn, name, after))
+                else:
+                    add(decode(k, v, txn, where=(name, from_u64(k, TKEY_SIZE))))
         return head, events
 
     def items(self, thread_id: str, *, scope: str | None = None) -> list[Item]:
@@ -311,7 +338,7 @@ class LmdbReads:
         with self.engine.read() as txn:
             if txn.get("heads", tk) is None:
                 raise NotFoundError(f"thread {thread_id} does not exist")
-            for k, v in txn.range("events", tk, tk + b"\xff" * 8):
+            for k, v in chunks.EventRows(txn, self.codec).range(tk, tk + b"\xff" * 8, name=thread_id):
                 seq = from_u64(k, TKEY_SIZE)
                 where = (thread_id, seq)
                 self.codec.check_header(k, v, where=where)
@@ -348,7 +375,7 @@ class LmdbReads:
         with self.engine.read() as txn:
             if txn.get("heads", tk) is None:
                 raise NotFoundError(f"thread {thread_id} does not exist")
-            for k, v in txn.range("events", tk, tk + b"\xff" * 8):
+            for k, v in chunks.EventRows(txn, self.codec).range(tk, tk + b"\xff" * 8, name=thread_id):
                 seq = from_u64(k, TKEY_SIZE)
                 where = (thread_id, seq)
                 codec.check_header(k, v, where=where)

@@ -51,7 +51,7 @@ from tplog.backends.contract import (
     check_append,
     check_fork_parent,
 )
-from tplog.backends.lmdb import finder
+from tplog.backends.lmdb import chunks, finder
 from tplog.backends.lmdb import projections as proj
 from tplog.backends.lmdb.commit import (
     _AsyncLeader,
@@ -113,6 +113,7 @@ class LmdbRecorder(LmdbMaintenance):
     size and growth, limits, ``auto_dictionary``)."""
 
     logs = 1
+    submits_in_order = True  # one queue, committed in order by one leader at a time (tplog.pipeline relies on it)
 
     def __init__(
         self,
@@ -445,6 +446,9 @@ class LmdbRecorder(LmdbMaintenance):
                 proj.apply_links(tables, thread_id, tk, seq, enc.event, enc.facts.spawned if enc.facts else (), scope)
             if state is not None:
                 feed(state, Item(seq, enc.kind, enc.facts, None if enc.kind == MSG_KIND else enc.event))
+        if any(enc.kind in chunks.TURN_ENDS for enc in encoded):  # a closed turn: one chunk value
+            # stored_bytes stays the values' size as appended: every backend reports the same
+            chunks.compact(txn, self.codec, tk, head.version, thread_id)
         new_state: bytes | None = None
         if state is not None:
             new_state = proj.encode_state(state)
@@ -571,7 +575,7 @@ class LmdbRecorder(LmdbMaintenance):
         """The thread's stored events (the rules' slow paths, in the write transaction);
         a fork's prefix from its parent, as a copy would hold them."""
         own = [self.codec.decode_value(k, v, txn, where=(thread_id, from_u64(k, TKEY_SIZE)))
-               for k, v in txn.range("events", tk, tk + b"\xff" * 8)]
+               for k, v in chunks.EventRows(txn, self.codec).range(tk, tk + b"\xff" * 8, name=thread_id)]
         raw = txn.get("heads", tk)
         head = _head_dec.decode(raw) if raw is not None else None
         if head is None or head.fork_of is None or head.status != "active":

@@ -16,11 +16,13 @@ Each problem names the thread and seq (or the key) so it can be found.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, Any
 
 import msgspec
 
 from tplog.backends.contract import ThreadHead, VerifyReport
+from tplog.backends.lmdb.chunks import EventRows, expand, is_chunk
 from tplog.backends.lmdb.keys import TKEY_SIZE, eid_key, from_u64, scope_tag, tkey, u64
 from tplog.backends.lmdb.projections import is_live, read_info
 from tplog.codec import F_BLOB, blob_refcount, stored_body
@@ -28,8 +30,25 @@ from tplog.errors import CorruptionError, RebuildInProgressError
 
 if TYPE_CHECKING:
     from tplog.backends.lmdb.maintenance import LmdbMaintenance
+    from tplog.codec import Codec
 
 _head_dec = msgspec.msgpack.Decoder(ThreadHead)
+
+
+def _rows(txn: Any, codec: Codec, tk: bytes, name: str, rep: VerifyReport) -> Iterator[tuple[bytes, bytes | None]]:
+    """A thread's events as (key, value), a chunk's expanded; a chunk that fails its
+    checks is reported and yields (its last key, None)."""
+    for k, v in txn.range("events", tk, tk + b"\xff" * 8):
+        if not is_chunk(v):
+            yield k, v
+            continue
+        try:
+            rows = expand(codec, k, v, txn, name)
+        except CorruptionError as exc:
+            rep.problems.append(str(exc))
+            yield k, None
+            continue
+        yield from rows
 
 __all__ = ["verify"]
 
@@ -53,9 +72,12 @@ def verify(store: LmdbMaintenance, *, projections: bool = True) -> VerifyReport:
                 if ph is None or ph.status != "active" or ph.version < fork_at:
                     rep.problems.append(f"thread {name}: forked from {head.fork_of} at seq {fork_at}, which it "
                                         "does not hold")
-            for k, v in txn.range("events", tk, tk + b"\xff" * 8):
-                rep.events += 1
+            for k, v in _rows(txn, codec, tk, name, rep):
                 seq = from_u64(k, TKEY_SIZE)
+                if v is None:  # a damaged chunk (reported): its events are counted as there
+                    expected = seq + 1
+                    continue
+                rep.events += 1
                 where = (name, seq)
                 # A damaged event is reported once: it still fills its seq (no "gap"), and a sound
                 # value still holds its reference to a damaged blob (no refcount mismatch).
@@ -93,8 +115,9 @@ def verify(store: LmdbMaintenance, *, projections: bool = True) -> VerifyReport:
                 rep.problems.append(f"thread {name}: head version {head.version} but last seq {expected - 1}")
             if txn.get("updated", scope_tag(head.scope) + u64(head.updated_ns) + tk) is None:
                 rep.problems.append(f"thread {name}: no 'updated' index entry for its head")
+        rows = EventRows(txn, codec)
         for pk, key in txn.range("global"):
-            if txn.get("events", key) is None:
+            if not rows.exists(key):
                 rep.problems.append(f"global position {from_u64(pk)} names a missing event "
                                     f"(thread key {bytes(key[:TKEY_SIZE]).hex()}, seq {from_u64(key, TKEY_SIZE)})")
         for sha, blob in txn.range("blobs"):
