@@ -4,12 +4,13 @@
 #               of tplog/ (the Python processes the tests start included), failing under COV_FAIL_UNDER
 #   make test-lowest  the same suite against the lowest supported dependencies (CI runs both)
 #   make mutation  mutation testing of the core modules ([tool.mutmut] in pyproject.toml); survivors are
-#                  reviewed in tests/MUTANTS.md. One module: make mutation MUTANTS='tplog._codec.*'
+#                  reviewed in tests/MUTANTS.md. One module with a narrowed test selection (in a copy,
+#                  mutants-one/): make mutation MODULE=tplog/codec.py TESTS='tests/test_store.py -k "not postgres"'
 PYTHON ?= python3
 VENV   ?= .venv
 BIN    := $(VENV)/bin
 
-.PHONY: demo test test-lowest coverage lint bench mutation clean
+.PHONY: demo test test-lowest coverage lint bench clean mutation
 
 $(BIN)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -50,17 +51,18 @@ $(BIN)/.bench-installed: $(BIN)/.installed
 bench: $(BIN)/.bench-installed
 	$(BIN)/python -m benchmarks.suite
 
-# mutmut keeps its results in ./mutants and resumes from them; each mutant runs only the selected tests
-# that reach the mutated function. Niced: the run is long and the machine may be shared.
-MUTANTS ?=
 $(BIN)/.mutation-installed: $(BIN)/.installed
 	$(BIN)/python -m pip install -q -e '.[mutation]'
 	touch $@
 
 mutation: $(BIN)/.mutation-installed
+ifdef MODULE
+	$(BIN)/python tools/mutation_one.py $(MODULE) $(TESTS)
+else
 	nice -n 10 $(BIN)/mutmut run --max-children 2 $(MUTANTS)
 	$(BIN)/mutmut export-cicd-stats
 	$(BIN)/python tools/mutation_report.py
+endif
 
 clean:
-	rm -rf $(VENV) .venv-lowest demo-store .pytest_cache .coverage .coverage.* mutants
+	rm -rf $(VENV) .venv-lowest demo-store .pytest_cache .coverage .coverage.* mutants mutants-one
