@@ -22,8 +22,9 @@ demo: $(BIN)/.installed
 	$(BIN)/python tools/demo.py ./demo-store
 
 # Coverage is part of the test command (STYLE.md asks for >= 95 %). The floor enforced is the figure last
-# measured on the whole suite, rounded down, until tests close the gap to 95 (issue 27).
-COV_FAIL_UNDER ?= 90
+# measured on the whole suite (a fresh clone's CI=true run, 2026-11-25: 94.8 %), rounded down, until tests
+# close the gap to 95 (issue 27).
+COV_FAIL_UNDER ?= 94
 test: lint
 	$(BIN)/python -m pytest --cov=tplog --cov-report=term-missing:skip-covered --cov-fail-under=$(COV_FAIL_UNDER)
 
