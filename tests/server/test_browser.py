@@ -28,11 +28,11 @@ CHROMEDRIVER = os.environ.get("TPLOG_CHROMEDRIVER", "/usr/bin/chromedriver")
 
 
 def _need_browser() -> None:
-    missing = [p for p in (CHROMIUM, CHROMEDRIVER) if not shutil.which(p)]
     try:
         import selenium  # noqa: F401
-    except ImportError:
-        missing.append("the selenium package (pip install -e '.[test]')")
+    except ImportError:  # a declared test dependency: a broken install fails, it does not skip
+        pytest.fail("the selenium package is missing (pip install -e '.[test]')")
+    missing = [p for p in (CHROMIUM, CHROMEDRIVER) if not shutil.which(p)]
     if missing:
         msg = f"the browser test needs {', '.join(missing)} (apt-get install chromium chromium-driver)"
         if os.environ.get("CI") == "true":
