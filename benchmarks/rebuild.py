@@ -79,13 +79,22 @@ def _tplog() -> Any:
     return LinkAdded, MSG_KIND, Item, interrupts, pending, TKEY_SIZE, from_u64
 
 
+def _rows(store: Any, txn: Any) -> Any:
+    """The ``events`` table one event per row, chunk rows (format 4) expanded, as the store's own reads see it."""
+    try:
+        from tplog.backends.lmdb.chunks import EventRows
+    except ImportError:  # before chunk rows: the table is one event per row
+        return txn.range("events")
+    return EventRows(txn, store.codec).range()
+
+
 def full_decode_scan(store: Any) -> int:
     """Every event of the log: CRC check, decompress, typed decode (what a full rebuild must at least do)."""
     codec = store.codec
     check, body_bytes, decode_event = codec.check, codec.body_bytes, codec.decode_event
     n = 0
     with store.engine.read() as txn:
-        for k, v in txn.range("events"):
+        for k, v in _rows(store, txn):
             check(k, v)
             decode_event(body_bytes(v, txn))
             n += 1
@@ -108,7 +117,7 @@ def header_scan(store: Any, sink: Callable[[Any], None] | None = None) -> int:
     with store.engine.read() as txn:
         current = b""
         items: list[Any] = []
-        for k, v in txn.range("events"):
+        for k, v in _rows(store, txn):
             tk = k[:TKEY_SIZE]
             if tk != current:
                 if items:
