@@ -64,4 +64,4 @@ def test_guided_fuzzing_soak(tmp_path: Path) -> None:
     tallies = [fg.fuzz_target(t, runs, seed=7, workdir=tmp_path) for t in fg.TARGETS]
     print("\n".join(json.dumps(t) for t in tallies))
     assert [t for t in tallies if t["crash"] or t["exit"]] == []
-    assert sum(t["runs"] for t in tallies) >= 8 * runs
+    assert sum(t["runs"] for t in tallies) >= len(fg.TARGETS) * runs

@@ -30,7 +30,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 HERE = Path(__file__).resolve()
 TARGETS = ["json-doc", "json-validate", "msgpack-event", "stored-value", "stored-value-crc-fixed",
-           "import-pydantic-ai", "import-vercel-ui", "ui-stream"]
+           "import-pydantic-ai", "import-vercel-ui", "ui-stream", "stored-chunk", "stored-chunk-crc-fixed"]
 # Only for the test that shows a crash is caught: raises an untyped error on inputs that start with "Z!".
 PLANTED = "planted"
 

@@ -18,7 +18,8 @@ Targets: ``json-doc`` (``from_json``), ``json-validate`` (``validate_json``),
 ``msgpack-event`` (the event body decoder), ``stored-value`` (the stored-value
 decoder with its CRCs), ``stored-value-crc-fixed`` (the same with CRCs made to
 match the garbage, so the decoders behind them are reached), ``import-pydantic-ai``
-and ``import-vercel-ui`` (``tplog import``), ``ui-stream`` (``assemble_turn`` on SSE text).
+and ``import-vercel-ui`` (``tplog import``), ``ui-stream`` (``assemble_turn`` on SSE text),
+``stored-chunk`` and ``stored-chunk-crc-fixed`` (chunk rows: a closed turn's events stored as one value).
 Prints a JSON tally: cases per target, typed failures, untyped failures.
 """
 
@@ -41,6 +42,7 @@ if str(ROOT) not in sys.path:  # runnable from a checkout without installing
     sys.path.insert(0, str(ROOT))
 
 from tplog import TplogError, from_json, to_json, validate_json  # noqa: E402
+from tplog.backends.lmdb import chunks  # noqa: E402
 from tplog.codec import HEADER_CRC_SEED, PREFIX_SIZE, SPLIT_CRC, Codec  # noqa: E402
 from tplog.integrations.importers import load_events  # noqa: E402
 from tplog.integrations.vercel import assemble_turn  # noqa: E402
@@ -115,6 +117,25 @@ def targets() -> dict[str, tuple[list[bytes], Callable[[bytes], Any]]]:
     bodies_of = {s[:64]: b for s, b in runs}
     dicts_of = {s[:64]: json.loads(b) for s, b in runs}
     docs = [to_json(fold(t).thread) for t in threads]
+    # chunk rows (format 4 and later): each fixture thread's events as one stored chunk value
+    ckey = b"\x00" * 16 + len(events).to_bytes(8, "big")
+    chunks_ = [chunks.encode_chunk(codec, ckey, len(events) - len(t) + 1,
+                                   [_header_bytes(codec, e) for e in t], [codec.encode_body(e) for e in t])
+               for t in threads if len(t) >= 2]
+
+    def chunk_read(v: bytes) -> Any:
+        """Every reader of a chunk: the one-call decodes and the expansion into format-3 rows."""
+        chunks.chunk_events(codec, ckey, v, None, "t")
+        chunks.chunk_recorded(codec, ckey, v, None, "t")
+        return [codec.decode_value(k, row) for k, row in chunks.expand(codec, ckey, v, None, "t")]
+
+    def chunk_fixed(v: bytes) -> Any:
+        """The chunk's CRC made to match the mutant, so the decoders behind it run."""
+        if len(v) >= 10:
+            b = bytearray(v)
+            b[6:10] = zlib.crc32(ckey, zlib.crc32(bytes(b[10:]), zlib.crc32(bytes(b[:6])))).to_bytes(4, "big")
+            v = bytes(b)
+        return chunk_read(v)
 
     def stored_fixed(v: bytes) -> Any:
         """Make both CRCs match whatever the mutant holds, so the decoders behind them run."""
@@ -142,7 +163,17 @@ def targets() -> dict[str, tuple[list[bytes], Callable[[bytes], Any]]]:
                                                           clock=lambda: CLOCK)),
         "import-vercel-ui": (sse, vercel),
         "ui-stream": (sse, lambda d: assemble_turn(d, dicts_of.get(d[:64]))),
+        "stored-chunk": (chunks_, chunk_read),
+        "stored-chunk-crc-fixed": (chunks_, chunk_fixed),
     }
+
+
+def _header_bytes(codec: Codec, event: Any) -> bytes:
+    """The msgpack header a format-3 value of ``event`` holds (what a chunk keeps per event)."""
+    from tplog.codec import header_end
+
+    value = codec.encode(event, "id", 1).finish(b"\x00" * 24)
+    return value[12:header_end(value)]
 
 
 def run(cases: int, *, seed: int = 0, only: list[str] | None = None, crashers: str | None = None,
