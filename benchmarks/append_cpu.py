@@ -115,7 +115,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--repeat", type=int, default=None, help="repeats per durability (default 3 quick, 7 full)")
     p.add_argument("--threads", type=int, default=None, help="corpus threads appended (default 20 quick, 40 full)")
     p.add_argument("--dir", default=None, help="where stores are created (default /dev/shm if present)")
-    p.add_argument("--json", default=None, metavar="PATH", help=f"results JSON (default benchmarks/results/{NAME}.json)")
+    p.add_argument("--json", default=None, metavar="PATH",
+                   help=f"results JSON (default benchmarks/results/{NAME}.json)")
     p.add_argument("--no-profile", action="store_true")
     p.add_argument("--callgrind", action="store_true", help="one relaxed pass only (run under valgrind)")
     args = p.parse_args(argv)
