@@ -1,8 +1,10 @@
 """Chunk rows (format 4): a closed turn's events re-stored as one value of ``events``.
 
-Appends store one value per event (format 3, ``tplog.codec``). When an append closes
-an agent turn, :func:`compact` re-stores the thread's events since its previous chunk
-as chunks, in the same write transaction: one zstd frame and one msgpack document
+Appends store one value per event (format 3, ``tplog.codec``), bodies uncompressed (the
+codec's ``compress_bodies`` off: no zstd call per append). When an append closes an
+agent turn, or crosses a multiple of :data:`OPEN_EVERY` seqs, :func:`compact` re-stores
+the thread's events since its previous chunk as chunks, in the same write transaction,
+compressing them once: one zstd frame and one msgpack document
 for many events, so a cold load decompresses and decodes once per chunk, not once per
 event, and the table holds fewer, fuller values. A chunk is stored under the key of
 its LAST event (thread key + last seq), so the row holding any seq is the first row at

@@ -450,7 +450,7 @@ class LmdbRecorder(LmdbMaintenance):
                 proj.apply_links(tables, thread_id, tk, seq, ev, spawned, scope)
         # a closed turn (or a long open one, bodies raw): its events become one chunk value
         if chunks.due([enc.kind for enc in encoded], seq0, head.version, not self.codec.compress_bodies):
-            # stored_bytes stays the values' size as appended: every backend reports the same
+            # stored_bytes stays the values' size as appended (here with raw bodies), not the chunks'
             chunks.compact(txn, self.codec, tk, head.version, thread_id)
         new_state: bytes | None = None
         if state is not None:
