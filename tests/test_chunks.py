@@ -17,7 +17,8 @@ from conftest import ToyStore as Store
 from conftest import agent_start, completed, response, spawn_message, started, user
 
 from tplog import CorruptionError, HasForksError
-from tplog.backends.lmdb.chunks import CHUNK, MAX_EVENTS
+from tplog.backends.lmdb.chunks import CHUNK, MAX_EVENTS, OPEN_EVERY
+from tplog.codec import F_COMPRESSED
 from tplog.events import AgentTurnInterrupted, Interruption
 from tplog.verify import verify_store
 
@@ -163,6 +164,38 @@ def test_a_long_turn_is_split_into_bounded_chunks(tmp_path: Path) -> None:
     rows = _raw_rows(tmp_path / "s")
     assert 3 <= len(rows) <= 4
     assert all(v[0] == CHUNK for _, v in rows)
+
+
+def test_an_open_turn_is_stored_raw_and_compressed_once_at_its_end(tmp_path: Path) -> None:
+    big = "a compressible answer " * 40
+    with Store(tmp_path / "s") as s:
+        s.append("t", [started("t"), user(), agent_start()])
+        for _ in range(3):
+            s.append("t", [response(big)])
+    rows = _raw_rows(tmp_path / "s")
+    assert [v[0] for _, v in rows] == [3] * 6
+    assert all(not v[1] & F_COMPRESSED for _, v in rows)  # no per-event zstd on the append path
+    assert all(len(v) > len(big) for _, v in rows[3:])
+    with Store(tmp_path / "s") as s:
+        s.append("t", [completed()])
+        assert [type(e.event).__name__ for e in s.read("t")][-2:] == ["MessageRecorded", "AgentTurnCompleted"]
+    rows = _raw_rows(tmp_path / "s")
+    assert len(rows) == 1 and rows[0][1][0] == CHUNK and rows[0][1][1] & F_COMPRESSED
+    assert len(rows[0][1]) < 3 * len(big) // 4
+
+
+def test_a_turn_never_closed_holds_a_bounded_number_of_raw_rows(tmp_path: Path) -> None:
+    n = OPEN_EVERY * 3 + 5
+    with Store(tmp_path / "s") as s:
+        s.append("t", [started("t"), user(), agent_start()])
+        for i in range(n):
+            s.append("t", [response(f"part {i} " * 50)])
+        assert [e.seq for e in s.read("t")] == list(range(1, n + 4))
+        assert verify_store(s).ok
+    rows = _raw_rows(tmp_path / "s")
+    single = [v for _, v in rows if v[0] != CHUNK]
+    assert len(single) < OPEN_EVERY
+    assert sum(len(v) for _, v in rows) < sum(len(f"part {i} " * 50) for i in range(n)) // 2
 
 
 @pytest.mark.parametrize("where", ["payload", "prefix", "crc"])

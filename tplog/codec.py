@@ -349,8 +349,11 @@ class Encoded(msgspec.Struct):
 class Codec:
     """Encodes and decodes events; thread-safe (per-thread zstd contexts)."""
 
-    def __init__(self, limits: Limits | None = None) -> None:
+    def __init__(self, limits: Limits | None = None, *, compress_bodies: bool = True) -> None:
         self.limits = limits or Limits()
+        #: False: bodies are stored raw (a store that compresses them later, many at a
+        #: time: LMDB's chunk rows); blobs are compressed either way (never chunked)
+        self.compress_bodies = compress_bodies
         self._enc = msgspec.msgpack.Encoder()
         self._event_dec: msgspec.msgpack.Decoder[Event] = msgspec.msgpack.Decoder(Event)
         #: The schema check of an append: ``Event`` with ``Any`` left undecoded.
@@ -466,7 +469,8 @@ class Codec:
         flags = 0
         dict_id = 0
         stored = body
-        if len(body) >= self.limits.compress_min_bytes:
+        big = len(body) > self.limits.blob_threshold
+        if len(body) >= self.limits.compress_min_bytes and (big or self.compress_bodies):
             dict_id = self.current_dict
             comp = self._compressor(dict_id).compress(body)
             if len(comp) + 4 < len(body):
@@ -474,7 +478,7 @@ class Codec:
                 flags = F_COMPRESSED
             else:
                 dict_id = 0
-        if len(body) > self.limits.blob_threshold:
+        if big:
             sha = hashlib.sha256(body).digest()
             bflags, bdict = flags, dict_id
             crc = zlib.crc32(sha, zlib.crc32(stored))

@@ -1,8 +1,10 @@
 """Chunk rows (format 4): a closed turn's events re-stored as one value of ``events``.
 
-Appends store one value per event (format 3, ``tplog.codec``). When an append closes
-an agent turn, :func:`compact` re-stores the thread's events since its previous chunk
-as chunks, in the same write transaction: one zstd frame and one msgpack document
+Appends store one value per event (format 3, ``tplog.codec``), bodies uncompressed (the
+codec's ``compress_bodies`` off: no zstd call per append). When an append closes an
+agent turn, or crosses a multiple of :data:`OPEN_EVERY` seqs, :func:`compact` re-stores
+the thread's events since its previous chunk as chunks, in the same write transaction,
+compressing them once: one zstd frame and one msgpack document
 for many events, so a cold load decompresses and decodes once per chunk, not once per
 event, and the table holds fewer, fuller values. A chunk is stored under the key of
 its LAST event (thread key + last seq), so the row holding any seq is the first row at
@@ -42,14 +44,18 @@ from tplog.codec import F_BLOB, F_COMPRESSED, HEADER_CRC_SEED, PREFIX, Codec, He
 from tplog.errors import CorruptionError
 from tplog.events import KIND_CODE, AgentTurnCompleted, AgentTurnInterrupted, Event
 
-__all__ = ["CHUNK", "CHUNK_PREFIX_SIZE", "MAX_EVENTS", "TURN_ENDS", "EventRows", "chunk_events",
-           "chunk_recorded", "compact", "encode_chunk", "is_chunk"]
+__all__ = ["CHUNK", "CHUNK_PREFIX_SIZE", "MAX_EVENTS", "OPEN_EVERY", "TURN_ENDS", "EventRows", "chunk_events",
+           "chunk_recorded", "compact", "due", "encode_chunk", "is_chunk"]
 
 CHUNK: Final = 4
 CHUNK_PREFIX_SIZE: Final = 18
 MAX_EVENTS: Final = 256  #: events per chunk: a point read decompresses at most this many
 MAX_BYTES: Final = 1 << 20  #: raw payload bytes per chunk
 _MAX_SCAN: Final = 4096  #: single rows a compaction looks back over
+#: an append crossing a multiple of this seq compacts even inside a turn: appends store
+#: bodies raw, so a turn left open (or a thread without turns) holds at most this many
+#: raw rows before they are compressed as a chunk
+OPEN_EVERY: Final = 32
 TURN_ENDS: Final = frozenset({KIND_CODE[AgentTurnCompleted], KIND_CODE[AgentTurnInterrupted]})
 _SEED3: Final = HEADER_CRC_SEED[3]
 _CHUNK_BYTE: Final = b"\x04"
@@ -261,6 +267,13 @@ class EventRows:
     def raw_keys(self, start: bytes, end: bytes) -> list[bytes]:
         """The table's own keys in [start, end) (what deleting a thread removes)."""
         return [bytes(k) for k, _ in self._txn.range("events", start, end)]
+
+
+def due(kinds: list[int], first_seq: int, last_seq: int, raw: bool) -> bool:
+    """Whether an append of events ``first_seq..last_seq`` (of ``kinds``) compacts: it
+    closes a turn, or (``raw``: bodies are appended uncompressed) it crosses a multiple
+    of :data:`OPEN_EVERY`."""
+    return (raw and last_seq // OPEN_EVERY != (first_seq - 1) // OPEN_EVERY) or any(k in TURN_ENDS for k in kinds)
 
 
 def compact(txn: WriteTxn, codec: Codec, tk: bytes, last_seq: int, name: str) -> int:

@@ -14,6 +14,7 @@ three orders end in ``updated ns + thread key``: one cursor pages any of them.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import heapq
 from collections.abc import Iterator
@@ -29,30 +30,42 @@ __all__ = ["DONE", "candidates", "reindex"]
 #: The ``meta`` key saying every head has its entries (set once, by the first writable open).
 DONE: Final = b"finder-index"
 _TAIL: Final = 8 + 16  # updated ns + thread key
+_CODES: Final = [bytes([i]) for i in range(256)]
 
 
+@functools.lru_cache(maxsize=4096)  # hashed twice per append (old and new entries), few distinct ids
 def _agent(agent_id: str) -> bytes:
     return hashlib.blake2b(agent_id.encode(), digest_size=8).digest()
 
 
-def _keys(tag: bytes, head: ThreadHead, tk: bytes) -> set[bytes]:
+def _keys(tag: bytes, head: ThreadHead, tk: bytes) -> list[bytes]:
     tail = u64(head.updated_ns) + tk
-    out = {b"a" + tag + bytes([ACTIVITY_CODE.get(head.activity, 0)]) + tail}
-    code = bytes([ACTIVITY_CODE.get(head.activity, 0)])
+    code = _CODES[ACTIVITY_CODE.get(head.activity, 0)]
+    out = [b"a" + tag + code + tail]
     for a in head.agent_ids:
-        out.add(b"g" + tag + _agent(a) + tail)
-        out.add(b"c" + tag + _agent(a) + code + tail)
+        h = _agent(a)
+        out.append(b"g" + tag + h + tail)
+        out.append(b"c" + tag + h + code + tail)
     return out
 
 
 def reindex(txn: WriteTxn, tag: bytes, old: ThreadHead | None, new: ThreadHead, tk: bytes) -> None:
     """Replace the entries of ``old`` (the head as stored, if any) by those of ``new``."""
-    before = _keys(tag, old, tk) if old is not None else set()
     after = _keys(tag, new, tk)
-    for k in before - after:
-        txn.delete("finder", k)
-    for k in after - before:
-        txn.put("finder", k, b"")
+    if old is None:
+        for k in after:
+            txn.put("finder", k, b"")
+        return
+    before = _keys(tag, old, tk)
+    if before == after:  # same update time, activity and agents (an append in the same ns)
+        return
+    keep = set(before).intersection(after)
+    for k in before:
+        if k not in keep:
+            txn.delete("finder", k)
+    for k in after:
+        if k not in keep:
+            txn.put("finder", k, b"")
 
 
 def _range(txn: ReadTxn, table: str, prefix: bytes, lo: bytes, hi: bytes) -> Iterator[bytes]:

@@ -129,7 +129,8 @@ class LmdbRecorder(LmdbMaintenance):
         self.engine = open_engine(
             self.path, readonly=readonly, durability=durability, map_size=map_size, max_map_size=max_map_size
         )
-        self.codec = Codec(limits)
+        # bodies stay raw until their turn is compacted into a chunk (one compression per chunk)
+        self.codec = Codec(limits, compress_bodies=False)
         self._auto_dict = auto_dictionary
         self.readonly = readonly
         self._closed = False
@@ -447,8 +448,9 @@ class LmdbRecorder(LmdbMaintenance):
         if live[0] and req.fork is not None:  # the prefix's link rows, as the facade read them
             for seq, ev, spawned in req.fork.inherited:
                 proj.apply_links(tables, thread_id, tk, seq, ev, spawned, scope)
-        if any(enc.kind in chunks.TURN_ENDS for enc in encoded):  # a closed turn: one chunk value
-            # stored_bytes stays the values' size as appended: every backend reports the same
+        # a closed turn (or a long open one, bodies raw): its events become one chunk value
+        if chunks.due([enc.kind for enc in encoded], seq0, head.version, not self.codec.compress_bodies):
+            # stored_bytes stays the values' size as appended (here with raw bodies), not the chunks'
             chunks.compact(txn, self.codec, tk, head.version, thread_id)
         new_state: bytes | None = None
         if state is not None:
