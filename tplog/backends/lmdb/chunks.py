@@ -38,6 +38,7 @@ paths (loading a thread) decode a chunk's events in one call (:func:`chunk_event
 
 from __future__ import annotations
 
+import struct
 import zlib
 from collections import OrderedDict
 from collections.abc import Iterator
@@ -79,6 +80,7 @@ _SEED3: Final = HEADER_CRC_SEED[3]
 _CHUNK_BYTES: Final = (b"\x04", b"\x05")
 _BARRIERS: Final = (*_CHUNK_BYTES, b"\x01", b"\x02")
 _crc32 = zlib.crc32
+_U64: Final = struct.Struct(">Q")
 
 _raw_pair = msgspec.msgpack.Decoder(tuple[list[msgspec.Raw], list[msgspec.Raw]])
 _events_only = msgspec.msgpack.Decoder(tuple[msgspec.Raw, list[Event]])
@@ -322,7 +324,8 @@ def index_rows(txn: ReadTxn, codec: Codec, start: bytes = b"", end: bytes | None
     row as (key, value, None, None); a chunk's event as (key, None, header, body), its
     chunk's headers verified and decoded in one call (:func:`chunk_index`: ``body`` is
     nil for kinds outside :data:`INDEX_KINDS` in a format-5 chunk). ``name`` names the
-    thread in errors (else each chunk's thread is looked up in ``heads``)."""
+    thread in errors (else a damaged chunk's thread is looked up in ``heads``)."""
+    pack = _U64.pack
     for k, v in txn.range("events", start):
         if end is not None and k >= end and not (v[:1] in _CHUNK_BYTES and _straddles(k, v, end, name)):
             return
@@ -330,13 +333,20 @@ def index_rows(txn: ReadTxn, codec: Codec, start: bytes = b"", end: bytes | None
             yield k, v, None, None
             continue
         tk = bytes(k[:TKEY_SIZE])
-        first, headers, bodies = chunk_index(codec, bytes(k), v, txn, name or _thread_name(txn, tk))
+        try:
+            first, headers, bodies = chunk_index(codec, bytes(k), v, txn, name)
+        except CorruptionError:
+            if name is not None:
+                raise
+            # named by the thread's head (looked up only now: a rebuild reads every chunk)
+            chunk_index(codec, bytes(k), v, txn, _thread_name(txn, tk))
+            raise
         skip = 0
         if start[:TKEY_SIZE] == tk:  # the first row may be a chunk reaching below ``start``
             while skip < len(headers) and event_key(tk, first + skip) < start:
                 skip += 1
         for i in range(skip, len(headers)):
-            ek = event_key(tk, first + i)
+            ek = tk + pack(first + i)  # event_key, inlined: once per event of the log
             if end is not None and ek >= end:
                 return
             yield ek, None, headers[i], bodies[i]

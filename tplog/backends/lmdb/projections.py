@@ -59,7 +59,7 @@ from tplog.backends.contract import VERSIONS as VERSIONS
 from tplog.backends.contract import RebuildReport as RebuildReport
 from tplog.backends.contract import ThreadHead
 from tplog.backends.contract import outgoing as outgoing
-from tplog.backends.lmdb.chunks import EventRows
+from tplog.backends.lmdb.chunks import EventRows, index_rows
 from tplog.backends.lmdb.engine import ReadTxn, WriteTxn
 from tplog.backends.lmdb.keys import TKEY_SIZE, from_u64, tkey, u64
 from tplog.codec import (
@@ -201,6 +201,12 @@ def link_key(target: str, relation: str, source_tk: bytes, ordinal: int, scope: 
     return tkey(target, scope) + relation.encode() + b"\x00" + source_tk + u64(ordinal)
 
 
+def _started_body(codec: Codec, body: Any, where: tuple[str, int]) -> Any:
+    """As :func:`started_event`, for a chunk's ThreadStarted body (verified with its chunk's index)."""
+    raw = bytes(body) if body is not None else b""
+    return codec.decode_event(raw, where=where) if b"relationships" in raw else None
+
+
 def started_event(codec: Codec, txn: ReadTxn, key: bytes, value: bytes, where: tuple[str, int]) -> Any:
     """A stored ThreadStarted, verified and decoded if its body may declare links (the
     body names ``relationships``), else ``None``: most threads declare none."""
@@ -255,14 +261,21 @@ def _prefix_rows(txn: ReadTxn, codec: Codec, thread_id: str, scope: str | None, 
         if lo <= head.fork_at:
             _prefix_rows(txn, codec, head.fork_of, scope, lo, min(hi, head.fork_at), out)
         lo = max(lo, head.fork_at + 1)
-    for key, value in EventRows(txn, codec).range(tk + u64(lo), tk + u64(hi + 1), name=thread_id):  # chunks expanded
+    for key, value, chdr, body in index_rows(txn, codec, tk + u64(lo), tk + u64(hi + 1), name=thread_id):
         seq = from_u64(key, TKEY_SIZE)
-        hdr = codec.header(value, where=(thread_id, seq))
+        if value is None:  # a chunk's event: header and LinkAdded body verified with its index section
+            hdr: Header = chdr  # type: ignore[assignment]
+        else:
+            codec.check_header(key, value, where=(thread_id, seq))
+            hdr = codec.header(value, where=(thread_id, seq))
         spawned = tuple(hdr.facts.spawned) if hdr.facts is not None and hdr.facts.spawned else ()
         if hdr.kind == _K_LINK:
-            codec.check(key, value, where=(thread_id, seq))
-            out.append((seq, codec.decode_event(codec.body_bytes(value, txn, where=(thread_id, seq)),
-                                                where=(thread_id, seq)), spawned))
+            if value is None:
+                ev = codec.decode_event(body if body is not None else b"", where=(thread_id, seq))
+            else:
+                codec.check(key, value, where=(thread_id, seq))
+                ev = codec.decode_event(codec.body_bytes(value, txn, where=(thread_id, seq)), where=(thread_id, seq))
+            out.append((seq, ev, spawned))
         elif spawned:
             out.append((seq, None, spawned))
 
@@ -417,15 +430,18 @@ def _scan_keys(txn: ReadTxn, codec: Codec, after: bytes, limit: int, do_links: b
     header_decode = codec.header_decoder.decode
     verified_end, peek = verified_header_end, peek_header
     skipped = SKIPPED_FOR_LINKS if do_links else SKIPPED
+    unread = UNREAD_FOR_LINKS if do_links else UNREAD_KINDS
     current = key = b""
     st = ThreadState()
     name: str = ""
     scope: str | None = None
     n = 0
-    rows = EventRows(txn, codec).range(after + b"\x00" if after else b"")
+    # Chunk rows come out as (key, None, header, body): each chunk's index verified and
+    # decoded in one call, message bodies never decompressed (chunks.index_rows).
+    rows = index_rows(txn, codec, after + b"\x00" if after else b"")
     # The loop runs once per event of the log: the header decode is inlined (on a
     # mismatch, codec.check_header / codec.header raise the typed error).
-    for n, (key, value) in enumerate(itertools.islice(rows, limit), 1):  # noqa: B007 (n, key: read after it)
+    for n, (key, value, chdr, body) in enumerate(itertools.islice(rows, limit), 1):  # noqa: B007 (read after it)
         tk = key[:TKEY_SIZE]
         if tk != current:
             current = tk
@@ -435,20 +451,30 @@ def _scan_keys(txn: ReadTxn, codec: Codec, after: bytes, limit: int, do_links: b
             st = carry[1] if carry is not None and carry[0] == tk else ThreadState()
             if do_state:
                 states[tk] = st
-        hend = verified_end(key, value)
-        if not hend:  # an older format (the method checks it) or damage (the method raises)
-            check_header(key, value, where=(name, from_u64(key, TKEY_SIZE)))
-            hend = header_end(value)
-        if peek(value) in skipped:  # see _items_in
-            continue
-        seq = int.from_bytes(key[TKEY_SIZE:], "big")
-        try:
-            hdr: Header = header_decode(value[PREFIX_SIZE:hend])
-        except (msgspec.DecodeError, UnicodeDecodeError, TypeError):  # TypeError: see Codec.decode_event
-            hdr = header(value, where=(name, seq))
-        kind = hdr.kind
+        if value is None:  # an event of a chunk row
+            hdr: Header = chdr  # type: ignore[assignment]  # index_rows: a header with every chunk event
+            kind = hdr.kind
+            if kind in unread or (kind == MSG_KIND and hdr.facts is None):
+                continue
+            seq = int.from_bytes(key[TKEY_SIZE:], "big")
+        else:
+            hend = verified_end(key, value)
+            if not hend:  # an older format (the method checks it) or damage (the method raises)
+                check_header(key, value, where=(name, from_u64(key, TKEY_SIZE)))
+                hend = header_end(value)
+            if peek(value) in skipped:  # see _items_in
+                continue
+            seq = int.from_bytes(key[TKEY_SIZE:], "big")
+            try:
+                hdr = header_decode(value[PREFIX_SIZE:hend])
+            except (msgspec.DecodeError, UnicodeDecodeError, TypeError):  # TypeError: see Codec.decode_event
+                hdr = header(value, where=(name, seq))
+            kind = hdr.kind
         if kind == _K_STARTED:  # read only for the links it may declare
-            started = started_event(codec, txn, key, value, (name, seq)) if do_links else None
+            started = None
+            if do_links:
+                started = (started_event(codec, txn, key, value, (name, seq)) if value is not None
+                           else _started_body(codec, body, (name, seq)))
             if started is not None:
                 links.append((name, tk, seq, started, (), scope))
                 if seq == 1:  # a fork's: the rows it inherits from its parent's prefix too
@@ -462,8 +488,11 @@ def _scan_keys(txn: ReadTxn, codec: Codec, after: bytes, limit: int, do_links: b
         facts = hdr.facts
         ev: Any = hdr.turn
         if ev is None and kind in BODY_KINDS:
-            check(key, value, where=(name, seq))  # the body is read: verify it too
-            ev = decode_event(body_bytes(value, txn, where=(name, seq)), where=(name, seq))
+            if value is None:  # a chunk's: verified with its index section
+                ev = decode_event(body if body is not None else b"", where=(name, seq))
+            else:
+                check(key, value, where=(name, seq))  # the body is read: verify it too
+                ev = decode_event(body_bytes(value, txn, where=(name, seq)), where=(name, seq))
             if do_links and kind == _K_LINK:
                 links.append((name, tk, seq, ev, facts.spawned if facts is not None else (), scope))
         elif do_links and facts is not None and facts.spawned:
