@@ -60,8 +60,9 @@ from tplog.events import (
     ThreadStarted,
 )
 
-__all__ = ["CHUNK", "CHUNK_FORMATS", "CHUNK_PREFIX_SIZE", "INDEX_KINDS", "MAX_EVENTS", "TURN_ENDS", "EventRows",
-           "chunk_events", "chunk_index", "chunk_recorded", "compact", "encode_chunk", "index_rows", "is_chunk"]
+__all__ = ["CHUNK", "CHUNK_BYTES", "CHUNK_FORMATS", "CHUNK_PREFIX_SIZE", "INDEX_KINDS", "MAX_EVENTS", "TURN_ENDS",
+           "EventRows", "chunk_events", "chunk_index", "chunk_recorded", "compact", "encode_chunk", "index_rows",
+           "is_chunk"]
 
 CHUNK: Final = 5  #: the chunk format written
 CHUNK_FORMATS: Final = (4, 5)  #: the chunk formats read
@@ -77,8 +78,8 @@ MAX_BYTES: Final = 1 << 20  #: raw payload bytes per chunk
 _MAX_SCAN: Final = 4096  #: single rows a compaction looks back over
 TURN_ENDS: Final = frozenset({KIND_CODE[AgentTurnCompleted], KIND_CODE[AgentTurnInterrupted]})
 _SEED3: Final = HEADER_CRC_SEED[3]
-_CHUNK_BYTES: Final = (b"\x04", b"\x05")
-_BARRIERS: Final = (*_CHUNK_BYTES, b"\x01", b"\x02")
+CHUNK_BYTES: Final = (b"\x04", b"\x05")  #: a chunk row's first byte
+_BARRIERS: Final = (*CHUNK_BYTES, b"\x01", b"\x02")
 _crc32 = zlib.crc32
 _U64: Final = struct.Struct(">Q")
 
@@ -94,7 +95,7 @@ _DECODE_ERRORS = (msgspec.DecodeError, msgspec.ValidationError, UnicodeDecodeErr
 
 
 def is_chunk(value: bytes) -> bool:
-    return value[:1] in _CHUNK_BYTES
+    return value[:1] in CHUNK_BYTES
 
 
 def _array_header(n: int) -> bytes:
@@ -327,9 +328,9 @@ def index_rows(txn: ReadTxn, codec: Codec, start: bytes = b"", end: bytes | None
     thread in errors (else a damaged chunk's thread is looked up in ``heads``)."""
     pack = _U64.pack
     for k, v in txn.range("events", start):
-        if end is not None and k >= end and not (v[:1] in _CHUNK_BYTES and _straddles(k, v, end, name)):
+        if end is not None and k >= end and not (v[:1] in CHUNK_BYTES and _straddles(k, v, end, name)):
             return
-        if v[:1] not in _CHUNK_BYTES:
+        if v[:1] not in CHUNK_BYTES:
             yield k, v, None, None
             continue
         tk = bytes(k[:TKEY_SIZE])
@@ -403,7 +404,7 @@ class EventRows:
 
     def _forward(self, start: bytes, end: bytes | None, name: str | None) -> Iterator[tuple[bytes, bytes]]:
         for k, v in self._txn.range("events", start):
-            if v[:1] not in _CHUNK_BYTES:
+            if v[:1] not in CHUNK_BYTES:
                 if end is not None and k >= end:
                     return
                 yield k, v
@@ -420,12 +421,12 @@ class EventRows:
     def _backward(self, start: bytes, end: bytes | None, name: str | None) -> Iterator[tuple[bytes, bytes]]:
         if end is not None:  # the first row at or after ``end`` may be a chunk reaching below it
             for k, v in self._txn.range("events", end):
-                if v[:1] in _CHUNK_BYTES and self._straddles(k, v, end, name):
+                if v[:1] in CHUNK_BYTES and self._straddles(k, v, end, name):
                     rows = [(ek, ev) for ek, ev in self._expand(k, v, name) if start <= ek < end]
                     yield from reversed(rows)
                 break
         for k, v in self._txn.range("events", start, end, reverse=True):
-            if v[:1] not in _CHUNK_BYTES:
+            if v[:1] not in CHUNK_BYTES:
                 yield k, v
                 continue
             for ek, ev in reversed(self._expand(k, v, name)):
@@ -436,7 +437,7 @@ class EventRows:
     def _holder(self, key: bytes) -> tuple[bytes, bytes] | None:
         """The chunk row of ``key``'s thread at or after ``key``, if the next row is one."""
         for k, v in self._txn.range("events", key):
-            if v[:1] in _CHUNK_BYTES and k[:TKEY_SIZE] == key[:TKEY_SIZE]:
+            if v[:1] in CHUNK_BYTES and k[:TKEY_SIZE] == key[:TKEY_SIZE]:
                 return k, v
             return None
         return None
@@ -444,7 +445,7 @@ class EventRows:
     def get(self, key: bytes, *, name: str | None = None) -> bytes | None:
         """Event ``key``'s value (a chunk's event as a format-3 value), or ``None``."""
         v = self._txn.get("events", key)
-        if v is not None and v[:1] not in _CHUNK_BYTES:
+        if v is not None and v[:1] not in CHUNK_BYTES:
             return v
         found = (key, v) if v is not None else self._holder(key)
         if found is None:

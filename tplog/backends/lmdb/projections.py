@@ -59,7 +59,7 @@ from tplog.backends.contract import VERSIONS as VERSIONS
 from tplog.backends.contract import RebuildReport as RebuildReport
 from tplog.backends.contract import ThreadHead
 from tplog.backends.contract import outgoing as outgoing
-from tplog.backends.lmdb.chunks import EventRows, index_rows
+from tplog.backends.lmdb.chunks import CHUNK_BYTES, EventRows, chunk_index, index_rows
 from tplog.backends.lmdb.engine import ReadTxn, WriteTxn
 from tplog.backends.lmdb.keys import TKEY_SIZE, from_u64, tkey, u64
 from tplog.codec import (
@@ -420,7 +420,9 @@ def _scan_keys(txn: ReadTxn, codec: Codec, after: bytes, limit: int, do_links: b
     """Up to ``limit`` events of ``events`` after key ``after``, in key order (thread by
     thread, seq by seq), folded in one snapshot. ``carry`` is the state of the thread
     the previous chunk stopped inside. What is read is verified, and what no fold uses is
-    skipped by its header's bytes, as in :func:`_items_in`."""
+    skipped by its header's bytes, as in :func:`_items_in`. A chunk row's index section is
+    verified and decoded once (:func:`chunks.chunk_index`), its events skipped by their
+    decoded header's kind and facts; no message body is read."""
     end = txn.last("global")
     chunk = _Chunk(states={}, links=[], dropped=[], last_key=after, position=from_u64(end[0]) if end else 0,
                    events=0, done=True)
@@ -431,45 +433,14 @@ def _scan_keys(txn: ReadTxn, codec: Codec, after: bytes, limit: int, do_links: b
     verified_end, peek = verified_header_end, peek_header
     skipped = SKIPPED_FOR_LINKS if do_links else SKIPPED
     unread = UNREAD_FOR_LINKS if do_links else UNREAD_KINDS
-    current = key = b""
     st = ThreadState()
     name: str = ""
     scope: str | None = None
-    n = 0
-    # Chunk rows come out as (key, None, header, body): each chunk's index verified and
-    # decoded in one call, message bodies never decompressed (chunks.index_rows).
-    rows = index_rows(txn, codec, after + b"\x00" if after else b"")
-    # The loop runs once per event of the log: the header decode is inlined (on a
-    # mismatch, codec.check_header / codec.header raise the typed error).
-    for n, (key, value, chdr, body) in enumerate(itertools.islice(rows, limit), 1):  # noqa: B007 (read after it)
-        tk = key[:TKEY_SIZE]
-        if tk != current:
-            current = tk
-            raw = txn.get("heads", tk)
-            head = _head_dec.decode(raw) if raw is not None else None
-            name, scope = (head.thread_id, head.scope) if head is not None else (tk.hex(), None)
-            st = carry[1] if carry is not None and carry[0] == tk else ThreadState()
-            if do_state:
-                states[tk] = st
-        if value is None:  # an event of a chunk row
-            hdr: Header = chdr  # type: ignore[assignment]  # index_rows: a header with every chunk event
-            kind = hdr.kind
-            if kind in unread or (kind == MSG_KIND and hdr.facts is None):
-                continue
-            seq = int.from_bytes(key[TKEY_SIZE:], "big")
-        else:
-            hend = verified_end(key, value)
-            if not hend:  # an older format (the method checks it) or damage (the method raises)
-                check_header(key, value, where=(name, from_u64(key, TKEY_SIZE)))
-                hend = header_end(value)
-            if peek(value) in skipped:  # see _items_in
-                continue
-            seq = int.from_bytes(key[TKEY_SIZE:], "big")
-            try:
-                hdr = header_decode(value[PREFIX_SIZE:hend])
-            except (msgspec.DecodeError, UnicodeDecodeError, TypeError):  # TypeError: see Codec.decode_event
-                hdr = header(value, where=(name, seq))
-            kind = hdr.kind
+
+    def fold(key: bytes, tk: bytes, seq: int, hdr: Header, value: bytes | None, body: Any) -> None:
+        """One event no skip rule passed over: ``value`` a single row's (``key`` its key), else
+        ``body`` a chunk's (verified with the chunk's index section)."""
+        kind = hdr.kind
         if kind == _K_STARTED:  # read only for the links it may declare
             started = None
             if do_links:
@@ -478,13 +449,13 @@ def _scan_keys(txn: ReadTxn, codec: Codec, after: bytes, limit: int, do_links: b
             if started is not None:
                 links.append((name, tk, seq, started, (), scope))
                 if seq == 1:  # a fork's: the rows it inherits from its parent's prefix too
-                    links += [(name, tk, sq, ev, sp, scope) for sq, ev, sp in inherited_rows(txn, codec, tk)]
-            continue
+                    links.extend((name, tk, sq, ev, sp, scope) for sq, ev, sp in inherited_rows(txn, codec, tk))
+            return
         if kind == _K_DELETED:  # deleted before this snapshot: nothing of it is left to fold ...
             states.pop(tk, None)
             if carry is not None and carry[0] == tk:  # ... but the chunk before folded its first events
                 chunk.dropped.append(tk)
-            continue
+            return
         facts = hdr.facts
         ev: Any = hdr.turn
         if ev is None and kind in BODY_KINDS:
@@ -499,9 +470,60 @@ def _scan_keys(txn: ReadTxn, codec: Codec, after: bytes, limit: int, do_links: b
             links.append((name, tk, seq, ev, facts.spawned, scope))
         if do_state:
             step(st, seq, kind, facts, ev)
+
+    current = key = b""
+    n = 0
+    more = False
+    # The loop runs once per row, and once per event of a chunk row: the header decode and
+    # the skip rules are inlined (on a mismatch, codec.check_header / codec.header raise).
+    for k, value in txn.range("events", after + b"\x00" if after else b""):
+        if n >= limit:
+            more = True
+            break
+        tk = k[:TKEY_SIZE]
+        if tk != current:
+            current = tk
+            raw = txn.get("heads", tk)
+            head = _head_dec.decode(raw) if raw is not None else None
+            name, scope = (head.thread_id, head.scope) if head is not None else (tk.hex(), None)
+            st = carry[1] if carry is not None and carry[0] == tk else ThreadState()
+            if do_state:
+                states[tk] = st
+        if value[:1] in CHUNK_BYTES:
+            first, headers, bodies = chunk_index(codec, k, value, txn, name)
+            lo = from_u64(after, TKEY_SIZE) - first + 1 if after[:TKEY_SIZE] == tk else 0
+            lo = max(lo, 0)  # the events up to ``after`` were folded by the chunk before
+            hi = min(len(headers), lo + limit - n)
+            for i in range(lo, hi):
+                hdr = headers[i]
+                kind = hdr.kind
+                if kind in unread or (kind == MSG_KIND and hdr.facts is None):  # see _items_in
+                    continue
+                fold(tk, tk, first + i, hdr, None, bodies[i])  # (a chunk's event needs no key of its own)
+            if hi > lo:
+                n += hi - lo
+                key = tk + u64(first + hi - 1)
+            if hi < len(headers):
+                more = True
+                break
+            continue
+        n += 1
+        key = k
+        hend = verified_end(k, value)
+        if not hend:  # an older format (the method checks it) or damage (the method raises)
+            check_header(k, value, where=(name, from_u64(k, TKEY_SIZE)))
+            hend = header_end(value)
+        if peek(value) in skipped:  # see _items_in
+            continue
+        seq = int.from_bytes(k[TKEY_SIZE:], "big")
+        try:
+            hdr = header_decode(value[PREFIX_SIZE:hend])
+        except (msgspec.DecodeError, UnicodeDecodeError, TypeError):  # TypeError: see Codec.decode_event
+            hdr = header(value, where=(name, seq))
+        fold(k, tk, seq, hdr, value, None)
     chunk.last_key = key or after
     chunk.events = n
-    chunk.done = n < limit or next(rows, None) is None
+    chunk.done = not more
     return chunk
 
 
