@@ -1,9 +1,9 @@
-"""Chunk rows (format 4): a closed turn's events re-stored as one value of ``events``.
+"""Chunk rows (format 5; format 4 still read): a closed turn's events re-stored as one value of ``events``.
 
 Appends store one value per event (format 3, ``tplog.codec``). When an append closes
 an agent turn, :func:`compact` re-stores the thread's events since its previous chunk
-as chunks, in the same write transaction: one zstd frame and one msgpack document
-for many events, so a cold load decompresses and decodes once per chunk, not once per
+as chunks, in the same write transaction: two zstd frames and msgpack documents
+(an index section and a bodies section) for many events, so a cold load decompresses and decodes once per chunk, not once per
 event, and the table holds fewer, fuller values. A chunk is stored under the key of
 its LAST event (thread key + last seq), so the row holding any seq is the first row at
 or after that seq's key (a cursor ``set_range``). The log's indexes (``global``,
