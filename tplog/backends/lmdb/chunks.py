@@ -6,8 +6,9 @@ as chunks, in the same write transaction: two zstd frames and msgpack documents 
 index section and a bodies section) for many events, so a cold load decompresses and
 decodes twice per chunk, not once per event, and the table holds fewer, fuller values.
 A chunk is stored under the key of its LAST event (thread key + last seq), so the row
-holding any seq is the first row at or after that seq's key (a cursor ``set_range``). The log's indexes (``global``,
-``eventids``) keep naming events by thread key + seq, so nothing else changes.
+holding any seq is the first row at or after that seq's key (a cursor ``set_range``).
+The log's indexes (``global``, ``eventids``) keep naming events by thread key + seq,
+so nothing else changes.
 
 A chunk value (format 5, written) is::
 
