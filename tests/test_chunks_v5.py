@@ -183,3 +183,31 @@ def test_wrong_counts_and_layouts_with_valid_crcs_are_corruption_errors(what: st
         assert exc.value.thread_id == "golden" and exc.value.seq is not None, (what, read)
     if readers is not READERS:  # the bodies section is not an id-only read's business
         assert len(chunk_index(codec, PLAIN["key"], value, None, "golden")[1]) == 8
+
+
+def _call(call_id: str) -> Any:
+    from tplog.events import MessageRecorded
+    from tplog.protocol import model as m
+    return MessageRecorded(message=m.ResponseMessage(timestamp="2025-01-20T10:00:00Z", agent_id="a1", parts=[
+        m.ToolCallPart(tool_name="search", args={"q": call_id}, tool_call_id=call_id)]))
+
+
+@pytest.mark.parametrize("size", [1, 3, 7, 10**6])
+def test_rebuild_in_chunks_of_any_size_splits_chunk_rows_exactly(tmp_path: Path, size: int) -> None:
+    """A rebuild's read snapshots may end inside a chunk row: each event is folded once
+    (the projections it rebuilds equal the ones the appends kept)."""
+    with Store(tmp_path / "s") as s:
+        for t in range(3):
+            tid = f"t{t}"
+            s.append(tid, [started(tid), user("q"), agent_start(), _call(f"c{t}a"), response("r " * 50),
+                           link("t0"), _call(f"c{t}b"), completed()])
+            s.append(tid, [user("again"), agent_start(), response("open")])  # an open turn: single rows
+        with s.engine.read() as txn:
+            assert sum(v[0] == CHUNK for _, v in txn.range("events")) == 3
+        want = {t: (s.pending(t), s.interrupts(t), s.links(t)) for t in ("t0", "t1", "t2")}
+        assert [c.tool_call_id for c in want["t1"][0].pending] == ["c1a", "c1b"]  # never returned
+        reports = s.rebuild(chunk=size, verify=True)
+        assert all(r.differences == [] for r in reports), reports
+        assert all(r.events == 3 * 11 for r in reports)
+        s.rebuild(chunk=size)
+        assert {t: (s.pending(t), s.interrupts(t), s.links(t)) for t in want} == want
