@@ -1,4 +1,4 @@
-"""Chunk rows (format 4, tplog/backends/lmdb/chunks.py): a closed turn's events stored as one value.
+"""Chunk rows (formats 4 and 5, tplog/backends/lmdb/chunks.py): a closed turn's events stored as one value.
 
 Every read verb must answer exactly as before chunking: each LMDB answer is compared with
 the in-memory reference backend holding the same appends (event ids given, so both stores

@@ -7,8 +7,8 @@ exactly the events in ``events-vN.json``, and a store holding them must read
 them back. Format 1 (one CRC over the value) and format 2 (a header CRC and a
 body CRC) are read but no longer written; format 3 (format 2 whose agent-turn
 boundaries carry their fold fields in the header) is what appends write.
-``chunks-v4.bin`` pins the LMDB chunk rows (format 4: a closed turn's events in one
-value, ``tplog/backends/lmdb/chunks.py``) holding those format-3 events.
+``chunks-v4.bin`` and ``chunks-v5.bin`` pin the LMDB chunk rows (formats 4 and 5: a closed
+turn's events in one value, ``tplog/backends/lmdb/chunks.py``) holding those format-3 events.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ import pytest
 
 import tplog
 from tplog.backends.lmdb import projections as proj
-from tplog.backends.lmdb.chunks import CHUNK, chunk_events, chunk_recorded, expand
+from tplog.backends.lmdb.chunks import CHUNK_FORMATS, INDEX_KINDS, chunk_events, chunk_index, chunk_recorded, expand
 from tplog.backends.lmdb.keys import TKEY_SIZE, event_key, from_u64, tkey, u64
 from tplog.codec import FORMAT, FORMATS, PREFIX_SIZE, Codec, header_end, verified_header_end
 from tplog.events import EVENT_TYPES
@@ -232,21 +232,29 @@ def test_the_rebuild_fast_path_checks_headers_as_the_codec_does(version: int) ->
             codec.check_header(key, bytes(bad))
 
 
-# --------------------------------------------------------------------------- chunk rows (format 4)
+# --------------------------------------------------------------------------- chunk rows (formats 4, 5)
 
-CHUNKS: list[dict[str, Any]] = msgspec.msgpack.decode((GOLDEN / "chunks-v4.bin").read_bytes())
+CHUNK_SETS: dict[int, list[dict[str, Any]]] = {
+    v: msgspec.msgpack.decode((GOLDEN / f"chunks-v{v}.bin").read_bytes()) for v in CHUNK_FORMATS}
 
 
-def test_golden_chunks_decode_to_the_v3_events() -> None:
-    """``chunks-v4.bin`` (``tools/make_golden_chunks.py``: the events of ``events-v3.bin``
+def test_every_chunk_format_read_has_a_golden_file() -> None:
+    assert sorted(CHUNK_SETS) == list(CHUNK_FORMATS) == [4, 5]
+
+
+@pytest.mark.parametrize("version", CHUNK_FORMATS)
+def test_golden_chunks_decode_to_the_v3_events(version: int) -> None:
+    """``chunks-vN.bin`` (``tools/make_golden_chunks.py``: the events of ``events-v3.bin``
     as LMDB chunk rows, one compressed, one plain) expand to values that decode exactly as
     ``events-v3.json`` says, and the one-call decoders agree."""
     _, expected = GOLDEN_SETS[3]
     by_seq = {e["seq"]: e for e in expected["events"]}
-    assert [c["value"][0] for c in CHUNKS] == [CHUNK, CHUNK] and {c["value"][1] for c in CHUNKS} == {0, 1}
+    cs = CHUNK_SETS[version]
+    assert [c["value"][0] for c in cs] == [version, version]
+    assert cs[0]["value"][1] and not cs[1]["value"][1]  # one compressed, one plain
     codec = Codec()
     seen = []
-    for c in CHUNKS:
+    for c in cs:
         rows = expand(codec, c["key"], c["value"], None, "golden")
         assert [k for k, _ in rows] == [event_key(c["key"][:TKEY_SIZE], c["first"] + i) for i in range(len(rows))]
         events = chunk_events(codec, c["key"], c["value"], None, "golden")
@@ -261,12 +269,23 @@ def test_golden_chunks_decode_to_the_v3_events() -> None:
             assert _j(msgspec.to_builtins(ev)) == _j(msgspec.to_builtins(got_ev)) == exp["struct"]
             seen.append(exp["seq"])
         assert chunk_events(codec, c["key"], c["value"], None, "golden", after=c["first"]) == events[1:]
+        # the id-only reader: the same headers, and every body an id-only fold decodes
+        first, hs, bodies = chunk_index(codec, c["key"], c["value"], None, "golden")
+        assert first == c["first"] and hs == headers and len(bodies) == len(events)
+        assert {h.kind for h in hs} & INDEX_KINDS and {h.kind for h in hs} - INDEX_KINDS
+        for h, b, ev in zip(hs, bodies, events, strict=True):
+            if h.kind in INDEX_KINDS or version == 4:
+                assert codec.decode_event(b) == ev
+            else:  # format 5 keeps every other body out of the index section
+                assert bytes(b) == b"\xc0"
     assert seen == list(range(1, 21))
 
 
-def test_golden_chunks_detect_tampering() -> None:
+@pytest.mark.parametrize("version", CHUNK_FORMATS)
+def test_golden_chunks_detect_tampering(version: int) -> None:
     codec = Codec()
-    c = CHUNKS[0]
+    cs = CHUNK_SETS[version]
+    c = cs[0]
     for at in (1, 5, 7, 12, 17, 20, len(c["value"]) // 2, len(c["value"]) - 1):
         bad = bytearray(c["value"])
         bad[at] ^= 1
@@ -275,13 +294,14 @@ def test_golden_chunks_detect_tampering() -> None:
         with pytest.raises(tplog.CorruptionError):
             chunk_events(codec, c["key"], bytes(bad), None, "golden")
     with pytest.raises(tplog.CorruptionError):
-        expand(codec, CHUNKS[1]["key"], c["value"], None, "golden")  # right value, wrong key
+        expand(codec, cs[1]["key"], c["value"], None, "golden")  # right value, wrong key
     for cut in (len(c["value"]) - 1, 17, 0):
         with pytest.raises(tplog.CorruptionError):
             expand(codec, c["key"], c["value"][:cut], None, "golden")
 
 
-def test_store_reads_golden_chunks(tmp_path: Path) -> None:
+@pytest.mark.parametrize("version", CHUNK_FORMATS)
+def test_store_reads_golden_chunks(tmp_path: Path, version: int) -> None:
     """Chunk rows planted as a store holds them (seqs 1..20 in two chunks, seq 21 a single
     format-3 value) read back, fold in a rebuild and pass `tplog verify`."""
     records, expected = GOLDEN_SETS[3]
@@ -292,7 +312,7 @@ def test_store_reads_golden_chunks(tmp_path: Path) -> None:
         def swap(txn: Any) -> None:
             for r in records[:20]:
                 txn.delete("events", r["key"])
-            for c in CHUNKS:
+            for c in CHUNK_SETS[version]:
                 txn.put("events", c["key"], c["value"])
 
         s.engine.run_write(swap)

@@ -59,7 +59,7 @@ from tplog.backends.contract import VERSIONS as VERSIONS
 from tplog.backends.contract import RebuildReport as RebuildReport
 from tplog.backends.contract import ThreadHead
 from tplog.backends.contract import outgoing as outgoing
-from tplog.backends.lmdb.chunks import EventRows
+from tplog.backends.lmdb.chunks import CHUNK_BYTES, EventRows, chunk_index, index_rows
 from tplog.backends.lmdb.engine import ReadTxn, WriteTxn
 from tplog.backends.lmdb.keys import TKEY_SIZE, from_u64, tkey, u64
 from tplog.codec import (
@@ -201,6 +201,12 @@ def link_key(target: str, relation: str, source_tk: bytes, ordinal: int, scope: 
     return tkey(target, scope) + relation.encode() + b"\x00" + source_tk + u64(ordinal)
 
 
+def _started_body(codec: Codec, body: Any, where: tuple[str, int]) -> Any:
+    """As :func:`started_event`, for a chunk's ThreadStarted body (verified with its chunk's index)."""
+    raw = bytes(body) if body is not None else b""
+    return codec.decode_event(raw, where=where) if b"relationships" in raw else None
+
+
 def started_event(codec: Codec, txn: ReadTxn, key: bytes, value: bytes, where: tuple[str, int]) -> Any:
     """A stored ThreadStarted, verified and decoded if its body may declare links (the
     body names ``relationships``), else ``None``: most threads declare none."""
@@ -255,14 +261,21 @@ def _prefix_rows(txn: ReadTxn, codec: Codec, thread_id: str, scope: str | None, 
         if lo <= head.fork_at:
             _prefix_rows(txn, codec, head.fork_of, scope, lo, min(hi, head.fork_at), out)
         lo = max(lo, head.fork_at + 1)
-    for key, value in EventRows(txn, codec).range(tk + u64(lo), tk + u64(hi + 1), name=thread_id):  # chunks expanded
+    for key, value, chdr, body in index_rows(txn, codec, tk + u64(lo), tk + u64(hi + 1), name=thread_id):
         seq = from_u64(key, TKEY_SIZE)
-        hdr = codec.header(value, where=(thread_id, seq))
+        if value is None:  # a chunk's event: header and LinkAdded body verified with its index section
+            hdr: Header = chdr  # type: ignore[assignment]
+        else:
+            codec.check_header(key, value, where=(thread_id, seq))
+            hdr = codec.header(value, where=(thread_id, seq))
         spawned = tuple(hdr.facts.spawned) if hdr.facts is not None and hdr.facts.spawned else ()
         if hdr.kind == _K_LINK:
-            codec.check(key, value, where=(thread_id, seq))
-            out.append((seq, codec.decode_event(codec.body_bytes(value, txn, where=(thread_id, seq)),
-                                                where=(thread_id, seq)), spawned))
+            if value is None:
+                ev = codec.decode_event(body if body is not None else b"", where=(thread_id, seq))
+            else:
+                codec.check(key, value, where=(thread_id, seq))
+                ev = codec.decode_event(codec.body_bytes(value, txn, where=(thread_id, seq)), where=(thread_id, seq))
+            out.append((seq, ev, spawned))
         elif spawned:
             out.append((seq, None, spawned))
 
@@ -407,7 +420,9 @@ def _scan_keys(txn: ReadTxn, codec: Codec, after: bytes, limit: int, do_links: b
     """Up to ``limit`` events of ``events`` after key ``after``, in key order (thread by
     thread, seq by seq), folded in one snapshot. ``carry`` is the state of the thread
     the previous chunk stopped inside. What is read is verified, and what no fold uses is
-    skipped by its header's bytes, as in :func:`_items_in`."""
+    skipped by its header's bytes, as in :func:`_items_in`. A chunk row's index section is
+    verified and decoded once (:func:`chunks.chunk_index`), its events skipped by their
+    decoded header's kind and facts; no message body is read."""
     end = txn.last("global")
     chunk = _Chunk(states={}, links=[], dropped=[], last_key=after, position=from_u64(end[0]) if end else 0,
                    events=0, done=True)
@@ -417,16 +432,55 @@ def _scan_keys(txn: ReadTxn, codec: Codec, after: bytes, limit: int, do_links: b
     header_decode = codec.header_decoder.decode
     verified_end, peek = verified_header_end, peek_header
     skipped = SKIPPED_FOR_LINKS if do_links else SKIPPED
-    current = key = b""
+    unread = UNREAD_FOR_LINKS if do_links else UNREAD_KINDS
     st = ThreadState()
     name: str = ""
     scope: str | None = None
+
+    def fold(key: bytes, tk: bytes, seq: int, hdr: Header, value: bytes | None, body: Any) -> None:
+        """One event no skip rule passed over: ``value`` a single row's (``key`` its key), else
+        ``body`` a chunk's (verified with the chunk's index section)."""
+        kind = hdr.kind
+        if kind == _K_STARTED:  # read only for the links it may declare
+            started = None
+            if do_links:
+                started = (started_event(codec, txn, key, value, (name, seq)) if value is not None
+                           else _started_body(codec, body, (name, seq)))
+            if started is not None:
+                links.append((name, tk, seq, started, (), scope))
+                if seq == 1:  # a fork's: the rows it inherits from its parent's prefix too
+                    links.extend((name, tk, sq, ev, sp, scope) for sq, ev, sp in inherited_rows(txn, codec, tk))
+            return
+        if kind == _K_DELETED:  # deleted before this snapshot: nothing of it is left to fold ...
+            states.pop(tk, None)
+            if carry is not None and carry[0] == tk:  # ... but the chunk before folded its first events
+                chunk.dropped.append(tk)
+            return
+        facts = hdr.facts
+        ev: Any = hdr.turn
+        if ev is None and kind in BODY_KINDS:
+            if value is None:  # a chunk's: verified with its index section
+                ev = decode_event(body if body is not None else b"", where=(name, seq))
+            else:
+                check(key, value, where=(name, seq))  # the body is read: verify it too
+                ev = decode_event(body_bytes(value, txn, where=(name, seq)), where=(name, seq))
+            if do_links and kind == _K_LINK:
+                links.append((name, tk, seq, ev, facts.spawned if facts is not None else (), scope))
+        elif do_links and facts is not None and facts.spawned:
+            links.append((name, tk, seq, ev, facts.spawned, scope))
+        if do_state:
+            step(st, seq, kind, facts, ev)
+
+    current = key = b""
     n = 0
-    rows = EventRows(txn, codec).range(after + b"\x00" if after else b"")
-    # The loop runs once per event of the log: the header decode is inlined (on a
-    # mismatch, codec.check_header / codec.header raise the typed error).
-    for n, (key, value) in enumerate(itertools.islice(rows, limit), 1):  # noqa: B007 (n, key: read after it)
-        tk = key[:TKEY_SIZE]
+    more = False
+    # The loop runs once per row, and once per event of a chunk row: the header decode and
+    # the skip rules are inlined (on a mismatch, codec.check_header / codec.header raise).
+    for k, value in txn.range("events", after + b"\x00" if after else b""):
+        if n >= limit:
+            more = True
+            break
+        tk = k[:TKEY_SIZE]
         if tk != current:
             current = tk
             raw = txn.get("heads", tk)
@@ -435,44 +489,41 @@ def _scan_keys(txn: ReadTxn, codec: Codec, after: bytes, limit: int, do_links: b
             st = carry[1] if carry is not None and carry[0] == tk else ThreadState()
             if do_state:
                 states[tk] = st
-        hend = verified_end(key, value)
+        if value[:1] in CHUNK_BYTES:
+            first, headers, bodies = chunk_index(codec, k, value, txn, name)
+            lo = from_u64(after, TKEY_SIZE) - first + 1 if after[:TKEY_SIZE] == tk else 0
+            lo = max(lo, 0)  # the events up to ``after`` were folded by the chunk before
+            hi = min(len(headers), lo + limit - n)
+            for i in range(lo, hi):
+                hdr = headers[i]
+                kind = hdr.kind
+                if kind in unread or (kind == MSG_KIND and hdr.facts is None):  # see _items_in
+                    continue
+                fold(tk, tk, first + i, hdr, None, bodies[i])  # (a chunk's event needs no key of its own)
+            if hi > lo:
+                n += hi - lo
+                key = tk + u64(first + hi - 1)
+            if hi < len(headers):
+                more = True
+                break
+            continue
+        n += 1
+        key = k
+        hend = verified_end(k, value)
         if not hend:  # an older format (the method checks it) or damage (the method raises)
-            check_header(key, value, where=(name, from_u64(key, TKEY_SIZE)))
+            check_header(k, value, where=(name, from_u64(k, TKEY_SIZE)))
             hend = header_end(value)
         if peek(value) in skipped:  # see _items_in
             continue
-        seq = int.from_bytes(key[TKEY_SIZE:], "big")
+        seq = int.from_bytes(k[TKEY_SIZE:], "big")
         try:
-            hdr: Header = header_decode(value[PREFIX_SIZE:hend])
+            hdr = header_decode(value[PREFIX_SIZE:hend])
         except (msgspec.DecodeError, UnicodeDecodeError, TypeError):  # TypeError: see Codec.decode_event
             hdr = header(value, where=(name, seq))
-        kind = hdr.kind
-        if kind == _K_STARTED:  # read only for the links it may declare
-            started = started_event(codec, txn, key, value, (name, seq)) if do_links else None
-            if started is not None:
-                links.append((name, tk, seq, started, (), scope))
-                if seq == 1:  # a fork's: the rows it inherits from its parent's prefix too
-                    links += [(name, tk, sq, ev, sp, scope) for sq, ev, sp in inherited_rows(txn, codec, tk)]
-            continue
-        if kind == _K_DELETED:  # deleted before this snapshot: nothing of it is left to fold ...
-            states.pop(tk, None)
-            if carry is not None and carry[0] == tk:  # ... but the chunk before folded its first events
-                chunk.dropped.append(tk)
-            continue
-        facts = hdr.facts
-        ev: Any = hdr.turn
-        if ev is None and kind in BODY_KINDS:
-            check(key, value, where=(name, seq))  # the body is read: verify it too
-            ev = decode_event(body_bytes(value, txn, where=(name, seq)), where=(name, seq))
-            if do_links and kind == _K_LINK:
-                links.append((name, tk, seq, ev, facts.spawned if facts is not None else (), scope))
-        elif do_links and facts is not None and facts.spawned:
-            links.append((name, tk, seq, ev, facts.spawned, scope))
-        if do_state:
-            step(st, seq, kind, facts, ev)
+        fold(k, tk, seq, hdr, value, None)
     chunk.last_key = key or after
     chunk.events = n
-    chunk.done = n < limit or next(rows, None) is None
+    chunk.done = not more
     return chunk
 
 

@@ -1,0 +1,213 @@
+"""Chunk rows, format 5 (tplog/backends/lmdb/chunks.py): an index section (headers, and the
+bodies an id-only read decodes) and a bodies section, each compressed and CRC-checked on its
+own, so a rebuild, ``items`` and ``links`` never decompress a message body.
+
+Damage to either section, a truncated value and counts that do not add up are each a
+CorruptionError naming the thread and a seq, on every path that reads the damaged part.
+"""
+
+from __future__ import annotations
+
+import zlib
+from pathlib import Path
+from typing import Any
+
+import lmdb
+import msgspec
+import pytest
+from conftest import ToyStore as Store
+from conftest import agent_start, completed, link, response, started, user
+
+from tplog import CorruptionError
+from tplog.backends.lmdb.chunks import CHUNK, INDEX_KINDS, chunk_events, chunk_index, chunk_recorded, expand
+from tplog.codec import Codec
+from tplog.verify import verify_store
+
+GOLDEN = Path(__file__).parent / "golden"
+PLAIN = msgspec.msgpack.decode((GOLDEN / "chunks-v5.bin").read_bytes())[1]  # seqs 13..20, stored uncompressed
+_sections = msgspec.msgpack.Decoder(tuple[list[msgspec.Raw], list[msgspec.Raw]])
+_bodies = msgspec.msgpack.Decoder(list[msgspec.Raw])
+_enc = msgspec.msgpack.Encoder()
+READERS = [expand, chunk_events, chunk_recorded, chunk_index]
+
+
+def _v5(key: bytes, first: int, index: bytes, bodies: bytes, *, flags: int = 0, length: int | None = None) -> bytes:
+    """A format-5 value with these sections and valid CRCs (the layout in chunks.py's docstring)."""
+    head = bytes([5, flags]) + bytes(4)
+    rest = first.to_bytes(8, "big") + (len(index) if length is None else length).to_bytes(4, "big") + index
+    crc = zlib.crc32(key, zlib.crc32(rest, zlib.crc32(head)))
+    return head + crc.to_bytes(4, "big") + rest + bodies + zlib.crc32(key, zlib.crc32(bodies)).to_bytes(4, "big")
+
+
+def _split(value: bytes) -> tuple[bytes, bytes]:
+    end = 22 + int.from_bytes(value[18:22], "big")
+    return value[22:end], value[end:-4]
+
+
+def _raw_rows(path: Path) -> list[tuple[bytes, bytes]]:
+    env = lmdb.open(str(path), max_dbs=20, readonly=True, lock=False)
+    try:
+        with env.begin() as txn:
+            return list(txn.cursor(db=env.open_db(b"events", txn=txn, create=False)))
+    finally:
+        env.close()
+
+
+def _put(path: Path, key: bytes, value: bytes) -> None:
+    env = lmdb.open(str(path), max_dbs=20)
+    try:
+        with env.begin(write=True) as txn:
+            txn.put(key, value, db=env.open_db(b"events", txn=txn))
+    finally:
+        env.close()
+
+
+def test_the_golden_plain_chunk_rebuilds_byte_for_byte() -> None:
+    """``_v5`` (this module's reading of the layout) agrees with what encode_chunk wrote."""
+    index, bodies = _split(PLAIN["value"])
+    assert PLAIN["value"][:2] == bytes([CHUNK, 0])
+    assert _v5(PLAIN["key"], PLAIN["first"], index, bodies) == PLAIN["value"]
+
+
+def _chunked_store(path: Path) -> tuple[bytes, bytes]:
+    """A store whose thread ``t`` is one format-5 chunk (a link, tool-less long answers);
+    returns that chunk row."""
+    with Store(path) as s:
+        s.append("u", [started("u")])
+        s.append("t", [started("t"), user("question " * 40), agent_start(), link("u"),
+                       *[response(f"secret answer {i} " * 80) for i in range(6)], completed()])
+    rows = [(k, v) for k, v in _raw_rows(path) if v[0] == CHUNK]
+    assert len(rows) == 1
+    return bytes(rows[0][0]), bytes(rows[0][1])
+
+
+def test_message_bodies_are_kept_out_of_the_index_section(tmp_path: Path) -> None:
+    key, value = _chunked_store(tmp_path / "s")
+    assert value[1] == 3  # both sections compressed
+    codec = Codec()
+    first, headers, bodies = chunk_index(codec, key, value, None, "t")
+    assert first == 1 and len(headers) == len(bodies) == 11
+    for h, b in zip(headers, bodies, strict=True):
+        assert (bytes(b) != b"\xc0") == (h.kind in INDEX_KINDS)
+    index = codec.unpack(int.from_bytes(value[2:6], "big"), _split(value)[0])
+    assert b"secret answer" not in index and b"thread_id" in index  # the link's body is there
+    assert [type(e).__name__ for e in chunk_events(codec, key, value, None, "t")][3:5] == ["LinkAdded",
+                                                                                         "MessageRecorded"]
+
+
+def test_damaged_bodies_section_fails_full_reads_but_not_id_only_reads(tmp_path: Path) -> None:
+    """An id-only read never touches the bodies section: a rebuild, ``items`` and ``links``
+    answer; a full read and ``verify`` report the damage, naming the thread."""
+    path = tmp_path / "s"
+    key, value = _chunked_store(path)
+    end = 22 + int.from_bytes(value[18:22], "big")
+    bad = bytearray(value)
+    bad[(end + len(value) - 4) // 2] ^= 0x20
+    _put(path, key, bytes(bad))
+    with Store(path) as s:
+        with pytest.raises(CorruptionError, match="bodies section") as exc:
+            s.read("t")
+        assert exc.value.thread_id == "t" and exc.value.seq == 11
+        assert [lk.thread_id for lk in s.links("t")] == ["u"]
+        assert s.pending("t").pending == []
+        assert [it.seq for it in s.backend.items("t")] == list(range(1, 12))
+        assert all(r.differences == [] for r in s.rebuild(verify=True))
+        rep = verify_store(s)
+        assert not rep.ok and any("bodies section" in p for p in rep.problems), rep.problems
+
+
+@pytest.mark.parametrize("at", ["format", "flags", "dict", "crc", "first", "length", "index"])
+def test_damaged_index_section_is_a_corruption_error_naming_thread_and_seq(tmp_path: Path, at: str) -> None:
+    path = tmp_path / "s"
+    key, value = _chunked_store(path)
+    offset = {"format": 0, "flags": 1, "dict": 3, "crc": 8, "first": 17, "length": 21, "index": 30}[at]
+    bad = bytearray(value)
+    bad[offset] ^= 0x04 if at == "format" else 0x01  # format 5 -> 1: not a chunk, not a valid value
+    _put(path, key, bytes(bad))
+    with Store(path) as s:
+        for call in (lambda: s.rebuild(), lambda: s.read("t"), lambda: s.backend.items("t"), lambda: s.links("t")):
+            with pytest.raises(CorruptionError) as exc:
+                call()
+            assert exc.value.thread_id == "t" and exc.value.seq is not None, (at, exc.value)
+        assert [e.seq for e in s.read("u")] == [1]  # the other thread reads on
+
+
+def test_a_truncated_chunk_is_a_corruption_error_on_every_reader() -> None:
+    codec = Codec()
+    key, value = PLAIN["key"], PLAIN["value"]
+    end = 22 + int.from_bytes(value[18:22], "big")
+    for cut in (0, 1, 10, 18, 21, 22, end - 1, end, end + 3, end + 4, len(value) - 4, len(value) - 1):
+        # a cut inside the bodies section leaves the index whole: id-only reads go on
+        whole_index = cut >= end + 4
+        for read in READERS[:3] if whole_index else READERS:
+            with pytest.raises(CorruptionError) as exc:
+                read(codec, key, value[:cut], None, "golden")
+            assert exc.value.thread_id == "golden" and exc.value.seq is not None, (cut, read)
+        if whole_index:
+            assert len(chunk_index(codec, key, value[:cut], None, "golden")[1]) == 8
+
+
+def _counted(index_bodies_delta: int = 0, bodies_delta: int = 0, headers_delta: int = 0,
+             length_delta: int = 0) -> bytes:
+    index, bodies = _split(PLAIN["value"])
+    headers, slots = _sections.decode(index)
+    rest = _bodies.decode(bodies)
+    if headers_delta < 0:
+        headers, slots = headers[:headers_delta], slots[:headers_delta]
+    if index_bodies_delta < 0:
+        slots = slots[:index_bodies_delta]
+    if bodies_delta < 0:
+        rest = rest[:bodies_delta]
+    elif bodies_delta > 0:
+        rest = rest + rest[:bodies_delta]
+    new_index = _enc.encode((headers, slots))
+    return _v5(PLAIN["key"], PLAIN["first"], new_index, _enc.encode(rest),
+               length=len(new_index) + length_delta)
+
+
+@pytest.mark.parametrize(("what", "value", "readers"), [
+    ("a body too many", _counted(bodies_delta=1), READERS[:3]),
+    ("a body too few", _counted(bodies_delta=-1), READERS[:3]),
+    ("fewer headers than seqs", _counted(headers_delta=-1), READERS),
+    ("fewer index bodies than headers", _counted(index_bodies_delta=-1), READERS),
+    ("index length past the end", _counted(length_delta=10**6), READERS),
+    ("index length short", _counted(length_delta=-3), READERS),
+    ("an unknown flag", _v5(PLAIN["key"], PLAIN["first"], *_split(PLAIN["value"]), flags=4), READERS),
+], ids=lambda x: x if isinstance(x, str) else "")
+def test_wrong_counts_and_layouts_with_valid_crcs_are_corruption_errors(what: str, value: bytes,
+                                                                       readers: list[Any]) -> None:
+    codec = Codec()
+    for read in readers:
+        with pytest.raises(CorruptionError) as exc:
+            read(codec, PLAIN["key"], value, None, "golden")
+        assert exc.value.thread_id == "golden" and exc.value.seq is not None, (what, read)
+    if readers is not READERS:  # the bodies section is not an id-only read's business
+        assert len(chunk_index(codec, PLAIN["key"], value, None, "golden")[1]) == 8
+
+
+def _call(call_id: str) -> Any:
+    from tplog.events import MessageRecorded
+    from tplog.protocol import model as m
+    return MessageRecorded(message=m.ResponseMessage(timestamp="2025-01-20T10:00:00Z", agent_id="a1", parts=[
+        m.ToolCallPart(tool_name="search", args={"q": call_id}, tool_call_id=call_id)]))
+
+
+@pytest.mark.parametrize("size", [1, 3, 7, 10**6])
+def test_rebuild_in_chunks_of_any_size_splits_chunk_rows_exactly(tmp_path: Path, size: int) -> None:
+    """A rebuild's read snapshots may end inside a chunk row: each event is folded once
+    (the projections it rebuilds equal the ones the appends kept)."""
+    with Store(tmp_path / "s") as s:
+        for t in range(3):
+            tid = f"t{t}"
+            s.append(tid, [started(tid), user("q"), agent_start(), _call(f"c{t}a"), response("r " * 50),
+                           link("t0"), _call(f"c{t}b"), completed()])
+            s.append(tid, [user("again"), agent_start(), response("open")])  # an open turn: single rows
+        with s.engine.read() as txn:
+            assert sum(v[0] == CHUNK for _, v in txn.range("events")) == 3
+        want = {t: (s.pending(t), s.interrupts(t), s.links(t)) for t in ("t0", "t1", "t2")}
+        assert [c.tool_call_id for c in want["t1"][0].pending] == ["c1a", "c1b"]  # never returned
+        reports = s.rebuild(chunk=size, verify=True)
+        assert all(r.differences == [] for r in reports), reports
+        assert all(r.events == 3 * 11 for r in reports)
+        s.rebuild(chunk=size)
+        assert {t: (s.pending(t), s.interrupts(t), s.links(t)) for t in want} == want
