@@ -19,7 +19,8 @@ Targets: ``json-doc`` (``from_json``), ``json-validate`` (``validate_json``),
 decoder with its CRCs), ``stored-value-crc-fixed`` (the same with CRCs made to
 match the garbage, so the decoders behind them are reached), ``import-pydantic-ai``
 and ``import-vercel-ui`` (``tplog import``), ``ui-stream`` (``assemble_turn`` on SSE text),
-``stored-chunk`` and ``stored-chunk-crc-fixed`` (chunk rows: a closed turn's events stored as one value).
+``stored-chunk`` and ``stored-chunk-crc-fixed`` (chunk rows: a closed turn's events stored as one value,
+read in full and id-only).
 Prints a JSON tally: cases per target, typed failures, untyped failures.
 """
 
@@ -124,17 +125,25 @@ def targets() -> dict[str, tuple[list[bytes], Callable[[bytes], Any]]]:
                for t in threads if len(t) >= 2]
 
     def chunk_read(v: bytes) -> Any:
-        """Every reader of a chunk: the one-call decodes and the expansion into format-3 rows."""
+        """Every reader of a chunk: the one-call decodes, the id-only read and the expansion into format-3 rows."""
         chunks.chunk_events(codec, ckey, v, None, "t")
         chunks.chunk_recorded(codec, ckey, v, None, "t")
+        _, _, index_bodies = chunks.chunk_index(codec, ckey, v, None, "t")  # the id-only read
+        for body in index_bodies:
+            if bytes(body) != b"\xc0":
+                codec.decode_event(bytes(body))
         return [codec.decode_value(k, row) for k, row in chunks.expand(codec, ckey, v, None, "t")]
 
     def chunk_fixed(v: bytes) -> Any:
         """The chunk's CRC made to match the mutant, so the decoders behind it run."""
-        if len(v) >= 10:
-            b = bytearray(v)
+        b = bytearray(v)
+        if v[:1] == b"\x05" and len(v) >= 26:  # format 5: the index section's CRC, then the bodies'
+            end = min(len(b) - 4, 22 + int.from_bytes(b[18:22], "big"))
+            b[6:10] = zlib.crc32(ckey, zlib.crc32(bytes(b[10:end]), zlib.crc32(bytes(b[:6])))).to_bytes(4, "big")
+            b[-4:] = zlib.crc32(ckey, zlib.crc32(bytes(b[end:-4]))).to_bytes(4, "big")
+        elif len(v) >= 10:  # format 4: one CRC over the whole value
             b[6:10] = zlib.crc32(ckey, zlib.crc32(bytes(b[10:]), zlib.crc32(bytes(b[:6])))).to_bytes(4, "big")
-            v = bytes(b)
+        v = bytes(b)
         return chunk_read(v)
 
     def stored_fixed(v: bytes) -> Any:
