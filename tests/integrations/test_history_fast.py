@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import json
 import sys
+from datetime import UTC, datetime
+from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +20,7 @@ import pytest
 from integ_helpers import FIXTURE_FILES, load_fixture
 from pydantic_ai import messages as pm
 from pydantic_ai.messages import ModelMessagesTypeAdapter
+from pydantic_ai.usage import RequestUsage
 
 from tplog import InvalidInputError, Store
 from tplog.integrations import pydantic_ai_fast as _pai_fast
@@ -372,3 +375,73 @@ def test_the_direct_path_accepts_nothing_the_validating_path_refuses(name: str) 
     assert _pai_fast.fast_message(msg) is None
     with pytest.raises(ValueError):  # pydantic's ValidationError among them
         _message_validated(msg, False)
+
+
+# Recording, one Pydantic AI shape at a time: what the direct path builds is byte-equal to the dump path's.
+T0 = datetime(2025, 6, 1, 10, 0, tzinfo=UTC)
+
+
+def _ask(*parts: Any, **kw: Any) -> pm.ModelRequest:
+    return pm.ModelRequest(parts=list(parts), **{"timestamp": T0, **kw})
+
+
+def _answer(*parts: Any, **kw: Any) -> pm.ModelResponse:
+    return pm.ModelResponse(parts=list(parts), **{"timestamp": T0, **kw})
+
+
+def _tret(content: Any = "ok", **kw: Any) -> pm.ToolReturnPart:
+    return pm.ToolReturnPart(tool_name="t", content=content, tool_call_id="c1", timestamp=T0, **kw)
+
+
+def _call(args: Any, **kw: Any) -> pm.ToolCallPart:
+    return pm.ToolCallPart(tool_name="t", args=args, tool_call_id="c1", **kw)
+
+
+RECORD_DIRECT: dict[str, Any] = {
+    "request leftovers, no timestamp": _ask(pm.UserPromptPart(content="hi", timestamp=T0), timestamp=None,
+                                            run_id="r", conversation_id="cv", metadata={"k": [1]}),
+    "tool failed, object content, metadata": _ask(_tret({"rows": [1, 2]}, outcome="failed", metadata={"m": 1})),
+    "tool denied": _ask(_tret(None, outcome="denied")),
+    "text with provider": _answer(pm.TextPart(content="x", id="t1", provider_name="p", provider_details={"a": 1})),
+    "call with ids, details": _answer(_call({"a": 1}, id="i", provider_name="p", provider_details={"d": 2})),
+    "call raw JSON args": _answer(_call('{"a": 1}')),
+    "call empty args": _answer(_call("")),
+    "call args not an object": _answer(_call("[1, 2]")),
+    "call args not JSON": _answer(_call("{not json")),
+    "call no args": _answer(_call(None)),
+    "thinking, all fields": _answer(pm.ThinkingPart(content="h", id="th", signature="s", provider_name="",
+                                                    provider_details={"x": 1})),
+    "response leftovers, usage": _answer(
+        pm.TextPart(content="x"), model_name="gpt", provider_name="openai", provider_response_id="r1",
+        finish_reason="stop", model_id="mid", run_id="r", metadata={"m": 1}, provider_details={"p": [1]},
+        usage=RequestUsage(input_tokens=3, output_tokens=4, output_reasoning_tokens=1, cache_read_tokens=2,
+                           details={"reasoning": 1})),
+    "usage none at all": _answer(pm.TextPart(content="x"), usage=RequestUsage()),
+}
+
+RECORD_FALLBACK: dict[str, Any] = {
+    "multimodal prompt": _ask(pm.UserPromptPart(content=["a", "b"], timestamp=T0)),
+    "tool content with a kind": _ask(_tret({"kind": "x"})),
+    "tool content not JSON": _ask(_tret({"at": T0})),
+    "tool content a tuple": _ask(_tret([(1, 2)])),
+    "tool retried": _ask(_tret("again", outcome="retried")),
+    "tool kind": _ask(_tret("ok", tool_kind="output")),
+    "retry feedback": ModelMessagesTypeAdapter.validate_python([{  # an old retry prompt naming no tool
+        "kind": "request", "parts": [{"part_kind": "retry-prompt", "content": "again", "timestamp": T0}]}])[0],
+    "incomplete request": _ask(pm.UserPromptPart(content="hi", timestamp=T0), state="interrupted"),
+    "text with citations": _answer(pm.TextPart(content="x", citations=[])),
+    "call kind": _answer(_call({}, tool_kind="output")),
+    "file part": _answer(pm.FilePart(content=pm.BinaryContent(data=b"hi", media_type="image/png"))),
+    "usage with a cost": _answer(pm.TextPart(content="x"), usage=RequestUsage(input_tokens=1, cost=Decimal("0.5"))),
+    "incomplete response": _answer(pm.TextPart(content="x"), state="interrupted"),
+}
+
+
+@pytest.mark.parametrize("name", [*RECORD_DIRECT, *RECORD_FALLBACK])
+def test_each_recorded_shape_is_byte_equal_on_both_paths(name: str) -> None:
+    msg = RECORD_DIRECT.get(name) or RECORD_FALLBACK[name]
+    direct = _pai_fast.fast_message_to_tp(msg, "agent-1", lambda d: d.isoformat(), lambda: "x")
+    assert (direct is not None) == (name in RECORD_DIRECT)  # which path it takes
+    fast = message_to_tp(msg, "agent-1", default_timestamp="2025-01-01T00:00:00Z")
+    slow = _slow_to_tp(msg, "2025-01-01T00:00:00Z")
+    assert msgspec.msgpack.encode(fast) == msgspec.msgpack.encode(slow)
