@@ -234,12 +234,13 @@ def test_resume_is_204_unless_this_store_streams_the_open_turn(server: ServerPro
 
 def test_resume_replays_a_running_turn_from_its_start_then_follows_it(server: ServerProcess) -> None:
     """A second connection (maybe to the other worker) gets the open turn's stream from its ``start``,
-    then live to its end: the same text the chat's own client receives."""
+    then live to its end: the same text the chat's own client receives. (10 s of words: still running
+    when the second connection comes, however loaded the machine.)"""
     t = tid()
     first: list[str] = []
 
     def chat() -> None:
-        with server.client(timeout=120) as c, c.stream("POST", "/api/chat", json=chat_body(t, "slow 40 50")) as r:
+        with server.client(timeout=120) as c, c.stream("POST", "/api/chat", json=chat_body(t, "slow 100 100")) as r:
             first.extend(line for line in r.iter_lines() if line.startswith("data:"))
 
     th = threading.Thread(target=chat)
@@ -256,7 +257,7 @@ def test_resume_replays_a_running_turn_from_its_start_then_follows_it(server: Se
     def text(lines: list[str]) -> str:
         return "".join(json.loads(x[5:])["delta"] for x in lines if '"text-delta"' in x)
 
-    assert text(first) == "".join(f"word{i} " for i in range(40))
+    assert text(first) == "".join(f"word{i} " for i in range(100))
     assert text(resumed) == text(first)  # from its start, whole, once
     assert json.loads(resumed[0][5:])["type"] == "start" and resumed[-1] == "data: [DONE]"
 
