@@ -74,7 +74,7 @@ def _threads(d: dict[str, Any]) -> list[Block]:
                                  rows, right=frozenset({"turns", "msgs", "links", "events", "size"}),
                                  empty="no threads", wrap=frozenset({"status"}))]
     if d.get("cursor"):
-        blocks.append(KeyValues(None, [("next page", f"--cursor {d['cursor']}")]))
+        blocks.append(KeyValues(None, [("next page", f"--after {d['cursor']}")]))  # the option that takes it
     return blocks
 
 
@@ -89,8 +89,9 @@ def _part_label(p: dict[str, Any]) -> str:
     if kind == "tool-return":
         status = p.get("status", "")
         return f"tool return {p.get('tool_name')} {status}: {_short(p.get('content'), 60)} [{p.get('tool_call_id')}]"
-    if kind in ("file", "image", "binary"):
-        return f"{kind}: {p.get('media_type', '')} {_short(p.get('url') or p.get('name') or '', 50)}".rstrip()
+    if kind == "file":  # a FilePart: its media type and name are in its content (BinaryContent)
+        c = p.get("content") or {}
+        return f"file: {c.get('media_type', '?')} {_short(c.get('identifier') or '', 50)}".rstrip()
     return f"{kind}: {_short({k: v for k, v in p.items() if k != 'part_kind'}, 70)}"
 
 
@@ -243,12 +244,12 @@ def _rebuild(d: Any) -> list[Block]:
 
 
 def _validate(d: dict[str, Any]) -> list[Block]:
-    def rows(items: list[Any]) -> list[list[str]]:
-        return [[_cell(i.get("path")), _cell(i.get("code")), _cell(i.get("message"))] if isinstance(i, dict)
-                else ["-", "-", _cell(i)] for i in items]
+    def rows(items: list[dict[str, Any]]) -> list[list[str]]:  # Finding objects: rule, path, message
+        return [[_cell(i.get("path")), _cell(i.get("rule")), _cell(i.get("message"))] for i in items]
 
-    return [Table("errors", ["path", "code", "message"], rows(d.get("errors") or []), wrap=frozenset({"message"})),
-            Table("warnings", ["path", "code", "message"], rows(d.get("warnings") or []), wrap=frozenset({"message"}))]
+    cols = ["path", "rule", "message"]
+    return [Table("errors", cols, rows(d.get("errors") or []), wrap=frozenset({"message"})),
+            Table("warnings", cols, rows(d.get("warnings") or []), wrap=frozenset({"message"}))]
 
 
 def generic(d: Any) -> list[Block]:
@@ -278,21 +279,22 @@ def event_line(row: dict[str, Any], *, thread: bool = True) -> str:
     """One history event (a ``tplog read`` / ``tplog tail`` JSON line) as one line of text."""
     ev = row.get("event") or {}
     what = ""
-    if isinstance(ev, dict):
-        msg = ev.get("message")
-        if isinstance(msg, dict):
-            parts = msg.get("parts") or []
-            what = msg.get("message_type", "") + (": " + "; ".join(_part_label(p) for p in parts) if parts else "")
-            if msg.get("message_type") == "system":
-                what = f"system {msg.get('event_type')}: {_short(msg.get('event_data'), 60)}"
-        elif isinstance(ev.get("turn"), dict) and ev["turn"].get("parts"):  # a user turn
-            what = "; ".join(_part_label(p) for p in ev["turn"]["parts"])
-        elif ev.get("agent_id"):
-            what = f"agent {ev['agent_id']}"
-        elif "link" in ev and isinstance(ev["link"], dict):
-            what = f"{ev['link'].get('relation')} {ev['link'].get('thread_id')}"
-        elif ev.get("reason"):
-            what = str(ev["reason"])
+    msg = ev.get("message")
+    if isinstance(msg, dict):
+        parts = msg.get("parts") or []
+        what = msg.get("message_type", "") + (": " + "; ".join(_part_label(p) for p in parts) if parts else "")
+        if msg.get("message_type") == "system":
+            what = f"system {msg.get('event_type')}: {_short(msg.get('event_data'), 60)}"
+    elif isinstance(ev.get("turn"), dict) and ev["turn"].get("parts"):  # a user turn
+        what = "; ".join(_part_label(p) for p in ev["turn"]["parts"])
+    elif ev.get("agent_id"):
+        what = f"agent {ev['agent_id']}"
+    elif "link" in ev and isinstance(ev["link"], dict):
+        what = f"{ev['link'].get('relation')} {ev['link'].get('thread_id')}"
+    elif isinstance(ev.get("interruption"), dict):
+        what = str(ev["interruption"].get("reason"))
+    elif ev.get("reason"):  # a tombstone's
+        what = str(ev["reason"])
     where = f"{row.get('thread_id')} " if thread and row.get("thread_id") else ""
     head = f"{iso_ns(row.get('recorded_at'), millis=True)} {where}#{row.get('seq')} {row.get('type')}"
     return f"{head}  {_short(what, 100)}" if what else head

@@ -116,3 +116,95 @@ def test_sweep_drops_ended_and_stale_streams_only(store: Store) -> None:
     assert live.read(T) == (None, []) and live.read(other)[1] == [b"b"]
     assert live.sweep(done_before=now + 1, stale_before=now + 1) == 1  # its writer stopped writing
     assert live.read(other) == (None, [])
+
+
+# --------------------------------------------------------------------------- LMDB: map growth, handles, faults
+
+
+def test_lmdb_live_table_grows_its_map_when_a_batch_does_not_fit(tmp_path: Path) -> None:
+    from tplog.backends.lmdb.live import LmdbLive
+
+    live = LmdbLive(str(tmp_path / "live"), map_size=64 * 1024)
+    big = [bytes([i]) * (256 * 1024) for i in range(4)]  # 1 MiB: 16 times the map
+    h = live.write(T, 1, big)
+    assert h.batches == 4 and live.read(T)[1] == big
+    assert live._env.info()["map_size"] >= 1024 * 1024
+
+
+_GROW = """
+import sys
+from tplog.backends.lmdb.live import LmdbLive
+live = LmdbLive(sys.argv[1], map_size=64 * 1024)
+live.write(sys.argv[2], 7, [b"z" * (2 * 1024 * 1024)])  # grows the map far beyond the other process's
+"""
+
+
+def test_lmdb_live_table_adopts_a_map_another_process_grew(tmp_path: Path) -> None:
+    """Another worker grew the shared map: this process's next read and write adopt the new size
+    (LMDB's MDB_MAP_RESIZED) and retry, rather than failing the stream."""
+    import subprocess
+    import sys
+
+    from tplog.backends.lmdb.live import LmdbLive
+
+    path = str(tmp_path / "live")
+    live = LmdbLive(path, map_size=64 * 1024)
+    live.write(T, 1, [b"mine"])
+    other = "5d1c8a7e-3b2f-4e6d-8c9b-1a2b3c4d5e6f"
+    r = subprocess.run([sys.executable, "-c", _GROW, path, other], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    hdr, batches = live.read(other)  # resized under this reader
+    assert hdr is not None and hdr.turn_seq == 7 and batches == [b"z" * (2 * 1024 * 1024)]
+    assert live.write(T, 1, [b"more"]).batches == 2
+    assert live.read(T)[1] == [b"mine", b"more"]
+    assert live._env.info()["map_size"] >= 2 * 1024 * 1024
+
+
+def test_one_lmdb_live_handle_per_process_and_store(tmp_path: Path) -> None:
+    """LMDB allows one environment per process and path: a store opened again in this process gets
+    the same live table handle, and sees what was written through the first."""
+    with Store(tmp_path / "s") as a:
+        first = live_of(a)
+        first.write(T, 3, [b"kept"])
+    with Store(tmp_path / "s") as b:
+        again = live_of(b)
+        assert again is first
+        assert again.read(T)[1] == [b"kept"]
+
+
+def test_a_store_whose_live_table_cannot_be_made_has_none(tmp_path: Path) -> None:
+    """``<store>/live`` taken by a file: the store works, only streams are not resumable (no live table);
+    opening the table directly is a StorageError naming the path."""
+    from tplog.backends.lmdb.live import LmdbLive
+    from tplog.errors import StorageError
+
+    with Store(tmp_path / "s") as s:
+        (tmp_path / "s" / "live").write_text("not a directory")
+        assert live_streams(s.backend) is None
+        assert s.last_position == 0
+    with pytest.raises(StorageError, match=r"s/live: cannot open the live stream table"):
+        LmdbLive(str(tmp_path / "s" / "live"))
+
+
+def test_postgres_live_table_reconnects_after_its_connection_was_killed() -> None:
+    """The live table's own connection dies (a server restart, a killed backend): the next call
+    opens a new one, nothing is lost (the UNLOGGED table is still there)."""
+    import uuid
+
+    import psycopg
+    from contract_helpers import pg_dsn
+
+    schema = f"live_{uuid.uuid4().hex[:12]}"
+    with Store(f"{pg_dsn()}?schema={schema}") as s:
+        try:
+            live = live_of(s)
+            live.write(T, 2, [b"before"])
+            pid = live._conn.info.backend_pid  # type: ignore[attr-defined]
+            with psycopg.connect(pg_dsn(), autocommit=True) as c:
+                assert c.execute("SELECT pg_terminate_backend(%s)", (pid,)).fetchone() == (True,)
+            assert live.write(T, 2, [b"after"]).batches == 2
+            assert live.read(T)[1] == [b"before", b"after"]
+            assert live._conn.info.backend_pid != pid  # type: ignore[attr-defined]
+        finally:
+            with psycopg.connect(pg_dsn(), autocommit=True) as c:
+                c.execute(f"DROP SCHEMA IF EXISTS {schema} CASCADE".encode())

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import json
 import sys
+from datetime import UTC, datetime
+from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +20,7 @@ import pytest
 from integ_helpers import FIXTURE_FILES, load_fixture
 from pydantic_ai import messages as pm
 from pydantic_ai.messages import ModelMessagesTypeAdapter
+from pydantic_ai.usage import RequestUsage
 
 from tplog import InvalidInputError, Store
 from tplog.integrations import pydantic_ai_fast as _pai_fast
@@ -261,3 +264,184 @@ def test_direct_recording_covers_recorded_runs() -> None:
             total += 1
             direct += _pai_fast.fast_message_to_tp(msg, "a", lambda d: "x", lambda: "y") is not None
     assert direct / total > 0.85, (direct, total)
+
+
+# Message shapes one at a time: each leftover field, status and part kind the direct path takes, and
+# each it leaves to the validating path. P is the leftover namespace the recorder keeps.
+P = _pai_fast.PAI_KEY
+TS = "2025-06-01T10:00:00Z"
+
+
+def _req(*parts: Any, **kw: Any) -> m.RequestMessage:
+    return m.RequestMessage(timestamp=kw.pop("timestamp", TS), agent_id="a", parts=list(parts), **kw)
+
+
+def _resp(*parts: Any, **kw: Any) -> m.ResponseMessage:
+    return m.ResponseMessage(timestamp=kw.pop("timestamp", TS), agent_id="a", parts=list(parts), **kw)
+
+
+def _ret(**kw: Any) -> m.ToolReturnPart:
+    return m.ToolReturnPart(tool_name="t", tool_call_id="c1", **{"status": "success", "content": "ok", **kw})
+
+
+DIRECT: dict[str, Any] = {
+    "request leftovers, timestamp None": _req(m.UserPromptPart(content="hi"),
+                                              extra={P: {"timestamp": None, "run_id": "r"}}),
+    "prompt timestamp": _req(m.UserPromptPart(content="hi", extra={P: {"timestamp": "2025-06-01T09:00:00Z"}})),
+    "tool error": _req(_ret(status="error")),
+    "tool outcome, timestamp": _req(_ret(extra={P: {"outcome": "denied", "timestamp": TS,
+                                                    "content_file_digests": []}})),
+    "tool metadata": _req(_ret(metadata={"k": 1})),
+    "tool no content": _req(m.ToolReturnPart(tool_name="t", tool_call_id="c1", status="success")),
+    "retried tool": _req(m.RetryPromptPart(content="again", tool_name="t", tool_call_id="c1",
+                                           extra={P: {"timestamp": TS, "outcome": "retried"}})),
+    "retried tool without id": _req(m.RetryPromptPart(content="again", tool_name="t")),
+    "text id, provider": _resp(m.TextPart(content="x", id="t1", extra={P: {"provider_name": "p",
+                                                                           "provider_details": {"a": 1}}})),
+    "call raw args, id": _resp(m.ToolCallPart(tool_name="t", tool_call_id="c", args={"a": 1},
+                                              extra={P: {"args": '{"a": 1}', "id": "i", "provider_name": "p"}})),
+    "call without args": _resp(m.ToolCallPart(tool_name="t", tool_call_id="c")),
+    "thinking, all fields": _resp(m.ThinkingPart(content="hmm", signature="sig", thinking_id="th", provider_name="p",
+                                                 extra={P: {"provider_details": {"x": 1}}})),
+    "thinking empty": _resp(m.ThinkingPart(provider_name="")),
+    "response fields, usage details": _resp(
+        m.TextPart(content="x"), model_name="gpt", provider_name="openai", provider_response_id="r1",
+        finish_reason="stop", usage=m.Usage(input_tokens=1, output_tokens=2,
+                                            extra={"details": {"a": 1}, "cache_read_tokens": 3})),
+    "response timestamp leftover": _resp(m.TextPart(content="x"),
+                                         extra={P: {"timestamp": "2025-06-01T11:00:00Z", "model_id": "m"}}),
+}
+
+FALLBACK: dict[str, Any] = {  # accepted by Pydantic AI's validation, outside the direct path
+    "request leftover unknown": _req(m.UserPromptPart(content="hi"), extra={P: {"colour": 1}}),
+    "prompt leftover unknown": _req(m.UserPromptPart(content="hi", extra={P: {"timestamp": TS, "x": 1}})),
+    "multimodal prompt": _req(m.UserPromptPart(content=["a", "b"])),
+    "tool status denied": _req(_ret(status="denied")),
+    "tool leftover unknown": _req(_ret(extra={P: {"zzz": 1}})),
+    "tool content with a kind": _req(_ret(content={"kind": "x"})),
+    "retry without a tool": _req(m.RetryPromptPart(content="again")),
+    "call leftover tool_kind": _resp(m.ToolCallPart(tool_name="t", tool_call_id="c", args={},
+                                                    extra={P: {"tool_kind": "x"}})),
+    "usage flag not a count": _resp(m.TextPart(content="x"),
+                                    usage=m.Usage(input_tokens=1, extra={"cache_read_tokens": True})),
+}
+
+REFUSED: dict[str, Any] = {  # Pydantic AI's validation refuses them: the direct path must not accept them
+    "request timestamp not a time": _req(m.UserPromptPart(content="hi"), timestamp="yesterday"),
+    "leftovers not an object": _req(m.UserPromptPart(content="hi"), extra={P: "x"}),
+    "retry leftover outcome": _req(m.RetryPromptPart(content="again", tool_name="t", extra={P: {"outcome": "x"}})),
+    "response part in a request": _req(m.TextPart(content="x")),
+    "text leftover not a string": _resp(m.TextPart(content="x", extra={P: {"provider_name": 1}})),
+    "call args a list": _resp(m.ToolCallPart(tool_name="t", tool_call_id="c", args=[1, 2])),
+    "thinking details not an object": _resp(m.ThinkingPart(content="h", provider_name="p",
+                                                           extra={P: {"provider_details": 3}})),
+    "usage details not counts": _resp(m.TextPart(content="x"), usage=m.Usage(extra={"details": {"a": "b"}})),
+    "usage tokens not an int": _resp(m.TextPart(content="x"), usage=m.Usage(input_tokens=1.5)),  # type: ignore[arg-type]
+    "response leftover not a string": _resp(m.TextPart(content="x"), extra={P: {"model_id": 5}}),
+    "request part in a response": _resp(m.UserPromptPart(content="x")),
+}
+
+
+def _comparable(msgs: list[pm.ModelMessage]) -> list[Any]:
+    """Without what Pydantic AI makes up on each call: part timestamps and missing tool call ids."""
+    out = _untimed(msgs)
+    for d in out:
+        for p in d["parts"]:
+            if str(p.get("tool_call_id", "")).startswith("pyd_ai_"):
+                p["tool_call_id"] = "generated"
+    return out
+
+
+@pytest.mark.parametrize("name", list(DIRECT))
+def test_each_direct_shape_equals_the_validating_path(name: str) -> None:
+    msg = DIRECT[name]
+    built = _pai_fast.fast_message(msg)
+    assert built is not None, name
+    assert _comparable([built]) == _comparable([_message_validated(msg, False)])
+
+
+@pytest.mark.parametrize("name", list(FALLBACK))
+def test_each_other_shape_falls_back_to_the_validating_path(name: str) -> None:
+    msg = FALLBACK[name]
+    assert _pai_fast.fast_message(msg) is None
+    th = m.Thread(version="0.0.4", thread_id="t", created_at=TS, updated_at=TS, agents={},
+                  turns=[m.AgentTurn(agent_id="a", started_at=TS, messages=[msg])])
+    assert _comparable(history_from_thread(th)) == _comparable([_message_validated(msg, False)])
+
+
+@pytest.mark.parametrize("name", list(REFUSED))
+def test_the_direct_path_accepts_nothing_the_validating_path_refuses(name: str) -> None:
+    msg = REFUSED[name]
+    assert _pai_fast.fast_message(msg) is None
+    with pytest.raises(ValueError):  # pydantic's ValidationError among them
+        _message_validated(msg, False)
+
+
+# Recording, one Pydantic AI shape at a time: what the direct path builds is byte-equal to the dump path's.
+T0 = datetime(2025, 6, 1, 10, 0, tzinfo=UTC)
+
+
+def _ask(*parts: Any, **kw: Any) -> pm.ModelRequest:
+    return pm.ModelRequest(parts=list(parts), **{"timestamp": T0, **kw})
+
+
+def _answer(*parts: Any, **kw: Any) -> pm.ModelResponse:
+    return pm.ModelResponse(parts=list(parts), **{"timestamp": T0, **kw})
+
+
+def _tret(content: Any = "ok", **kw: Any) -> pm.ToolReturnPart:
+    return pm.ToolReturnPart(tool_name="t", content=content, tool_call_id="c1", timestamp=T0, **kw)
+
+
+def _call(args: Any, **kw: Any) -> pm.ToolCallPart:
+    return pm.ToolCallPart(tool_name="t", args=args, tool_call_id="c1", **kw)
+
+
+RECORD_DIRECT: dict[str, Any] = {
+    "request leftovers, no timestamp": _ask(pm.UserPromptPart(content="hi", timestamp=T0), timestamp=None,
+                                            run_id="r", conversation_id="cv", metadata={"k": [1]}),
+    "tool failed, object content, metadata": _ask(_tret({"rows": [1, 2]}, outcome="failed", metadata={"m": 1})),
+    "tool denied": _ask(_tret(None, outcome="denied")),
+    "text with provider": _answer(pm.TextPart(content="x", id="t1", provider_name="p", provider_details={"a": 1})),
+    "call with ids, details": _answer(_call({"a": 1}, id="i", provider_name="p", provider_details={"d": 2})),
+    "call raw JSON args": _answer(_call('{"a": 1}')),
+    "call empty args": _answer(_call("")),
+    "call args not an object": _answer(_call("[1, 2]")),
+    "call args not JSON": _answer(_call("{not json")),
+    "call no args": _answer(_call(None)),
+    "thinking, all fields": _answer(pm.ThinkingPart(content="h", id="th", signature="s", provider_name="",
+                                                    provider_details={"x": 1})),
+    "response leftovers, usage": _answer(
+        pm.TextPart(content="x"), model_name="gpt", provider_name="openai", provider_response_id="r1",
+        finish_reason="stop", model_id="mid", run_id="r", metadata={"m": 1}, provider_details={"p": [1]},
+        usage=RequestUsage(input_tokens=3, output_tokens=4, output_reasoning_tokens=1, cache_read_tokens=2,
+                           details={"reasoning": 1})),
+    "usage none at all": _answer(pm.TextPart(content="x"), usage=RequestUsage()),
+}
+
+RECORD_FALLBACK: dict[str, Any] = {
+    "multimodal prompt": _ask(pm.UserPromptPart(content=["a", "b"], timestamp=T0)),
+    "tool content with a kind": _ask(_tret({"kind": "x"})),
+    "tool content not JSON": _ask(_tret({"at": T0})),
+    "tool content a tuple": _ask(_tret([(1, 2)])),
+    "tool retried": _ask(_tret("again", outcome="retried")),
+    "tool kind": _ask(_tret("ok", tool_kind="output")),
+    "retry feedback": ModelMessagesTypeAdapter.validate_python([{  # an old retry prompt naming no tool
+        "kind": "request", "parts": [{"part_kind": "retry-prompt", "content": "again", "timestamp": T0}]}])[0],
+    "incomplete request": _ask(pm.UserPromptPart(content="hi", timestamp=T0), state="interrupted"),
+    "text with citations": _answer(pm.TextPart(content="x", citations=[])),
+    "call kind": _answer(_call({}, tool_kind="output")),
+    "file part": _answer(pm.FilePart(content=pm.BinaryContent(data=b"hi", media_type="image/png"))),
+    "usage with a cost": _answer(pm.TextPart(content="x"), usage=RequestUsage(input_tokens=1, cost=Decimal("0.5"))),
+    "incomplete response": _answer(pm.TextPart(content="x"), state="interrupted"),
+}
+
+
+@pytest.mark.parametrize("name", [*RECORD_DIRECT, *RECORD_FALLBACK])
+def test_each_recorded_shape_is_byte_equal_on_both_paths(name: str) -> None:
+    msg = RECORD_DIRECT.get(name) or RECORD_FALLBACK[name]
+    direct = _pai_fast.fast_message_to_tp(msg, "agent-1", lambda d: d.isoformat(), lambda: "x")
+    assert (direct is not None) == (name in RECORD_DIRECT)  # which path it takes
+    fast = message_to_tp(msg, "agent-1", default_timestamp="2025-01-01T00:00:00Z")
+    slow = _slow_to_tp(msg, "2025-01-01T00:00:00Z")
+    assert msgspec.msgpack.encode(fast) == msgspec.msgpack.encode(slow)

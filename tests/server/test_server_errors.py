@@ -118,3 +118,77 @@ def test_a_worker_dumps_its_append_timings_at_shutdown(tmp_path: Path) -> None:
     assert sum(n for tid, n, _ in data["appends"] if tid == t) == version  # every event, once
     [(tid, append_s, appends, request_s)] = data["requests"]
     assert tid == t and appends == len([a for a in data["appends"] if a[0] == t]) and 0 < append_s <= request_s
+
+
+def _serve(capsys: pytest.CaptureFixture[str], *argv: str) -> str:
+    """``tplog serve ARGV`` in this process, refused: exit 2 and the one error line it prints."""
+    from tplog.cli import main
+
+    assert main(["serve", *argv]) == 2
+    out, err = capsys.readouterr()
+    assert out == "" and len(err.splitlines()) == 1 and err.startswith("error: "), err
+    return err.strip()
+
+
+def test_serve_names_what_is_wrong_with_an_agents_spec(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                         capsys: pytest.CaptureFixture[str]) -> None:
+    """Every way an ``--agents`` spec can fail to load is one error line naming the spec, before the
+    store is created or a port bound."""
+    (tmp_path / "mods").mkdir()
+    (tmp_path / "mods" / "tp_needs_dep.py").write_text("import tp_no_such_dependency\n")
+    (tmp_path / "mods" / "tp_raises.py").write_text("raise ValueError('bad config')\n")
+    (tmp_path / "mods" / "tp_factory.py").write_text("def agents():\n    raise KeyError('OPENAI_API_KEY')\n")
+    monkeypatch.syspath_prepend(str(tmp_path / "mods"))
+    store = str(tmp_path / "store")
+    cases = {
+        "tp_not_there:agents": "agents 'tp_not_there:agents': no module named 'tp_not_there'",
+        "tp_needs_dep:agents": ("agents 'tp_needs_dep:agents': no module named 'tp_no_such_dependency' "
+                                "(while importing tp_needs_dep)"),
+        "tp_raises:agents": "agents 'tp_raises:agents': importing tp_raises raised ValueError: bad config",
+        "tp_factory:missing": "agents 'tp_factory:missing': module tp_factory has no attribute 'missing'",
+        "tp_factory:agents": "agents 'tp_factory:agents': calling agents() raised KeyError: 'OPENAI_API_KEY'",
+    }
+    for spec, says in cases.items():
+        assert _serve(capsys, store, "--port", "1", "--agents", spec) == f"error: {says}"
+    assert not (tmp_path / "store").exists()
+
+
+def test_serve_refuses_an_address_it_cannot_listen_on(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    import socket
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        err = _serve(capsys, str(tmp_path / "store"), "--port", str(port))
+    assert err == f"error: cannot listen on 127.0.0.1:{port}: the port is already in use"
+    host = "x" * 64 + ".example"  # a DNS label longer than 63: refused before any lookup
+    assert _serve(capsys, str(tmp_path / "store"), "--host", host).startswith(f"error: cannot listen on {host}:8000: ")
+    assert not (tmp_path / "store").exists()
+
+
+@pytest.mark.parametrize(("var", "value", "says"), [
+    ("TPLOG_SERVER_TP_CHUNKS", "all", "must be transient or parts, not 'all'"),
+    ("TPLOG_SERVER_AFTER_STOP", "later", "must be interrupt, wait or reject, not 'later'"),
+    ("TPLOG_SERVER_RESUMABLE", "yes", "must be 1 or 0, not 'yes'"),
+])
+def test_a_worker_refuses_a_bad_environment(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, var: str, value: str,
+                                            says: str) -> None:
+    monkeypatch.setenv(ENV_STORE, str(tmp_path / "s"))
+    monkeypatch.setenv(var, value)
+    with pytest.raises(RuntimeError, match=f"^{var} {says}$"):
+        srvmod.app_from_env()
+    assert not (tmp_path / "s").exists()
+
+
+def test_a_worker_refuses_a_bad_shutdown_grace(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from tplog.integrations.server.config import ENV_SHUTDOWN_GRACE
+
+    monkeypatch.setenv(ENV_STORE, str(tmp_path / "s"))
+    for bad in ("soon", "-1", "nan"):
+        monkeypatch.setenv(ENV_SHUTDOWN_GRACE, bad)
+        with pytest.raises(srvmod.ServeError, match=f"shutdown grace must be a number of seconds ≥ 0, not '{bad}'"):
+            srvmod.app_from_env({"demo": object()})
+    assert not (tmp_path / "s").exists()
+    with pytest.raises(srvmod.ServeError, match=r"not '-2\.0'"):
+        srvmod.serve(tmp_path / "s", shutdown_grace=-2.0)

@@ -35,6 +35,8 @@ def test_scheduled_prune_leaves_tombstones_and_a_report(tmp_path: Path) -> None:
                 tomb = s.read(t)[-1].event
                 assert tomb.reason.startswith("retention: beyond the newest 2")  # type: ignore[union-attr]
             assert all(s.exists(t) for t in (threads[0], *threads[3:]))
+            # the report is kept after the deletions, in a write of its own: under load it can lag them
+            wait_until(lambda: bool(s.prune_reports()[0]), timeout=30)
             reports, _ = s.prune_reports()
             assert sorted(r.thread_id for rep in reports for r in rep.removed) == sorted(gone)
             assert any(k.thread_id == threads[0] for rep in reports for k in rep.kept)
@@ -75,3 +77,59 @@ def test_serve_refuses_bad_prune_flags(tmp_path: Path, flags: list[str], says: s
                        cwd=ROOT, capture_output=True, text=True, timeout=60)
     assert r.returncode != 0 and says in r.stderr, r.stderr
     assert not (tmp_path / "store").exists()  # refused before anything starts
+
+
+def _store_of(path: Path, n: int) -> list[str]:
+    threads = [str(uuid.uuid4()) for _ in range(n)]
+    with Store(path) as s:
+        for t in threads:
+            s.append(t, [started(t), register(), *exchange()])
+    return threads
+
+
+def test_a_scheduled_round_skips_when_another_worker_holds_the_lock(tmp_path: Path) -> None:
+    from tplog.integrations.scheduled_prune import LOCK, run_once
+
+    threads = _store_of(tmp_path / "s", 3)
+    policy = RetentionPolicy(max_threads=1)
+    with Store(tmp_path / "s") as a, Store(tmp_path / "s") as b:
+        held = a.backend.try_lock(LOCK)  # another worker's round is running
+        assert held is not None
+        try:
+            assert run_once(b, policy) is None
+            assert all(b.exists(t) for t in threads) and b.prune_reports()[0] == []
+        finally:
+            held.release()
+        report = run_once(b, policy)  # the next round runs
+        assert report is not None and len(report.removed) == 2
+        assert sum(b.exists(t) for t in threads) == 1
+
+
+def test_a_scheduled_round_never_removes_every_thread_and_survives_errors(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """A policy that would remove every thread needs a person's confirmation: on a schedule that round is
+    skipped and logged, as is any other error; the lock is released, so the next round can run."""
+    import time
+
+    from tplog.integrations.scheduled_prune import LOCK, run_once
+
+    threads = _store_of(tmp_path / "s", 2)
+    time.sleep(1.1)
+    with Store(tmp_path / "s") as s, caplog.at_level("WARNING", logger="tplog.server"):
+        everything = RetentionPolicy(max_age=dt.timedelta(seconds=1))  # both threads are older
+        assert run_once(s, everything) is None
+        assert any("scheduled prune skipped" in r.getMessage() and "every thread" in r.getMessage()
+                   for r in caplog.records), caplog.text
+        assert all(s.exists(t) for t in threads)
+        assert run_once(s, RetentionPolicy()) is None  # a policy saying nothing: an error, logged
+        assert any(r.getMessage().startswith("scheduled prune failed: ") and "max_age and/or max_threads"
+                   in r.getMessage() for r in caplog.records), caplog.text
+        held = s.backend.try_lock(LOCK)  # both rounds released the lock
+        assert held is not None
+        held.release()
+
+
+def test_a_schedule_with_a_max_age_in_nanoseconds_goes_to_the_workers_as_seconds() -> None:
+    s = PruneSchedule(every=60, policy=RetentionPolicy(max_age=90 * 86400 * 10**9))
+    back = schedule_from_env(s.to_env())
+    assert back is not None and back.policy.max_age == dt.timedelta(days=90) and back.every == 60

@@ -203,3 +203,68 @@ def _exists(srv: ServerProcess, t: str) -> bool:
         return True
     except Exception:
         return False
+
+
+def test_resume_is_204_unless_this_store_streams_the_open_turn(server: ServerProcess) -> None:
+    """``GET /api/chat/{id}/stream`` answers 204 for a chat with no thread, with no open turn, with an
+    open turn that no server streams (recorded by another program: after a short wait for a first
+    batch) and for a deleted thread."""
+    from conftest import agent_start, register, started, user
+
+    def resume(t: str) -> httpx.Response:
+        with server.client() as c:
+            return c.get(f"/api/chat/{t}/stream")
+
+    assert resume(tid()).status_code == 204  # never written
+    t = tid()
+    with Store(server.store) as s:
+        s.append(t, [started(t), register(), user()])
+    assert resume(t).status_code == 204  # nothing running
+    with Store(server.store) as s:
+        s.append(t, [agent_start()])
+    t0 = time.monotonic()
+    r = resume(t)
+    assert r.status_code == 204 and r.content == b""
+    assert time.monotonic() - t0 >= 1.5  # it waited for a stream to appear
+    assert head(server.store, t).open_turn_agent == "a1"  # and touched nothing
+    with Store(server.store) as s:
+        s.delete_thread(t)
+    assert resume(t).status_code == 204
+
+
+def test_resume_replays_a_running_turn_from_its_start_then_follows_it(server: ServerProcess) -> None:
+    """A second connection (maybe to the other worker) gets the open turn's stream from its ``start``,
+    then live to its end: the same text the chat's own client receives. (10 s of words: still running
+    when the second connection comes, however loaded the machine.)"""
+    t = tid()
+    first: list[str] = []
+
+    def chat() -> None:
+        with server.client(timeout=120) as c, c.stream("POST", "/api/chat", json=chat_body(t, "slow 100 100")) as r:
+            first.extend(line for line in r.iter_lines() if line.startswith("data:"))
+
+    th = threading.Thread(target=chat)
+    th.start()
+    try:
+        wait_until(lambda: _has_words(server, t), timeout=60)
+        with server.client(timeout=120) as c:
+            r = c.get(f"/api/chat/{t}/stream")
+        assert r.status_code == 200 and r.headers["content-type"].startswith("text/event-stream")
+    finally:
+        th.join(120)
+    resumed = [line for line in r.text.split("\n") if line.startswith("data:")]
+
+    def text(lines: list[str]) -> str:
+        return "".join(json.loads(x[5:])["delta"] for x in lines if '"text-delta"' in x)
+
+    assert text(first) == "".join(f"word{i} " for i in range(100))
+    assert text(resumed) == text(first)  # from its start, whole, once
+    assert json.loads(resumed[0][5:])["type"] == "start" and resumed[-1] == "data: [DONE]"
+
+
+def _has_words(server: ServerProcess, t: str) -> bool:
+    try:
+        return any(isinstance(e.event, MessageRecorded) for e in read_events(server.store, t)) or \
+            head(server.store, t).open_turn_agent is not None
+    except Exception:
+        return False
