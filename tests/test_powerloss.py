@@ -173,3 +173,73 @@ def test_power_cuts_soak(tmp_path: Path) -> None:
     tally = ph.run_soak(str(tmp_path / "pl"), cuts, seed=seed, log=print)
     _report(tally, seed, "power cuts (soak)")
     assert tally.cuts >= cuts
+
+
+_WRITE_IN_FLIGHT = """
+import os, sys
+fd = os.open(sys.argv[1], os.O_RDWR)
+sys.stdin.readline()  # opened before the test's trigger: its open does not refresh the page cache
+os.pwrite(fd, b"B" * 4096, 0)  # a whole page: the kernel does not hold it locked until the reply
+"""
+
+
+def _stale_after_write_in_flight(tmp_path: Path, fs_args: tuple[str, ...], trigger: str) -> bytes:
+    """What a process's map of page 0 shows after another process's full-page write
+    returned, when the file's page cache was dropped while that write was still on its
+    way to the daemon (held there 1.5 s) and the page read back meanwhile."""
+    import mmap
+    import subprocess
+    import time
+
+    (tmp_path / "backing").mkdir()
+    (tmp_path / "backing" / "f").write_bytes(b"A" * 8192)
+    mount = ph.Mount(tmp_path / "backing", tmp_path / "mnt", fs_args=("--delay-write", "0:1.5", *fs_args))
+    try:
+        f = tmp_path / "mnt" / "f"
+        fd = os.open(f, os.O_RDWR)
+        m = mmap.mmap(fd, 8192, prot=mmap.PROT_READ)
+        try:
+            assert m[:4] == b"AAAA"  # page 0 cached
+            w = subprocess.Popen([sys.executable, "-c", _WRITE_IN_FLIGHT, str(f)], stdin=subprocess.PIPE)
+            time.sleep(0.5)
+            if trigger == "stat":  # a new mtime, and the kernel's cached attributes expired (1 s)
+                os.pwrite(fd, b"A", 8191)
+                time.sleep(1.2)
+            assert w.stdin is not None
+            w.stdin.write(b"go\n")
+            w.stdin.flush()
+            time.sleep(0.5)  # the write is now held in the daemon
+            if trigger == "open":  # another process opening the file (LMDB's workers do)
+                os.close(os.open(f, os.O_RDONLY))
+            else:  # an attribute refresh (LMDB's copy fstat()s the file)
+                os.stat(f)
+            during = m[:4]  # faulted in while the write is in flight
+            assert w.wait(timeout=30) == 0
+            after = m[:4]
+            assert (tmp_path / "backing" / "f").read_bytes()[:4] == b"BBBB"
+            return during + after
+        finally:
+            m.close()
+            os.close(fd)
+    finally:
+        mount.unmount()
+
+
+@pytest.mark.parametrize("trigger", ["open", "stat"])
+def test_page_cache_stays_coherent_with_a_write_in_flight(tmp_path: Path, trigger: str) -> None:
+    """The cause of the durable loss of the 2026-11-25 soak (round 361): the mount let the
+    kernel drop a file's cached pages at every open and at every attribute refresh that saw
+    a new mtime. A drop racing another process's full-page write still in flight let a
+    reader fault in the page's old bytes from the daemon, and they stayed cached after the
+    write returned. LMDB reads its tree through that cache: a writer could commit on a
+    stale root page and undo the commit before it. The mount now keeps the cache."""
+    seen = _stale_after_write_in_flight(tmp_path, (), trigger)
+    assert seen[4:] == b"BBBB", f"page 0 stale after the write returned: {seen!r}"
+
+
+@pytest.mark.parametrize("trigger", ["open", "stat"])
+def test_incoherent_mount_shows_the_stale_page(tmp_path: Path, trigger: str) -> None:
+    """The same interleaving on the mount as it was (``--incoherent``): the stale page
+    is there, so the test above can fail (it did before the fix)."""
+    seen = _stale_after_write_in_flight(tmp_path, ("--incoherent",), trigger)
+    assert seen == b"AAAAAAAA", seen
