@@ -41,7 +41,7 @@ could then commit on a stale root and silently undo the commit before it
 ``--incoherent`` mounts as before, for that test. The daemon is the only other
 writer of the backing files, and only after the freeze, before the unmount.
 
-``--delay-write OFFSET:SECONDS`` (tests) holds every write at ``OFFSET`` that long
+``--delay-write OFFSET:SECONDS`` (tests) holds every write covering ``OFFSET`` that long
 before the daemon takes it: a write in flight, deterministically.
 
 ``--freeze-at-op N`` freezes by itself when the N-th data operation (write or
@@ -303,7 +303,7 @@ class PowerLossFS(fuse.Operations):  # type: ignore[misc]
         return os.pread(fh, size, offset)
 
     def write(self, path: str, data: bytes, offset: int, fh: int) -> int:
-        if self.delay_write is not None and offset == self.delay_write[0]:
+        if self.delay_write is not None and offset <= self.delay_write[0] < offset + len(data):
             time.sleep(self.delay_write[1])  # outside the lock: reads go on meanwhile
         with self._mu:
             self._data_op()
