@@ -243,3 +243,93 @@ def test_incoherent_mount_shows_the_stale_page(tmp_path: Path, trigger: str) -> 
     is there, so the test above can fail (it did before the fix)."""
     seen = _stale_after_write_in_flight(tmp_path, ("--incoherent",), trigger)
     assert seen == b"AAAAAAAA", seen
+
+
+_COMMITTER = """
+import lmdb, sys
+env = lmdb.open(sys.argv[1], map_size=1 << 20, metasync=True, sync=True, readahead=False)
+for i in range(6):
+    with env.begin(write=True) as t:
+        t.put(b"k%d" % i, b"v" * 100)
+print("ready", flush=True)
+sys.stdin.readline()
+with env.begin(write=True) as t:
+    t.put(b"last", b"v" * 100)
+print("committed", flush=True)
+"""
+
+
+def _main_root(path: Path) -> int:
+    """The main tree's root page in the newer of an LMDB file's two meta pages."""
+    import struct
+
+    raw = path.read_bytes()[:8192]
+    metas = [(struct.unpack_from("<Q", raw, p * 4096 + 16 + 128)[0],  # mm_txnid
+              struct.unpack_from("<Q", raw, p * 4096 + 16 + 112)[0]) for p in (0, 1)]  # mm_dbs[MAIN].md_root
+    return max(metas)[1]
+
+
+def _commit_with_a_reader_in_flight(tmp_path: Path, fs_args: tuple[str, ...]) -> list[bytes]:
+    """Process B commits "last" while its root page is held in the daemon; meanwhile another
+    process opens the file and reads that (free) page, as LMDB's copy (``Store.backup``)
+    does with every page once it lets writers go; then that process commits. The keys left."""
+    import subprocess
+    import time
+
+    import lmdb
+
+    dry = tmp_path / "dry"  # the same commits off the mount: where the last one puts its root
+    dry.mkdir()
+    p = subprocess.Popen([sys.executable, "-c", _COMMITTER, str(dry)], stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+    out, _ = p.communicate(b"go\n", timeout=60)
+    assert out == b"ready\ncommitted\n"
+    root = _main_root(dry / "data.mdb")
+    mount = ph.Mount(tmp_path / "backing", tmp_path / "mnt", fs_args=("--delay-write", f"{root * 4096}:1.5", *fs_args))
+    try:
+        db = tmp_path / "mnt" / "db"
+        db.mkdir()
+        p = subprocess.Popen([sys.executable, "-c", _COMMITTER, str(db)], stdin=subprocess.PIPE,
+                             stdout=subprocess.PIPE)
+        assert p.stdin is not None and p.stdout is not None
+        assert p.stdout.readline() == b"ready\n"
+        p.stdin.write(b"go\n")
+        p.stdin.flush()
+        time.sleep(0.5)  # B's root page is in flight
+        env = lmdb.open(str(db), map_size=1 << 20, readahead=False)  # an open
+        try:
+            fd = os.open(db / "data.mdb", os.O_RDONLY)
+            os.pread(fd, 4096, root * 4096)  # a reader of free pages
+            os.close(fd)
+            assert p.poll() is None, "the commit was not in flight"
+            assert p.stdout.readline() == b"committed\n"  # B's commit returned: durable
+            assert p.wait(timeout=30) == 0
+            with env.begin(write=True) as t:  # the next writer
+                t.put(b"after", b"v")
+        finally:
+            env.close()
+    finally:
+        mount.unmount()
+    env = lmdb.open(str(tmp_path / "backing" / "db"), readonly=True, lock=False)
+    try:
+        with env.begin() as t:
+            return [bytes(k) for k, _ in t.cursor()]
+    finally:
+        env.close()
+
+
+def test_a_commit_is_not_undone_by_a_reader_of_its_pages_in_flight(tmp_path: Path) -> None:
+    """The durable loss of round 361, deterministically, no cut needed: on the mount as it
+    was, the kernel dropped the file's pages at the reader's open (and at attribute
+    refreshes: LMDB's copy fstat()s the file), the reader faulted B's root page back in
+    from the daemon before B's write reached it, and the page stayed stale; the next writer
+    built on that older root, so B's acknowledged commit (and the two before it) vanished
+    from a store that verifies clean. The mount now keeps the page cache: nothing is lost."""
+    keys = _commit_with_a_reader_in_flight(tmp_path, ())
+    assert keys == [b"after", *(b"k%d" % i for i in range(6)), b"last"]
+
+
+def test_the_old_mount_undoes_a_commit(tmp_path: Path) -> None:
+    """The same on the mount as it was (``--incoherent``): B's commit is gone (so the test
+    above can fail; it did before the fix), and the store is an older, consistent one."""
+    keys = _commit_with_a_reader_in_flight(tmp_path, ("--incoherent",))
+    assert b"last" not in keys and b"after" in keys and b"k0" in keys, keys
