@@ -211,7 +211,7 @@ def _stale_after_write_in_flight(tmp_path: Path, fs_args: tuple[str, ...], trigg
             time.sleep(0.5)  # the write is now held in the daemon
             if trigger == "open":  # another process opening the file (LMDB's workers do)
                 os.close(os.open(f, os.O_RDONLY))
-            else:  # an attribute refresh (LMDB's copy fstat()s the file)
+            else:  # an attribute refresh (a stat or fstat after the attributes expired)
                 os.stat(f)
             during = m[:4]  # faulted in while the write is in flight
             assert w.wait(timeout=30) == 0
@@ -271,8 +271,10 @@ def _main_root(path: Path) -> int:
 
 def _commit_with_a_reader_in_flight(tmp_path: Path, fs_args: tuple[str, ...]) -> list[bytes]:
     """Process B commits "last" while its root page is held in the daemon; meanwhile another
-    process opens the file and reads that (free) page, as LMDB's copy (``Store.backup``)
-    does with every page once it lets writers go; then that process commits. The keys left."""
+    process opens the file and reads that (free) page — as a worker starting does: LMDB
+    reads its meta pages with ``pread`` and the kernel reads the file's next pages ahead
+    (``tools/powerloss_coherence.py`` loses events that way) — then that process commits.
+    The keys left."""
     import subprocess
     import time
 
@@ -320,10 +322,10 @@ def _commit_with_a_reader_in_flight(tmp_path: Path, fs_args: tuple[str, ...]) ->
 def test_a_commit_is_not_undone_by_a_reader_of_its_pages_in_flight(tmp_path: Path) -> None:
     """The durable loss of round 361, deterministically, no cut needed: on the mount as it
     was, the kernel dropped the file's pages at the reader's open (and at attribute
-    refreshes: LMDB's copy fstat()s the file), the reader faulted B's root page back in
-    from the daemon before B's write reached it, and the page stayed stale; the next writer
-    built on that older root, so B's acknowledged commit (and the two before it) vanished
-    from a store that verifies clean. The mount now keeps the page cache: nothing is lost."""
+    refreshes that saw a new mtime), the reader faulted B's root page back in from the
+    daemon before B's write reached it, and the page stayed stale; the next writer built on
+    that older root, so B's acknowledged commit (and the two before it) vanished from an
+    older, consistent store. The mount now keeps the page cache: nothing is lost."""
     keys = _commit_with_a_reader_in_flight(tmp_path, ())
     assert keys == [b"after", *(b"k%d" % i for i in range(6)), b"last"]
 
