@@ -173,3 +173,167 @@ def test_power_cuts_soak(tmp_path: Path) -> None:
     tally = ph.run_soak(str(tmp_path / "pl"), cuts, seed=seed, log=print)
     _report(tally, seed, "power cuts (soak)")
     assert tally.cuts >= cuts
+
+
+_WRITE_IN_FLIGHT = """
+import os, sys
+fd = os.open(sys.argv[1], os.O_RDWR)
+sys.stdin.readline()  # opened before the test's trigger: its open does not refresh the page cache
+os.pwrite(fd, b"B" * 4096, 0)  # a whole page: the kernel does not hold it locked until the reply
+"""
+
+
+def _stale_after_write_in_flight(tmp_path: Path, fs_args: tuple[str, ...], trigger: str) -> bytes:
+    """What a process's map of page 0 shows after another process's full-page write
+    returned, when the file's page cache was dropped while that write was still on its
+    way to the daemon (held there 1.5 s) and the page read back meanwhile."""
+    import mmap
+    import subprocess
+    import time
+
+    (tmp_path / "backing").mkdir()
+    (tmp_path / "backing" / "f").write_bytes(b"A" * 8192)
+    mount = ph.Mount(tmp_path / "backing", tmp_path / "mnt", fs_args=("--delay-write", "0:1.5", *fs_args))
+    try:
+        f = tmp_path / "mnt" / "f"
+        fd = os.open(f, os.O_RDWR)
+        m = mmap.mmap(fd, 8192, prot=mmap.PROT_READ)
+        try:
+            assert m[:4] == b"AAAA"  # page 0 cached
+            w = subprocess.Popen([sys.executable, "-c", _WRITE_IN_FLIGHT, str(f)], stdin=subprocess.PIPE)
+            time.sleep(0.5)
+            if trigger == "stat":  # a new mtime, and the kernel's cached attributes expired (1 s)
+                os.pwrite(fd, b"A", 8191)
+                time.sleep(1.2)
+            assert w.stdin is not None
+            w.stdin.write(b"go\n")
+            w.stdin.flush()
+            time.sleep(0.5)  # the write is now held in the daemon
+            if trigger == "open":  # another process opening the file (LMDB's workers do)
+                os.close(os.open(f, os.O_RDONLY))
+            else:  # an attribute refresh (a stat or fstat after the attributes expired)
+                os.stat(f)
+            during = m[:4]  # faulted in while the write is in flight
+            assert w.wait(timeout=30) == 0
+            after = m[:4]
+            assert (tmp_path / "backing" / "f").read_bytes()[:4] == b"BBBB"
+            return during + after
+        finally:
+            m.close()
+            os.close(fd)
+    finally:
+        mount.unmount()
+
+
+@pytest.mark.parametrize("trigger", ["open", "stat"])
+def test_page_cache_stays_coherent_with_a_write_in_flight(tmp_path: Path, trigger: str) -> None:
+    """The cause of the durable loss of the 2026-11-25 soak (round 361): the mount let the
+    kernel drop a file's cached pages at every open and at every attribute refresh that saw
+    a new mtime. A drop racing another process's full-page write still in flight let a
+    reader fault in the page's old bytes from the daemon, and they stayed cached after the
+    write returned. LMDB reads its tree through that cache: a writer could commit on a
+    stale root page and undo the commit before it. The mount now keeps the cache."""
+    seen = _stale_after_write_in_flight(tmp_path, (), trigger)
+    assert seen[4:] == b"BBBB", f"page 0 stale after the write returned: {seen!r}"
+
+
+@pytest.mark.parametrize("trigger", ["open", "stat"])
+def test_incoherent_mount_shows_the_stale_page(tmp_path: Path, trigger: str) -> None:
+    """The same interleaving on the mount as it was (``--incoherent``): the stale page
+    is there, so the test above can fail (it did before the fix)."""
+    seen = _stale_after_write_in_flight(tmp_path, ("--incoherent",), trigger)
+    assert seen == b"AAAAAAAA", (f"{seen!r}: this kernel kept the page coherent on the old mount too (the race "
+                                 "was seen on Linux 6.18); the control no longer shows it")
+
+
+_COMMITTER = """
+import lmdb, sys
+env = lmdb.open(sys.argv[1], map_size=1 << 20, metasync=True, sync=True, readahead=False)
+for i in range(6):
+    with env.begin(write=True) as t:
+        t.put(b"k%d" % i, b"v" * 100)
+print("ready", flush=True)
+sys.stdin.readline()
+with env.begin(write=True) as t:
+    t.put(b"last", b"v" * 100)
+print("committed", flush=True)
+"""
+
+
+def _main_root(path: Path) -> int:
+    """The main tree's root page in the newer of an LMDB file's two meta pages."""
+    import struct
+
+    raw = path.read_bytes()[:8192]
+    metas = [(struct.unpack_from("<Q", raw, p * 4096 + 16 + 128)[0],  # mm_txnid
+              struct.unpack_from("<Q", raw, p * 4096 + 16 + 112)[0]) for p in (0, 1)]  # mm_dbs[MAIN].md_root
+    return max(metas)[1]
+
+
+def _commit_with_a_reader_in_flight(tmp_path: Path, fs_args: tuple[str, ...]) -> list[bytes]:
+    """Process B commits "last" while its root page is held in the daemon; meanwhile another
+    process opens the file and reads that (free) page — as a worker starting does: LMDB
+    reads its meta pages with ``pread`` and the kernel reads the file's next pages ahead
+    (``tools/powerloss_coherence.py`` loses events that way) — then that process commits.
+    The keys left."""
+    import subprocess
+    import time
+
+    import lmdb
+
+    dry = tmp_path / "dry"  # the same commits off the mount: where the last one puts its root
+    dry.mkdir()
+    p = subprocess.Popen([sys.executable, "-c", _COMMITTER, str(dry)], stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+    out, _ = p.communicate(b"go\n", timeout=60)
+    assert out == b"ready\ncommitted\n"
+    root = _main_root(dry / "data.mdb")
+    mount = ph.Mount(tmp_path / "backing", tmp_path / "mnt", fs_args=("--delay-write", f"{root * 4096}:1.5", *fs_args))
+    try:
+        db = tmp_path / "mnt" / "db"
+        db.mkdir()
+        p = subprocess.Popen([sys.executable, "-c", _COMMITTER, str(db)], stdin=subprocess.PIPE,
+                             stdout=subprocess.PIPE)
+        assert p.stdin is not None and p.stdout is not None
+        assert p.stdout.readline() == b"ready\n"
+        p.stdin.write(b"go\n")
+        p.stdin.flush()
+        time.sleep(0.5)  # B's root page is in flight
+        env = lmdb.open(str(db), map_size=1 << 20, readahead=False)  # an open
+        try:
+            fd = os.open(db / "data.mdb", os.O_RDONLY)
+            os.pread(fd, 4096, root * 4096)  # a reader of free pages
+            os.close(fd)
+            assert p.poll() is None, "the commit was not in flight"
+            assert p.stdout.readline() == b"committed\n"  # B's commit returned: durable
+            assert p.wait(timeout=30) == 0
+            with env.begin(write=True) as t:  # the next writer
+                t.put(b"after", b"v")
+        finally:
+            env.close()
+    finally:
+        mount.unmount()
+    env = lmdb.open(str(tmp_path / "backing" / "db"), readonly=True, lock=False)
+    try:
+        with env.begin() as t:
+            return [bytes(k) for k, _ in t.cursor()]
+    finally:
+        env.close()
+
+
+def test_a_commit_is_not_undone_by_a_reader_of_its_pages_in_flight(tmp_path: Path) -> None:
+    """The durable loss of round 361, deterministically, no cut needed: on the mount as it
+    was, the kernel dropped the file's pages at the reader's open (and at attribute
+    refreshes that saw a new mtime), the reader faulted B's root page back in from the
+    daemon before B's write reached it, and the page stayed stale; the next writer built on
+    that older root, so B's acknowledged commit (and the two before it) vanished from an
+    older, consistent store. The mount now keeps the page cache: nothing is lost."""
+    keys = _commit_with_a_reader_in_flight(tmp_path, ())
+    assert keys == [b"after", *(b"k%d" % i for i in range(6)), b"last"]
+
+
+def test_the_old_mount_undoes_a_commit(tmp_path: Path) -> None:
+    """The same on the mount as it was (``--incoherent``): B's commit is gone (so the test
+    above can fail; it did before the fix), and the store is an older, consistent one."""
+    keys = _commit_with_a_reader_in_flight(tmp_path, ("--incoherent",))
+    assert b"last" not in keys and b"after" in keys and b"k0" in keys, (
+        f"{keys!r}: nothing undone on the old mount; this kernel no longer shows the race (seen on Linux 6.18)")

@@ -2,7 +2,7 @@
 
 Run it (root, ``fusermount3`` from Debian's ``fuse3``, ``mfusepy`` from PyPI)::
 
-    python tools/powerloss_fs.py BACKING MOUNT [--freeze-at-op N]
+    python tools/powerloss_fs.py BACKING MOUNT [--freeze-at-op N] [--incoherent] [--delay-write OFF:S]
 
 It mounts ``MOUNT`` as a passthrough of the directory ``BACKING``: every
 operation goes straight to the backing files (so reads, and LMDB's mmap reads
@@ -29,6 +29,21 @@ Commands, one line each on stdin, answered with one JSON line on stdout:
   and the kept pieces written in random order: what a disk that reorders its
   writeback does). The flushed writes are then re-applied in their order.
 
+The kernel's page cache of a file is the truth while mounted: files are opened
+with ``keep_cache`` and the kernel's automatic invalidation (``auto_inval_data``:
+drop a file's cached pages when a refreshed mtime or size differs) is off. Without
+that, every ``open`` and every attribute refresh after a write dropped the file's
+pages, and a drop racing another process's full-page ``write`` still on its way to
+this daemon let a reader fault in the page's old bytes from here — and keep them
+after the write returned. LMDB reads its tree through that cache (its map): a writer
+could then commit on a stale root and silently undo the commit before it
+(``tests/test_powerloss.py::test_page_cache_stays_coherent_with_a_write_in_flight``).
+``--incoherent`` mounts as before, for that test. The daemon is the only other
+writer of the backing files, and only after the freeze, before the unmount.
+
+``--delay-write OFFSET:SECONDS`` (tests) holds every write covering ``OFFSET`` that long
+before the daemon takes it: a write in flight, deterministically.
+
 ``--freeze-at-op N`` freezes by itself when the N-th data operation (write or
 flush, counting from 1) arrives, before carrying it out, and prints
 ``{"auto_frozen_at": N}``: cuts at exact points of a run (between the data flush and
@@ -50,6 +65,7 @@ import random
 import signal
 import sys
 import threading
+import time
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -57,6 +73,9 @@ import mfusepy as fuse
 
 SECTOR = 512
 PAGE = 4096
+# libfuse 3's fuse_common.h
+FUSE_CAP_AUTO_INVAL_DATA = 1 << 12
+FUSE_CAP_EXPLICIT_INVAL_DATA = 1 << 25
 
 
 @dataclass
@@ -76,8 +95,11 @@ class _FileLog:
 class PowerLossFS(fuse.Operations):  # type: ignore[misc]
     use_ns = True
 
-    def __init__(self, root: str, freeze_at_op: int | None = None) -> None:
+    def __init__(self, root: str, freeze_at_op: int | None = None, *, coherent: bool = True,
+                 delay_write: tuple[int, float] | None = None) -> None:
         self.root = os.path.realpath(root)
+        self.coherent = coherent
+        self.delay_write = delay_write
         self._mu = threading.RLock()
         self.logs: dict[str, _FileLog] = {}
         self.handles: dict[int, tuple[str, bool]] = {}  # fd -> (path, synchronous)
@@ -174,6 +196,18 @@ class PowerLossFS(fuse.Operations):  # type: ignore[misc]
 
     # ------------------------------------------------------------------ file system
 
+    def init_with_config(self, conn: Any, config: Any) -> None:
+        """Keep the kernel's page cache (see the module's docstring): the pass-through must
+        give LMDB the unified buffer cache it assumes, as a real file system does."""
+        if not self.coherent:
+            return
+        if conn is not None:
+            conn.want &= ~FUSE_CAP_AUTO_INVAL_DATA
+            if conn.capable & FUSE_CAP_EXPLICIT_INVAL_DATA:  # nor on a size change
+                conn.want |= FUSE_CAP_EXPLICIT_INVAL_DATA
+        if config is not None:
+            config.kernel_cache = 1  # keep_cache at every open
+
     def getattr(self, path: str, fh: int | None = None) -> dict[str, Any]:
         self._check()
         st = os.lstat(self._full(path))
@@ -269,6 +303,8 @@ class PowerLossFS(fuse.Operations):  # type: ignore[misc]
         return os.pread(fh, size, offset)
 
     def write(self, path: str, data: bytes, offset: int, fh: int) -> int:
+        if self.delay_write is not None and offset <= self.delay_write[0] < offset + len(data):
+            time.sleep(self.delay_write[1])  # outside the lock: reads go on meanwhile
         with self._mu:
             self._data_op()
             name, synchronous = self.handles.get(fh, (path, False))
@@ -346,9 +382,15 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("backing")
     ap.add_argument("mount")
     ap.add_argument("--freeze-at-op", type=int, default=None)
+    ap.add_argument("--incoherent", action="store_true", help="the kernel drops cached pages as before (tests)")
+    ap.add_argument("--delay-write", default=None, metavar="OFFSET:SECONDS")
     args = ap.parse_args(argv)
+    delay = None
+    if args.delay_write:
+        off, secs = args.delay_write.split(":")
+        delay = (int(off), float(secs))
     faulthandler.register(signal.SIGUSR1, all_threads=True)  # a hung harness asks for the stacks
-    fs = PowerLossFS(args.backing, args.freeze_at_op)
+    fs = PowerLossFS(args.backing, args.freeze_at_op, coherent=not args.incoherent, delay_write=delay)
     threading.Thread(target=_control, args=(fs,), daemon=True).start()
     fuse.FUSE(fs, args.mount, foreground=True, nothreads=False, default_permissions=True)
 

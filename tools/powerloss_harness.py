@@ -226,13 +226,15 @@ def worker(store_dir: str, wid: int, threads: int, seed: int, durability: str, s
 class Mount:
     """tools/powerloss_fs.py mounted at ``mnt`` over ``backing``."""
 
-    def __init__(self, backing: Path, mnt: Path, freeze_at_op: int | None = None) -> None:
+    def __init__(self, backing: Path, mnt: Path, freeze_at_op: int | None = None,
+                 fs_args: tuple[str, ...] = ()) -> None:
         self.backing, self.mnt = backing, mnt
         backing.mkdir(parents=True, exist_ok=True)
         mnt.mkdir(parents=True, exist_ok=True)
         cmd = [sys.executable, str(FS), str(backing), str(mnt)]
         if freeze_at_op is not None:
             cmd += ["--freeze-at-op", str(freeze_at_op)]
+        cmd += fs_args  # tests: --incoherent, --delay-write
         self.err = open(mnt.parent / (mnt.name + ".fs.log"), "ab")  # noqa: SIM115
         self.proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.err)
         self.replies: queue.Queue[dict[str, Any]] = queue.Queue()
