@@ -104,7 +104,7 @@ from tplog import (  # noqa: E402
     UserTurnSubmitted,
     to_builtins,
 )
-from tplog.backends.lmdb.chunks import EventRows  # noqa: E402
+from tplog.backends.lmdb.chunks import CHUNK_BYTES, EventRows  # noqa: E402
 from tplog.backends.lmdb.keys import TKEY_SIZE, from_u64, tkey, u64  # noqa: E402
 from tplog.codec import F_BLOB, Limits, stored_body  # noqa: E402
 from tplog.store import ThreadHead  # noqa: E402
@@ -403,7 +403,7 @@ def check_structure(store: Store) -> tuple[list[str], dict[str, Any]]:
         chunked: set[bytes] = set()
         for k, v in txn.range("events"):
             row_bytes[bytes(k[:TKEY_SIZE])] += len(v)
-            if v[:1] == b"\x04":
+            if v[:1] in CHUNK_BYTES:
                 chunked.add(bytes(k[:TKEY_SIZE]))
         glob = [(from_u64(k), bytes(v)) for k, v in txn.range("global")]
         eids = {bytes(k): bytes(v) for k, v in txn.range("eventids")}
