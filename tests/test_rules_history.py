@@ -1,0 +1,244 @@
+"""The history rules' values and fast paths (tplog.protocol.rules), each seen through appends.
+
+A head written without the rules' values (``check_rules=False``, or a store older than them)
+gets them folded from the log at the next checked append (``rules_from_log``): where the last
+turn ended, for every kind of last turn, and the open turn's start. The tool-call check answers
+the common cases from the ``state`` projection's row and folds the thread only for the rare ones
+(an answer to a call of a turn interrupted in the same append); both must give validate's answer.
+Written to kill the surviving mutants of tests/MUTANTS.md (tplog/protocol/rules.py).
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+from test_rules import T0, _agent_turn, _new_thread_events, _user_answer, ts
+from test_validate import A1
+
+import tplog.backends.contract as contract
+from tplog.errors import InvalidEventError
+from tplog.events import (
+    AgentTurnCompleted,
+    AgentTurnInterrupted,
+    AgentTurnStarted,
+    Event,
+    LinkAdded,
+    MessageRecorded,
+    UserTurnSubmitted,
+)
+from tplog.protocol import model as m
+from tplog.protocol.validate import validate
+from tplog.store import Store
+
+
+def _response(at: int, *parts: m.MessagePart) -> MessageRecorded:
+    return MessageRecorded(message=m.ResponseMessage(timestamp=ts(at), agent_id=A1, parts=list(parts)))
+
+
+def _request(at: int, *parts: m.MessagePart) -> MessageRecorded:
+    return MessageRecorded(message=m.RequestMessage(timestamp=ts(at), agent_id=A1, parts=list(parts)))
+
+
+def _call(cid: str) -> m.ToolCallPart:
+    return m.ToolCallPart(tool_name="f", tool_call_id=cid, args={})
+
+
+def _ret(cid: str) -> m.ToolReturnPart:
+    return m.ToolReturnPart(tool_name="f", tool_call_id=cid, content="r", status="success")
+
+
+def _interrupted(at: int) -> AgentTurnInterrupted:
+    return AgentTurnInterrupted(interruption=m.Interruption(reason="user_cancelled", interrupted_at=ts(at)))
+
+
+def _refused(store: Store, tid: str, events: list[Event]) -> InvalidEventError:
+    version = store.head(tid).version
+    with pytest.raises(InvalidEventError) as exc:
+        store.append(tid, events)
+    assert store.head(tid).version == version  # nothing written
+    return exc.value
+
+
+# --------------------------------------------------------------------------- values folded from the log
+
+# (the thread after its registration, where its last turn ended: a probe turn starting one second
+# earlier is refused, one starting then is accepted)
+LAST_TURNS: dict[str, tuple[list[Event], int]] = {
+    "complete agent turn": (_agent_turn([], [], at=10), 13),  # ends at completed_at, not started_at
+    "interrupted agent turn": (_agent_turn([], [], at=10, end="interrupted"), 13),  # at interrupted_at
+    "user turn after an agent turn": (
+        [*_agent_turn([], [], at=10), UserTurnSubmitted(turn=m.UserTurn(submitted_at=ts(20), parts=[
+            m.UserPromptPart(content="go on")]))], 20),
+    # completed_at that is no timestamp (written unchecked): the turn counts as ending when it started
+    "agent turn whose completed_at does not parse": (
+        [UserTurnSubmitted(turn=m.UserTurn(submitted_at=ts(5), parts=[m.UserPromptPart(content="hi")])),
+         AgentTurnStarted(agent_id=A1, started_at=ts(10)), AgentTurnCompleted(completed_at="soon")], 10),
+}
+
+
+@pytest.mark.parametrize("last", sorted(LAST_TURNS))
+@pytest.mark.parametrize("probe", ["agent", "user"])
+def test_where_the_last_turn_ended_is_folded_from_an_unchecked_log(tmp_path: Path, last: str, probe: str) -> None:
+    events, end = LAST_TURNS[last]
+    tid = str(uuid.uuid4())
+    path = tmp_path / "s"
+    with Store(path, check_rules=False) as raw:
+        raw.append(tid, [*_new_thread_events(tid), *events])
+        assert raw.head(tid).rules == 0  # the rules' values are not kept: the next checked append folds them
+
+    def turn(at: int) -> Event:
+        if probe == "agent":
+            return AgentTurnStarted(agent_id=A1, started_at=ts(at))
+        return UserTurnSubmitted(turn=m.UserTurn(submitted_at=ts(at), parts=[m.UserPromptPart(content="x")]))
+
+    with Store(path) as store:
+        version = store.head(tid).version
+        exc = _refused(store, tid, [turn(end - 1)])
+        where = "$.started_at" if probe == "agent" else "$.turn.submitted_at"
+        assert (exc.rule, exc.thread_id, exc.seq, exc.path) == ("v3.4-turn-overlap", tid, version + 1, where)
+        assert str(exc) == (f"thread {tid}, events[0] (would be seq {version + 1}): the turn starts before the "
+                            f"previous turn ended [v3.4-turn-overlap] (at {where})")
+        store.append(tid, [turn(end)])  # not earlier: accepted
+        assert store.head(tid).rules == 1
+
+
+def test_the_open_turn_is_folded_from_an_unchecked_log(tmp_path: Path) -> None:
+    tid = str(uuid.uuid4())
+    path = tmp_path / "s"
+    with Store(path, check_rules=False) as raw:
+        raw.append(tid, [*_new_thread_events(tid), *_agent_turn([], [], at=2),
+                         AgentTurnStarted(agent_id=A1, started_at=ts(10)), _response(12, m.TextPart(content="a"))])
+    with Store(path) as store:
+        exc = _refused(store, tid, [AgentTurnCompleted(completed_at=ts(9))])
+        assert (exc.rule, exc.seq, exc.path) == ("v3.4-turn-interval", 7, "$.completed_at")
+        exc = _refused(store, tid, [_interrupted(9)])
+        assert (exc.rule, exc.seq, exc.path) == ("v3.4-turn-interval", 7, "$.interruption.interrupted_at")
+        exc = _refused(store, tid, [_response(11, m.TextPart(content="b"))])
+        assert (exc.rule, exc.seq, exc.path) == ("v3.5-message-order", 7, "$.message.timestamp")
+        store.append(tid, [AgentTurnCompleted(completed_at=ts(10))])  # at its start: not before it
+        assert validate(store.export(tid)).ok
+
+
+def test_a_thread_with_no_turn_gets_no_turn_values(tmp_path: Path) -> None:
+    tid = str(uuid.uuid4())
+    path = tmp_path / "s"
+    with Store(path, check_rules=False) as raw:
+        raw.append(tid, _new_thread_events(tid))
+    with Store(path) as store:
+        store.append(tid, [AgentTurnStarted(agent_id=A1, started_at="2000-01-01T00:00:00Z")])
+        h = store.head(tid)
+        assert (h.rules, h.agents, h.turn_end, h.open_turn_last) == (1, [A1], None, None)
+
+
+# --------------------------------------------------------------------------- tool-call answers: fast and slow paths
+
+
+@pytest.fixture
+def folds(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """How many times an append's tool-call check folded the thread (the slow path): the real
+    fold, counted."""
+    calls: list[int] = []
+    real = contract.exported_calls
+
+    def counted(events: list[Event]) -> set[str]:
+        calls.append(len(events))
+        return real(events)
+
+    monkeypatch.setattr(contract, "exported_calls", counted)
+    return calls
+
+
+def _open_turn(tid: str, store: Store, *messages: Event, start: int = 10) -> None:
+    store.append(tid, [AgentTurnStarted(agent_id=A1, started_at=ts(start)), *messages])
+
+
+# (what is stored after the registration, the append that answers, whether validate's answer is
+# "refused", how many folds the check takes on LMDB and on the memory backend, which keeps no
+# state row: there every answer the append itself cannot tell comes from the fold, the same answers)
+Case = tuple[Callable[[], list[list[Event]]], list[Event], bool, tuple[int, int]]
+ANSWERS: dict[str, Case] = {
+    "call and answer in the same append": (lambda: [], _agent_turn(["c1"], ["c1"], at=10), False, (0, 0)),
+    # the common cases: the state projection's row answers, no fold
+    "second answer in the open turn": (
+        lambda: [[AgentTurnStarted(agent_id=A1, started_at=ts(10)), _response(11, _call("c1")),
+                  _request(12, _ret("c1"))]], [_request(13, _ret("c1"))], False, (0, 1)),
+    "answer after the open turn completes": (
+        lambda: [[AgentTurnStarted(agent_id=A1, started_at=ts(10)), _response(11, _call("c1")),
+                  _request(12, _ret("c1"))]], [AgentTurnCompleted(completed_at=ts(13)), _user_answer("c1", 14)],
+        False, (0, 1)),
+    "deferred call of an earlier turn": (
+        lambda: [_agent_turn(["d1"], [], at=10)], [_user_answer("d1", 20)], False, (0, 1)),
+    "deferred call, answered after an open turn is interrupted": (
+        lambda: [_agent_turn(["d1"], [], at=10), [AgentTurnStarted(agent_id=A1, started_at=ts(20))]],
+        [_interrupted(21), _user_answer("d1", 22)], False, (0, 1)),
+    # the open turn is interrupted in the answering append: only the fold knows which cycles it keeps
+    "answered call of a turn interrupted in the append": (
+        lambda: [[AgentTurnStarted(agent_id=A1, started_at=ts(10)), _response(11, _call("c1")),
+                  _request(12, _ret("c1"))]], [_interrupted(13), _user_answer("c1", 14)], False, (1, 1)),
+    "unanswered call of a turn interrupted in the append": (
+        lambda: [[AgentTurnStarted(agent_id=A1, started_at=ts(10)), _response(11, _call("c1")),
+                  _request(12, _ret("c1")), _response(13, _call("c2")),
+                  _request(14, m.RetryPromptPart(content="later"))]],
+        [_interrupted(15), _user_answer("c2", 16)], True, (1, 1)),
+}
+
+
+@pytest.mark.parametrize("backend", ["lmdb", "memory"])
+@pytest.mark.parametrize("case", sorted(ANSWERS))
+def test_tool_call_answers_take_the_fast_path_unless_a_fold_must_decide(
+        tmp_path: Path, folds: list[int], case: str, backend: str) -> None:
+    stored, append, refused, n_folds = ANSWERS[case]
+    tid = str(uuid.uuid4())
+    with Store("memory:" if backend == "memory" else tmp_path / "s") as store:
+        store.append(tid, _new_thread_events(tid))
+        for batch in stored():
+            store.append(tid, batch)
+        version = store.head(tid).version
+        del folds[:]
+        if refused:
+            exc = _refused(store, tid, append)
+            answer = len(append) - 1  # the answer is the append's last event
+            assert (exc.rule, exc.thread_id, exc.seq, exc.path) == (
+                "v3.2-tool-call-id", tid, version + 1 + answer, "$.turn.parts[0].tool_call_id")
+            assert str(exc) == (f"thread {tid}, events[{answer}] (would be seq {exc.seq}): tool_call_id 'c2' matches "
+                                "no earlier tool-call the thread holds [v3.2-tool-call-id] "
+                                "(at $.turn.parts[0].tool_call_id)")
+        else:
+            store.append(tid, append)
+            assert validate(store.export(tid)).ok
+        assert len(folds) == n_folds[backend == "memory"], folds
+
+
+def test_one_fold_answers_every_answer_of_one_event(tmp_path: Path, folds: list[int]) -> None:
+    tid = str(uuid.uuid4())
+    with Store(tmp_path / "s") as store:
+        store.append(tid, _new_thread_events(tid))
+        _open_turn(tid, store, _response(11, _call("c1"), _call("c2")), _request(12, _ret("c1"), _ret("c2")))
+        del folds[:]
+        store.append(tid, [_interrupted(13), UserTurnSubmitted(turn=m.UserTurn(submitted_at=ts(14), parts=[
+            _ret("c1"), _ret("c2")]))])
+        assert len(folds) == 1
+        del folds[:]
+        # an unknown id after a known one in the same event: refused, with the second part's path
+        _open_turn(tid, store, _response(21, _call("c3")), _request(22, _ret("c3")), start=20)
+        exc = _refused(store, tid, [_interrupted(23), UserTurnSubmitted(turn=m.UserTurn(submitted_at=ts(24), parts=[
+            _ret("c3"), _ret("c9")]))])
+        assert (exc.rule, exc.path) == ("v3.2-tool-call-id", "$.turn.parts[1].tool_call_id")
+        assert len(folds) == 1
+
+
+# --------------------------------------------------------------------------- exact messages
+
+
+def test_a_link_to_a_non_uuid_thread_is_refused_with_the_rule_and_id(store: Store) -> None:
+    tid = str(uuid.uuid4())
+    store.append(tid, _new_thread_events(tid))
+    link: Any = m.ThreadLink(thread_id="parent-7", relation="spawned_from")
+    exc = _refused(store, tid, [LinkAdded(link=link, at=T0)])
+    assert (exc.rule, exc.seq, exc.path) == ("v3.8-link-uuid", 3, "$.link.thread_id")
+    assert str(exc) == (f"thread {tid}, events[0] (would be seq 3): linked thread_id 'parent-7' is not a UUID "
+                        "[v3.8-link-uuid] (at $.link.thread_id)")
