@@ -12,9 +12,10 @@ from typing import Any
 import msgspec
 import pytest
 from conftest import ToyStore as Store
-from conftest import user
+from conftest import agent_start, completed, response, started, user
 from test_rebuild import start
 
+from tplog.backends.lmdb.chunks import CHUNK
 from tplog.backends.lmdb.keys import tkey
 from tplog.verify import verify_store
 
@@ -31,6 +32,8 @@ def test_verify_names_a_fork_whose_parent_no_longer_holds_its_prefix(tmp_path: P
         f = s.fork(parent, 3).thread_id
         s.append(f, [user("mine")])
         g = s.fork(parent, 4).thread_id  # a fork of the whole parent: sound when the parent has 4 seqs
+        gone = s.fork(parent, 4).thread_id
+        s.delete_thread(gone)  # a deleted fork holds only its tombstone: its prefix is not checked
         assert _problems(s, projections=True) == []
         head = s.head(parent)
         tk = tkey(parent)
@@ -60,3 +63,62 @@ def test_verify_counts_threads_events_and_blobs(tmp_path: Path) -> None:
         s.append(b, [start(b), user("x" * 300_000), user("short")])  # the same body: one blob, two refs
         rep = verify_store(s)
         assert (rep.threads, rep.events, rep.blobs, rep.problems, rep.skipped) == (2, 5, 1, [], [])
+
+
+def test_verify_checks_a_fork_inside_a_scope_against_its_parent_in_that_scope(tmp_path: Path) -> None:
+    with Store(tmp_path / "s") as s:
+        view = s.scoped("tenant-a")
+        parent = str(uuid.uuid4())
+        view.append(parent, [start(parent), user("one"), user("two")])
+        f = view.fork(parent, 2).thread_id
+        view.append(f, [user("mine")])
+        assert _problems(s, projections=True) == []
+        head, tk = view.head(parent), tkey(parent, "tenant-a")
+        s.engine.run_write(lambda txn: txn.put("heads", tk, msgspec.msgpack.encode(
+            msgspec.structs.replace(head, version=1))))
+        assert sorted(_problems(s)) == sorted([f"thread {f}: forked from {parent} at seq 2, which it does not hold",
+                                               f"thread {parent}: head version 1 but last seq 3"])
+
+
+def _turn(n: int) -> list[Any]:
+    return [user(f"question {n} " * 40), agent_start(), response(f"answer {n} " * 200), completed()]
+
+
+def test_a_damaged_chunk_is_reported_once_and_the_thread_checked_on(tmp_path: Path) -> None:
+    with Store(tmp_path / "s") as s:
+        s.append("t", [started("t"), *_turn(1)])  # closed turns are stored as chunks: seqs 1..5
+        s.append("t", _turn(2))  # seqs 6..9
+        s.append("t", [user("open")])  # seq 10, a row of its own
+        with s.engine.read() as txn:
+            keys = [bytes(k) for k, v in txn.range("events") if v[0] == CHUNK]
+        assert len(keys) == 2
+
+        def damage(txn: Any) -> None:
+            v = bytearray(txn.get("events", keys[0]))
+            v[len(v) // 2] ^= 0x10
+            txn.put("events", keys[0], bytes(v))
+
+        s.engine.run_write(damage)
+        rep = verify_store(s, projections=False)
+        assert rep.problems == ["stored chunk (events up to seq 5) is truncated or failed its CRC-32 check "
+                                "(thread t, seq 5)"]
+        assert (rep.threads, rep.events) == (1, 5)  # the sound chunk and the row after the damaged one
+
+
+def test_verify_loads_a_dictionary_its_store_had_not_seen_to_check_chunks(tmp_path: Path) -> None:
+    """A Store opened before another trained a dictionary verifies the chunks compressed with it."""
+    path = tmp_path / "s"
+    with Store(path, auto_dictionary=0) as w:
+        for i in range(20):
+            w.append(f"t{i}", [started(f"t{i}"), *_turn(i)])
+    early = Store(path, auto_dictionary=0)
+    try:
+        with Store(path, auto_dictionary=0) as w:
+            assert w.train_dictionary() == 1
+            w.append("z", [started("z"), *_turn(99)])
+        assert not early.codec.has_dictionary(1)
+        rep = verify_store(early)
+        assert (rep.problems, rep.threads, rep.events) == ([], 21, 21 * 5)
+        assert early.codec.has_dictionary(1)
+    finally:
+        early.close()
