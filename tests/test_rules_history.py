@@ -242,3 +242,37 @@ def test_a_link_to_a_non_uuid_thread_is_refused_with_the_rule_and_id(store: Stor
     assert (exc.rule, exc.seq, exc.path) == ("v3.8-link-uuid", 3, "$.link.thread_id")
     assert str(exc) == (f"thread {tid}, events[0] (would be seq 3): linked thread_id 'parent-7' is not a UUID "
                         "[v3.8-link-uuid] (at $.link.thread_id)")
+
+
+# ------------------------------------------------------------- timestamps: to the microsecond, zones apart
+
+
+def test_message_order_compares_to_the_microsecond_and_never_zoned_with_zoneless(store: Store) -> None:
+    """validate orders zoned times among themselves and zoneless ones among themselves, never
+    one against the other; the store's stamps must refuse exactly the same messages."""
+    tid = str(uuid.uuid4())
+    store.append(tid, [*_new_thread_events(tid), AgentTurnStarted(agent_id=A1, started_at="2025-01-20T10:00:00Z")])
+
+    def msg(at: str) -> list[Event]:
+        return [MessageRecorded(message=m.ResponseMessage(timestamp=at, agent_id=A1,
+                                                          parts=[m.TextPart(content=at)]))]
+
+    def refused(at: str) -> None:
+        exc = _refused(store, tid, msg(at))
+        assert (exc.rule, exc.seq, exc.path) == ("v3.5-message-order", store.head(tid).version + 1,
+                                                 "$.message.timestamp")
+        assert str(exc).endswith(f"{at!r} is earlier than the turn's message before it [v3.5-message-order] "
+                                 "(at $.message.timestamp)")
+
+    store.append(tid, msg("2025-01-20T10:00:05.200000Z"))
+    store.append(tid, msg("2025-01-20T10:00:05.500001Z"))  # later by the fraction alone
+    refused("2025-01-20T10:00:05.400000Z")  # an even microsecond count after an odd one
+    store.append(tid, msg("2025-01-20T10:00:05.600000Z"))
+    refused("2025-01-20T10:00:05.500001Z")  # an odd one after an even one
+    store.append(tid, msg("2025-01-20T10:00:04"))  # zoneless: not ordered against the zoned ones
+    refused("2025-01-20T10:00:03.999999")  # ... but against the zoneless one before it
+    store.append(tid, msg("2025-01-20T10:00:04.000001"))
+    store.append(tid, msg("2025-01-20T10:00:01Z"))  # zoned after zoneless: not ordered either
+    store.append(tid, [AgentTurnCompleted(completed_at="2025-01-20T10:00:06Z")])
+    report = validate(store.export(tid))
+    assert report.ok and {f.rule for f in report.warnings} == {"timestamp-timezone"}
