@@ -122,3 +122,31 @@ def test_verify_loads_a_dictionary_its_store_had_not_seen_to_check_chunks(tmp_pa
         assert early.codec.has_dictionary(1)
     finally:
         early.close()
+
+
+def test_a_body_that_does_not_decode_is_named_as_reads_name_it(tmp_path: Path) -> None:
+    """A body its CRC accepts (rewritten with it) but no decoder does: verify reports it with the
+    thread and seq, in the words a read raises, and checks the event's index entries on."""
+    import zlib
+
+    from tplog.backends.lmdb.keys import event_key
+    from tplog.errors import CorruptionError
+
+    tid = str(uuid.uuid4())
+    with Store(tmp_path / "s") as s:
+        s.append(tid, [start(tid), user("one"), user("two")])
+        key = event_key(tkey(tid), 2)
+
+        def garble(txn: Any) -> None:
+            v = bytes(txn.get("events", key))
+            assert v[0] == 3 and v[1] == 0  # format 3, stored raw
+            end = 12 + int.from_bytes(v[10:12], "big")
+            body = b"\xc1" + v[end + 1:-4]  # 0xc1: a byte msgpack never uses
+            txn.put("events", key, v[:end] + body + zlib.crc32(key, zlib.crc32(body)).to_bytes(4, "big"))
+
+        s.engine.run_write(garble)
+        with pytest.raises(CorruptionError) as exc:
+            s.read(tid)
+        assert str(exc.value).endswith(f"(thread {tid}, seq 2)")
+        rep = verify_store(s, projections=False)
+        assert (rep.problems, rep.events) == ([str(exc.value)], 3)
