@@ -5,6 +5,7 @@ Written to kill the surviving mutants of tests/MUTANTS.md (tplog/backends/lmdb/v
 
 from __future__ import annotations
 
+import os
 import uuid
 from pathlib import Path
 from typing import Any
@@ -150,3 +151,68 @@ def test_a_body_that_does_not_decode_is_named_as_reads_name_it(tmp_path: Path) -
         assert str(exc.value).endswith(f"(thread {tid}, seq 2)")
         rep = verify_store(s, projections=False)
         assert (rep.problems, rep.events) == ([str(exc.value)], 3)
+
+
+def test_two_events_at_one_position_are_out_of_order(tmp_path: Path) -> None:
+    from tplog.backends.lmdb.keys import event_key, u64
+
+    tid = str(uuid.uuid4())
+    with Store(tmp_path / "s") as s:
+        s.append(tid, [start(tid), user("one"), user("two")])
+        eid = s.read(tid)[2].event_id
+        k3 = event_key(tkey(tid), 3)
+        s.engine.run_write(lambda txn: txn.put("eventids", eid.encode(), k3 + u64(2)))  # seq 3 claims position 2
+        assert _problems(s) == [f"thread {tid}, seq 3: global position 2 does not name it",
+                                f"thread {tid}, seq 3: position 2 not after 2"]
+
+
+def test_a_blob_nothing_references_and_a_blob_after_a_deletion(tmp_path: Path) -> None:
+    a, b = str(uuid.uuid4()), str(uuid.uuid4())
+    with Store(tmp_path / "s") as s:
+        s.append(a, [start(a), user("x" * 300_000)])
+        s.append(b, [start(b), user("y" * 300_000)])
+        s.delete_thread(a)  # its blob goes with its last reference
+        rep = verify_store(s)
+        assert (rep.problems, rep.blobs) == ([], 1)
+        with s.engine.read() as txn:
+            [(sha, blob)] = [(bytes(k), bytes(v)) for k, v in txn.range("blobs")]
+        orphan = b"\x01" * len(sha)
+        s.engine.run_write(lambda txn: txn.put("blobs", orphan, blob))  # refcount 1, no event refers to it
+        assert _problems(s) == [f"blob {orphan.hex()}: refcount 1, referenced 0"]
+
+
+def test_every_stale_projection_is_named(tmp_path: Path) -> None:
+    from tplog.backends.lmdb import projections as proj
+
+    tid = str(uuid.uuid4())
+    with Store(tmp_path / "s") as s:
+        s.append(tid, [start(tid), user("one")])
+
+        def stale(txn: Any) -> None:
+            for name in ("links", "state"):
+                proj.write_info(txn, name, proj.ProjectionInfo(proj.VERSIONS[name], 1, "stale"))
+
+        s.engine.run_write(stale)
+        assert _problems(s, projections=True) == [
+            f"projection {n!r} is stale: run `tplog rebuild {s.path} --projection {n}`" for n in ("links", "state")]
+
+
+def test_verify_in_the_middle_of_a_rebuild_skips_that_projection_and_says_why(tmp_path: Path) -> None:
+    from test_rebuild import populate
+
+    from tplog.backends.lmdb import projections as proj
+
+    with Store(tmp_path / "s") as s:
+        populate(s, 12)
+        seen: list[Any] = []
+
+        def progress(done: int, total: int) -> None:
+            if not seen:
+                seen.append(verify_store(s))
+
+        proj.rebuild(s.engine, s.codec, ["links"], chunk=7, progress=progress)
+        rep = seen[0]
+        assert rep.problems == [] and len(rep.skipped) == 1
+        assert rep.skipped[0].startswith("projection 'links' not compared with a rebuild: a rebuild of projection "
+                                         f"'links' is already running (process {os.getpid()}, started ")
+        assert verify_store(s).skipped == []
