@@ -28,6 +28,8 @@ from tplog.events import (
     Event,
     LinkAdded,
     MessageRecorded,
+    ThreadInfoChanged,
+    ThreadStarted,
     UserTurnSubmitted,
 )
 from tplog.protocol import model as m
@@ -276,3 +278,59 @@ def test_message_order_compares_to_the_microsecond_and_never_zoned_with_zoneless
     store.append(tid, [AgentTurnCompleted(completed_at="2025-01-20T10:00:06Z")])
     report = validate(store.export(tid))
     assert report.ok and {f.rule for f in report.warnings} == {"timestamp-timezone"}
+
+
+# --------------------------------------------------------------------------- per-event rules of every event kind
+
+_OK = "2025-01-20T10:00:00Z"
+_LINKED = str(uuid.uuid4())
+
+
+def _first(tid: str, **fields: Any) -> list[Event]:
+    return [ThreadStarted(thread_id=tid, created_at=_OK, **fields)]
+
+
+# (events appended to a new thread (None: after its start and registration, at seq 3), the rule, the path)
+PER_EVENT: dict[str, tuple[Callable[[str], list[Event]], str, str]] = {
+    "ThreadStarted updated_at": (lambda t: _first(t, updated_at="later"), "v3.1-timestamp", "$.updated_at"),
+    "ThreadStarted's second link": (lambda t: _first(t, relationships=m.ThreadRelationships(links=[
+        m.ThreadLink(thread_id=_LINKED, relation="referenced"), m.ThreadLink(thread_id="p", relation="spawned_from")])),
+        "v3.8-link-uuid", "$.relationships.links[1].thread_id"),
+    "AgentTurnStarted started_at": (lambda t: [AgentTurnStarted(agent_id=A1, started_at="x")], "v3.1-timestamp",
+                                    "$.started_at"),
+    "ThreadInfoChanged updated_at": (lambda t: [ThreadInfoChanged(title="t", updated_at="x")], "v3.1-timestamp",
+                                     "$.updated_at"),
+    "LinkAdded at": (lambda t: [LinkAdded(link=m.ThreadLink(thread_id=_LINKED, relation="referenced"), at="x")],
+                     "v3.1-timestamp", "$.at"),
+    "a user turn's tool-return status": (lambda t: [UserTurnSubmitted(turn=m.UserTurn(submitted_at=_OK, parts=[
+        m.ToolReturnPart(tool_name="f", tool_call_id="c1", content="r", status="ok")]))],
+        "v3-tool-return-status", "$.turn.parts[0].status"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(PER_EVENT))
+def test_each_event_kind_is_checked_with_its_own_paths(store: Store, case: str) -> None:
+    make, rule, path = PER_EVENT[case]
+    tid = str(uuid.uuid4())
+    events = make(tid)
+    if not isinstance(events[0], ThreadStarted):
+        store.append(tid, _new_thread_events(tid))
+    seq = store.head(tid).version + 1 if store.exists(tid) else 1
+    with pytest.raises(InvalidEventError) as exc:
+        store.append(tid, events)
+    assert (exc.value.rule, exc.value.thread_id, exc.value.seq, exc.value.path) == (rule, tid, seq, path)
+    assert str(exc.value).startswith(f"thread {tid}, events[0] (would be seq {seq}): ")
+    assert str(exc.value).endswith(f"[{rule}] (at {path})")
+
+
+def test_a_call_and_its_answer_in_one_message_with_a_custom_uri_scheme(store: Store) -> None:
+    """Accepted with warnings only (validate agrees): the per-event check keeps what it needs for
+    the answer's call and the scheme."""
+    tid = str(uuid.uuid4())
+    store.append(tid, [*_new_thread_events(tid), AgentTurnStarted(agent_id=A1, started_at=ts(1)),
+                       _response(2, _call("c1"), m.ToolReturnPart(tool_name="f", tool_call_id="c1", content="r",
+                                                                  status="success",
+                                                                  content_ref=m.ContentRef(uri="custom:thing"))),
+                       AgentTurnCompleted(completed_at=ts(3))])
+    report = validate(store.export(tid))
+    assert report.ok and [f.rule for f in report.warnings] == ["v3.7-content-ref-scheme"]
