@@ -22,6 +22,7 @@ from test_validate import A1
 import tplog.backends.contract as contract
 from tplog.errors import InvalidEventError
 from tplog.events import (
+    AgentRegistered,
     AgentTurnCompleted,
     AgentTurnInterrupted,
     AgentTurnStarted,
@@ -164,6 +165,9 @@ def _open_turn(tid: str, store: Store, *messages: Event, start: int = 10) -> Non
 Case = tuple[Callable[[], list[list[Event]]], list[Event], bool, tuple[int, int]]
 ANSWERS: dict[str, Case] = {
     "call and answer in the same append": (lambda: [], _agent_turn(["c1"], ["c1"], at=10), False, (0, 0)),
+    "deferred calls of two turns of the append": (
+        lambda: [], [*_agent_turn(["d1"], [], at=10), *_agent_turn(["d2"], [], at=20), _user_answer("d1", 30)],
+        False, (0, 0)),
     # the common cases: the state projection's row answers, no fold
     "second answer in the open turn": (
         lambda: [[AgentTurnStarted(agent_id=A1, started_at=ts(10)), _response(11, _call("c1")),
@@ -334,3 +338,31 @@ def test_a_call_and_its_answer_in_one_message_with_a_custom_uri_scheme(store: St
                        AgentTurnCompleted(completed_at=ts(3))])
     report = validate(store.export(tid))
     assert report.ok and [f.rule for f in report.warnings] == ["v3.7-content-ref-scheme"]
+
+
+def test_the_history_rules_name_the_event_and_say_what_is_wrong(store: Store) -> None:
+    tid = str(uuid.uuid4())
+    store.append(tid, [ThreadStarted(thread_id=tid, created_at=T0)])
+
+    def refused(events: list[Event], i: int, message: str, rule: str, path: str) -> None:
+        exc = _refused(store, tid, events)
+        seq = store.head(tid).version + 1 + i
+        assert (exc.rule, exc.seq, exc.path) == (rule, seq, path)
+        assert str(exc) == f"thread {tid}, events[{i}] (would be seq {seq}): {message} [{rule}] (at {path})"
+
+    start = AgentTurnStarted(agent_id=A1, started_at=ts(10))
+    refused([ThreadInfoChanged(title="t"), start], 1, f"agent {A1!r} is not in the thread's agent registry "
+            "(registered: none); append AgentRegistered first", "v3.3-agent-ref", "$.agent_id")
+    store.append(tid, [AgentRegistered(agent=m.AgentConfig(agent_id="b", agent_name="b", created_at=T0)),
+                       AgentRegistered(agent=m.AgentConfig(agent_id="a", agent_name="a", created_at=T0))])
+    refused([ThreadInfoChanged(title="t"), start], 1, f"agent {A1!r} is not in the thread's agent registry "
+            "(registered: a, b); append AgentRegistered first", "v3.3-agent-ref", "$.agent_id")
+    store.append(tid, [AgentRegistered(agent=m.AgentConfig(agent_id=A1, agent_name="a1", created_at=T0)), start,
+                       _response(12, m.TextPart(content="x"))])
+    refused([_response(13, m.TextPart(content="y")), _response(11, m.TextPart(content="z"))], 1,
+            f"{ts(11)!r} is earlier than the turn's message before it", "v3.5-message-order", "$.message.timestamp")
+    refused([_response(13, m.TextPart(content="y")), AgentTurnCompleted(completed_at=ts(9))], 1,
+            "the agent turn ends before it started", "v3.4-turn-interval", "$.completed_at")
+    refused([_response(13, _call("c1")), _request(14, _ret("c9"))], 1,
+            "tool_call_id 'c9' matches no earlier tool-call the thread holds", "v3.2-tool-call-id",
+            "$.message.parts[0].tool_call_id")
