@@ -366,3 +366,20 @@ def test_the_history_rules_name_the_event_and_say_what_is_wrong(store: Store) ->
     refused([_response(13, _call("c1")), _request(14, _ret("c9"))], 1,
             "tool_call_id 'c9' matches no earlier tool-call the thread holds", "v3.2-tool-call-id",
             "$.message.parts[0].tool_call_id")
+
+
+@pytest.mark.parametrize("end", ["completed without completed_at", "interrupted"])
+def test_a_turn_without_an_end_time_ends_when_it_started(store: Store, end: str) -> None:
+    """completed_at is optional: such a turn counts as ending at its start, for the store as for
+    validate (the next turn may not start before it)."""
+    from tplog.projections.fold import fold
+
+    tid = str(uuid.uuid4())
+    closing: Event = AgentTurnCompleted() if end != "interrupted" else _interrupted(10)
+    store.append(tid, [*_new_thread_events(tid), AgentTurnStarted(agent_id=A1, started_at=ts(10)), closing])
+    early = AgentTurnStarted(agent_id=A1, started_at=ts(9))
+    exc = _refused(store, tid, [early])
+    assert (exc.rule, exc.seq, exc.path) == ("v3.4-turn-overlap", 5, "$.started_at")
+    doc = fold([*(e.event for e in store.read(tid)), early, AgentTurnCompleted(completed_at=ts(9))]).thread
+    assert doc is not None and "v3.4-turn-overlap" in {f.rule for f in validate(doc).errors}
+    store.append(tid, [AgentTurnStarted(agent_id=A1, started_at=ts(10))])
