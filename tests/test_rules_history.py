@@ -165,6 +165,9 @@ def _open_turn(tid: str, store: Store, *messages: Event, start: int = 10) -> Non
 Case = tuple[Callable[[], list[list[Event]]], list[Event], bool, tuple[int, int]]
 ANSWERS: dict[str, Case] = {
     "call and answer in the same append": (lambda: [], _agent_turn(["c1"], ["c1"], at=10), False, (0, 0)),
+    "deferred call of an earlier turn of the append, answered in a message": (
+        lambda: [], [*_agent_turn(["d1"], [], at=10), AgentTurnStarted(agent_id=A1, started_at=ts(20)),
+                     _request(21, _ret("d1")), AgentTurnCompleted(completed_at=ts(22))], False, (0, 0)),
     "deferred calls of two turns of the append": (
         lambda: [], [*_agent_turn(["d1"], [], at=10), *_agent_turn(["d2"], [], at=20), _user_answer("d1", 30)],
         False, (0, 0)),
