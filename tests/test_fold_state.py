@@ -1,6 +1,7 @@
 """The id-only state fold (tplog.projections.fold.step) fed from stored headers: a rebuild of the
 ``state`` projection folds an interrupted turn from its header's facts, as the live fold folded
-the event itself. Written to kill a surviving mutant of tests/MUTANTS.md (projections/fold.py).
+the event itself; ``complete_cycles`` and the document fold field by field. Written to kill
+surviving mutants of tests/MUTANTS.md (projections/fold.py).
 """
 
 from __future__ import annotations
@@ -10,11 +11,13 @@ from pathlib import Path
 from conftest import ToyStore as Store
 from conftest import agent_start, started, user
 
-from tplog.events import AgentTurnInterrupted, MessageRecorded
-from tplog.projections.fold import TurnInterrupt
+from tplog.events import AgentTurnInterrupted, AgentTurnStarted, LinkAdded, MessageRecorded
+from tplog.projections.fold import TurnInterrupt, complete_cycles, fold
 from tplog.protocol import model as m
+from tplog.protocol.model import UNSET
 
 T = "2025-01-20T10:00:05Z"
+S = "2025-01-20T10:00:01Z"
 
 
 def test_a_rebuild_folds_an_interrupted_turn_from_its_header_as_the_live_fold_did(tmp_path: Path) -> None:
@@ -31,3 +34,41 @@ def test_a_rebuild_folds_an_interrupted_turn_from_its_header_as_the_live_fold_di
         s.rebuild()
         assert s.interrupts("t") == live
         assert [c.tool_call_id for c in s.pending("t").abandoned] == ["c1"]
+
+
+# --------------------------------------------------------------------------- the document fold, field by field
+
+
+def _resp(*parts: m.MessagePart) -> m.ResponseMessage:
+    return m.ResponseMessage(timestamp=T, agent_id="a1", parts=list(parts))
+
+
+def _req(*parts: m.MessagePart) -> m.RequestMessage:
+    return m.RequestMessage(timestamp=T, agent_id="a1", parts=list(parts))
+
+
+def test_complete_cycles_goes_on_past_every_message_it_drops_or_keeps() -> None:
+    call = m.ToolCallPart(tool_name="f", tool_call_id="c1", args={})
+    retry = _req(m.RetryPromptPart(content="again"))
+    late = _req(m.ToolReturnPart(tool_name="f", tool_call_id="c1", content="r", status="success"))
+    text, after = _resp(m.TextPart(content="plain")), _resp(m.TextPart(content="after"))
+    # c1's response is not answered by the next request: it goes, and later the answer alone with it
+    assert complete_cycles([text, _resp(call), retry, late, _resp(), after]) == [text, retry, after]
+
+
+def test_the_fold_keeps_every_field_of_the_thread_and_its_turns() -> None:
+    linked = [m.ThreadLink(thread_id="00000000-0000-4000-8000-000000000001", relation="referenced")]
+    added = m.ThreadLink(thread_id="00000000-0000-4000-8000-000000000002", relation="spawned_from")
+    res = fold([started("t", extra={"x-app": 1}, relationships=m.ThreadRelationships(links=linked)),
+                LinkAdded(link=added), user("go"), AgentTurnStarted(agent_id="a1", started_at=S),
+                AgentTurnInterrupted(interruption=m.Interruption(reason="timeout", interrupted_at=T)),
+                AgentTurnStarted(agent_id="a2", started_at=T, extra={"x-turn": 2})])
+    th = res.thread
+    assert th is not None and res.deleted is False
+    assert (th.extra, th.title, th.metadata) == ({"x-app": 1}, UNSET, UNSET)
+    assert isinstance(th.relationships, m.ThreadRelationships) and th.relationships.links == [*linked, added]
+    turn = th.turns[1]
+    assert isinstance(turn, m.AgentTurn)
+    assert (turn.agent_id, turn.started_at, turn.completion_status) == ("a1", S, "interrupted")
+    assert res.in_progress is not None
+    assert (res.in_progress.agent_id, res.in_progress.extra) == ("a2", {"x-turn": 2})
