@@ -7,13 +7,26 @@ surviving mutants of tests/MUTANTS.md (projections/fold.py).
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
+import msgspec
+import pytest
 from conftest import ToyStore as Store
 from conftest import agent_start, started, user
+from test_validate import A1, A2, T3, base
 
-from tplog.events import AgentTurnInterrupted, AgentTurnStarted, LinkAdded, MessageRecorded
-from tplog.projections.fold import TurnInterrupt, complete_cycles, fold
+from tplog.events import (
+    AgentRegistered,
+    AgentTurnInterrupted,
+    AgentTurnStarted,
+    LinkAdded,
+    MessageRecorded,
+    ThreadInfoChanged,
+    ThreadStarted,
+)
+from tplog.projections.fold import TurnInterrupt, complete_cycles, events_from_thread, fold
 from tplog.protocol import model as m
+from tplog.protocol.json import from_builtins
 from tplog.protocol.model import UNSET
 
 T = "2025-01-20T10:00:05Z"
@@ -72,3 +85,42 @@ def test_the_fold_keeps_every_field_of_the_thread_and_its_turns() -> None:
     assert (turn.agent_id, turn.started_at, turn.completion_status) == ("a1", S, "interrupted")
     assert res.in_progress is not None
     assert (res.in_progress.agent_id, res.in_progress.extra) == ("a2", {"x-turn": 2})
+
+
+def _rich(updated_at: str, relationships: dict[str, Any] | None) -> m.Thread:
+    """test_validate's base document with every field events_from_thread must carry over set."""
+    doc = base()
+    doc.update(updated_at=updated_at, metadata={"k": 1}, **{"x-thread": {"kept": True}})
+    doc["agents"] = {"planner-key": doc["agents"][A1], A2: doc["agents"][A2]}  # a key other than the id
+    if relationships is None:
+        del doc["relationships"]
+    else:
+        doc["relationships"] = relationships
+    agent_turns = [t for t in doc["turns"] if t["turn_type"] == "agent"]
+    for t in agent_turns:
+        t["total_usage"] = {"input_tokens": 3, "output_tokens": 4}
+    agent_turns[0]["x-turn"] = "kept"
+    return from_builtins(doc, m.Thread)
+
+
+@pytest.mark.parametrize(("updated", "relationships"), [
+    ("2025-01-20T11:00:00Z", {"links": [{"thread_id": T3, "relation": "spawned_from"}], "x-rel": 1}),
+    ("2025-01-20T11:00:00Z", {"x-rel": 1}),  # a relationships object without links
+    ("2025-01-20T11:00:00Z", None),
+    (None, {"links": []}),  # updated_at: the last event's time, so no ThreadInfoChanged is needed
+])
+def test_events_from_thread_fold_back_into_the_same_document(updated: str | None,
+                                                             relationships: dict[str, Any] | None) -> None:
+    thread = _rich(updated or "2025-01-20T10:00:00Z", relationships)
+    events = events_from_thread(thread)
+    if updated is None:  # the time the events end at, found by folding them once
+        last = fold(events[:-1] if isinstance(events[-1], ThreadInfoChanged) else events).thread
+        assert last is not None
+        thread = msgspec.structs.replace(thread, updated_at=last.updated_at)
+        events = events_from_thread(thread)
+        assert not any(isinstance(e, ThreadInfoChanged) for e in events)
+    else:
+        assert isinstance(events[-1], ThreadInfoChanged) and events[-1].updated_at == updated
+    assert isinstance(events[0], ThreadStarted) and events[0].version == "0.0.4"
+    assert [e.key for e in events if isinstance(e, AgentRegistered)] == ["planner-key", UNSET]
+    assert fold(events).thread == thread
