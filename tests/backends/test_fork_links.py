@@ -162,3 +162,28 @@ def test_a_fork_inherits_spawn_facts_alone(store: Store) -> None:  # noqa: F811
     assert sorted(store.children(f)) == sorted([spawned, g, c])  # the copy keeps the fork's spawned_from link
     assert store.children(g) == store.children(c) == [spawned]
     assert [r.differences for r in store.rebuild(verify=True)] == [[], []]
+
+
+@pytest.mark.parametrize("at", [1, 6])
+def test_a_fork_named_by_its_parents_spawn_message_is_inherited_at_the_end(store: Store, at: int) -> None:  # noqa: F811
+    """Issue #22's open problem 2: ``c`` is both a fork of ``parent`` and named in the parent's
+    spawn message. A fork of the parent at its end inherits that spawn fact (the children row
+    parent-fork → c), and so does a fork of ``c`` at its end when ``c``'s prefix holds the
+    message (at=6). Before has_spawned, forking at the end looked for a spawn fact among the
+    parent's children that do not link back to it, and ``c`` links back: the row was missed."""
+    parent, c = tid(), tid()
+    store.append(parent, [started(parent), register(), user("spawn?"), agent_start(), spawn_message(c),
+                          completed()])
+    store.fork(parent, at, new_thread_id=c)
+    assert sorted(store.children(parent)) == sorted([c])  # one row: the spawn fact and c's spawned_from link
+    assert store.backend.has_spawned(parent, scope=store.scope)
+    f = store.fork(parent, 6).thread_id
+    fc = copy_by_append(store, f)
+    assert store.children(f) == store.children(fc) == [c]
+    g = store.fork(c, store.head(c).version).thread_id
+    gc = copy_by_append(store, g)
+    assert store.children(g) == store.children(gc) == ([c] if at == 6 else [])
+    assert store.backend.has_spawned(c, scope=store.scope) == (at == 6)
+    assert [r.differences for r in store.rebuild(verify=True)] == [[], []]
+    store.rebuild()
+    assert store.children(f) == [c] and store.children(g) == ([c] if at == 6 else [])
