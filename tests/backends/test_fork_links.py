@@ -7,6 +7,9 @@ events, and verify compares them.
 
 from __future__ import annotations
 
+import os
+import uuid
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -14,6 +17,7 @@ from conftest import agent_start, completed, exchange, link, register, spawn_mes
 from test_lifecycle import copy_by_append, store, tid  # noqa: F401  (the every-backend fixture)
 
 from tplog import Store
+from tplog.errors import RebuildRequiredError
 
 
 def linked_parent(s: Store) -> tuple[str, list[str]]:
@@ -187,3 +191,68 @@ def test_a_fork_named_by_its_parents_spawn_message_is_inherited_at_the_end(store
     assert [r.differences for r in store.rebuild(verify=True)] == [[], []]
     store.rebuild()
     assert store.children(f) == [c] and store.children(g) == ([c] if at == 6 else [])
+
+
+@pytest.mark.parametrize("kind", ["memory", "lmdb", "postgres"])
+def test_forks_written_without_inherited_rows_make_links_stale_until_rebuilt(
+        kind: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    """Issue #22's open problem 1: a store written by the ``lifecycle`` branch (links version 2)
+    holds forks without the rows their prefix gives a copy. Links version 3 makes it report
+    the projection stale (links queries raise, naming the command) instead of answering
+    wrong; ``tplog rebuild --projection links`` (a memory backup: ``rebuild("links")``)
+    derives the rows and the fork is listed as its copy is."""
+    import tplog.fork
+    from tplog.backends.contract import VERSIONS
+    from tplog.cli import main
+
+    schema = f"stale{os.getpid()}_{uuid.uuid4().hex[:8]}"
+    url = {"memory": "memory:", "lmdb": str(tmp_path / "s")}.get(kind) or f"{_pg()}?schema={schema}"
+    try:
+        with monkeypatch.context() as old:  # what the lifecycle branch wrote: version 2, no inherited rows
+            old.setitem(VERSIONS, "links", 2)
+            old.setattr(tplog.fork, "inherited", lambda history, at: [])
+            with Store(url, check_rules=False) as s:
+                parent, targets = linked_parent(s)
+                f = s.fork(parent, 13).thread_id
+                g = s.fork(f, 13).thread_id
+                c, gc = copy_by_append(s, f), copy_by_append(s, g)
+                assert (f, "referenced") not in s.incoming(targets[0]) and (c, "referenced") in s.incoming(targets[0])
+                assert s.projections()["links"]["version"] == 2
+                if kind == "memory":
+                    s.backup(str(tmp_path / "bk"))
+                    url = f"memory:{tmp_path / 'bk'}"
+        with Store(url, check_rules=False) as s:
+            assert s.projections()["links"] == {"code_version": 3, "version": 2, "status": "stale",
+                                                "position": s.projections()["links"]["position"]}
+            with pytest.raises(RebuildRequiredError, match="rebuild"):
+                s.incoming(targets[0])
+            assert any("links" in p for p in s.verify().problems)
+            if kind == "memory":
+                s.rebuild("links")
+            else:
+                assert main(["rebuild", url, "--projection", "links"]) == 0
+                capsys.readouterr()
+                s.close()
+                s = Store(url, check_rules=False)
+            assert s.projections()["links"]["status"] == "live"
+            for t in [*targets, parent]:
+                rows = s.incoming(t)
+                assert sorted(r for src, r in rows if src == f) == sorted(r for src, r in rows if src == c), t
+            same_links(s, [*targets, parent], g, gc)
+            assert set(s.children(f)) - {g, gc} == set(s.children(c))  # g and gc name f as spawned_from
+            assert (f, "referenced") in s.incoming(targets[0])
+            assert s.verify().problems == []
+            assert [r.differences for r in s.rebuild(verify=True)] == [[], []]
+            s.close()
+    finally:
+        if kind == "postgres":
+            import psycopg
+
+            with psycopg.connect(_pg(), autocommit=True) as conn:
+                conn.execute(f"DROP SCHEMA IF EXISTS {schema} CASCADE".encode())
+
+
+def _pg() -> str:
+    from contract_helpers import pg_dsn
+
+    return pg_dsn()

@@ -112,8 +112,10 @@ STATE: Final = "state"
 #: The projections every backend keeps, with their fold code versions. Bump one when
 #: its fold changes meaning: stores built with the old version then report it stale
 #: until ``tplog rebuild``. links 2: the links declared in ``ThreadStarted.relationships``
-#: are indexed, and a deleted thread is nobody's child (version 1 indexed neither).
-VERSIONS: Final = {LINKS: 2, STATE: 2}
+#: are indexed, and a deleted thread is nobody's child (version 1 indexed neither). links 3:
+#: a fork has the rows its prefix gives a copy (:attr:`ForkSeed.inherited`); version 2 stores
+#: written before (the ``lifecycle`` branch's forks) lack them, so they must report stale.
+VERSIONS: Final = {LINKS: 3, STATE: 2}
 PROJECTIONS: Final = tuple(VERSIONS)
 
 

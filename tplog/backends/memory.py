@@ -681,7 +681,9 @@ class MemoryRecorder:
         start, rows = lines[0], lines[-1]
         rec = cls(clock=clock, limits=limits, logs=start.logs)
         rec._last = list(start.last)
-        rec._tracking = {n: (st, v, tuple(pos)) for n, (st, v, pos) in start.tracking.items()}
+        # A projection folded by another version of its code is stale here (as LMDB marks it on open).
+        rec._tracking = {n: ("stale" if v != VERSIONS.get(n) else st, v, tuple(pos))
+                         for n, (st, v, pos) in start.tracking.items()}
         for n, line in enumerate(lines[1:-1], 2):
             if not isinstance(line, _BackupThread):
                 raise InvalidInputError(f"{path}, line {n}: a thread was expected here")
