@@ -202,6 +202,10 @@ def step(s: Store, fam: Family, data: st.DataObject) -> None:
             return
         s.fork(parent, at, new_thread_id=f)
         first = s.read(f, limit=1)[0].event
+        # What fork() declares: spawned_from the parent, then the parent's other declared links.
+        assert [(lk.thread_id, lk.relation) for _, lk in outgoing(1, first)] == [(parent, "spawned_from"), *(
+            (lk.thread_id, lk.relation) for _, lk in outgoing(1, fam.events[parent][0])
+            if lk.relation != "spawned_from")], fam.story()
         fam.events[f] = [first, *fam.events[parent][1:at]]
         fam.boundaries[f] = [b for b in fam.boundaries[parent] if b <= at]
         fam.fork_of[f] = parent
@@ -219,6 +223,7 @@ def step(s: Store, fam: Family, data: st.DataObject) -> None:
         fam.delete(t)
         fam.log.append(f"delete {name(t)}")
     else:
+        check(s, fam)  # so that a rebuild cannot hide a wrong row written before it
         s.rebuild()
         fam.log.append("rebuild")
 
