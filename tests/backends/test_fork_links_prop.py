@@ -237,8 +237,9 @@ def step(s: Store, fam: Family, data: st.DataObject) -> None:
         fam.log.append(f"delete {name(t)}")
     else:
         check(s, fam)  # so that a rebuild cannot hide a wrong row written before it
-        s.rebuild()
-        fam.log.append("rebuild")
+        chunk = data.draw(st.sampled_from([2, 7, 20_000]))  # a fork's start may end a chunk
+        s.rebuild(chunk=chunk)
+        fam.log.append(f"rebuild (chunk {chunk})")
 
 
 def _family(s: Store, data: st.DataObject) -> tuple[Store, Family]:
