@@ -18,6 +18,7 @@ from test_lifecycle import copy_by_append, store, tid  # noqa: F401  (the every-
 
 from tplog import Store
 from tplog.errors import RebuildRequiredError
+from tplog.protocol import model as m
 
 
 def linked_parent(s: Store) -> tuple[str, list[str]]:
@@ -259,3 +260,30 @@ def _pg() -> str:
     from contract_helpers import pg_dsn
 
     return pg_dsn()
+
+
+@pytest.mark.parametrize("link_first", [False, True])
+def test_a_child_named_in_another_case_keeps_its_own_spelling_through_a_rebuild(
+        store: Store, link_first: bool) -> None:  # noqa: F811
+    """Found by the property test (after ``tplog copy`` into LMDB): the parent's spawn fact names
+    the child in upper case, the child links ``spawned_from`` under its own lower-case id. The
+    children row took the latest writer's spelling: log order live, thread-key order in an LMDB
+    rebuild, so ``verify`` reported a difference and a rebuild changed what ``children`` said.
+    The row now keeps the child's own spelling, in whatever order the rows are written."""
+    parent, child = "ffffffff-0000-4000-8000-000000000000", "00000000-0000-4000-8000-00000000000a"
+    own = [started(child, relationships=m.ThreadRelationships(links=[
+        m.ThreadLink(thread_id=parent, relation="spawned_from")]))]
+    spawning = [user("spawn?"), agent_start(), spawn_message(child.upper()), completed()]
+    if link_first:
+        store.append(parent, [started(parent)])
+        store.append(child, own)
+        store.append(parent, spawning)
+    else:
+        store.append(parent, [started(parent), *spawning])
+        store.append(child, own)
+    f = store.fork(parent, store.head(parent).version).thread_id  # inherits the spawn fact: a row spelled upper
+    assert store.children(parent) == [child, f]  # by key: the child's is all zeros
+    assert store.children(f) == [child.upper()]  # no link of the child's own: the spawn fact's spelling
+    assert [r.differences for r in store.rebuild(verify=True)] == [[], []]
+    store.rebuild()
+    assert store.children(parent) == [child, f] and store.children(f) == [child.upper()]

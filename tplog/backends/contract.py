@@ -88,6 +88,7 @@ __all__ = [
     "apply_fork",
     "check_append",
     "check_fork_parent",
+    "child_spelling",
     "inherited",
     "own_seqs",
     "outgoing",
@@ -207,6 +208,22 @@ def inherited(history: Sequence[Any], at: int) -> list[Inherited]:
         if f is not None and f.spawned:
             out.append((seq, None, tuple(f.spawned)))
     return out
+
+
+#: A children row's flags: the child links ``spawned_from`` the parent; the parent's events
+#: name the child in a spawn fact.
+CHILD_LINK: Final = 1
+CHILD_SPAWN: Final = 2
+
+
+def child_spelling(row_id: str | None, row_flags: int, child_id: str, flag: int) -> str:
+    """The child id a children row keeps when a ``flag`` row spelling it ``child_id`` is
+    written over ``(row_id, row_flags)``: the child's own spelling (its ``spawned_from``
+    link's source) once the row has one, else the latest spawn fact's (the parent's events,
+    in seq order). Not simply the latest writer's: live appends write in log order, a
+    rebuild may go thread by thread (LMDB), and a child named in another case than its own
+    would then be spelled differently after a rebuild (and ``verify`` would report it)."""
+    return child_id if row_id is None or flag & CHILD_LINK or not row_flags & CHILD_LINK else row_id
 
 
 def apply_fork(head: ThreadHead, seed: ForkSeed) -> ThreadHead:

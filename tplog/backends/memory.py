@@ -40,6 +40,7 @@ from tplog.backends.contract import (
     apply_fork,
     check_append,
     check_fork_parent,
+    child_spelling,
     inherited,
     outgoing,
     own_seqs,
@@ -303,8 +304,7 @@ class MemoryRecorder:
         if row is None:
             self._children[(parent, child)] = [child_id, flag]
         else:
-            # The row keeps the id of the latest writer, as a key/value upsert would.
-            row[0], row[1] = child_id, row[1] | flag
+            row[0], row[1] = child_spelling(row[0], row[1], child_id, flag), row[1] | flag
 
     def delete_thread(self, thread_id: str, tombstone: Encoded, *, scope: str | None = None) -> Handle[AppendResult]:
         return _done(lambda: self._delete(thread_id, tombstone, scope))

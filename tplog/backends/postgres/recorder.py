@@ -524,7 +524,8 @@ class PostgresRecorder(PgMaintenance):
                 "%s::bytea[], %s::bytea[], %s::text[], %s::int[], %s::int[]) AS x(l, s, p, c, cid, f, cl) "
                 "WHERE x.f & 1 = 1 OR NOT EXISTS (SELECT 1 FROM heads h WHERE h.log_id = x.cl AND h.scope = x.s "
                 "AND h.tk = x.c AND h.deleted) ORDER BY 1, 2, 3, 4 ON CONFLICT (log_id, scope, parent, child) "
-                "DO UPDATE SET child_id = EXCLUDED.child_id, flags = children.flags | EXCLUDED.flags",
+                "DO UPDATE SET child_id = CASE WHEN EXCLUDED.flags & 1 = 1 OR children.flags & 1 = 0 THEN "
+                "EXCLUDED.child_id ELSE children.child_id END, flags = children.flags | EXCLUDED.flags",
                 ([k[0] for k in ck], [k[1] for k in ck], [k[2] for k in ck], [k[3] for k in ck],
                  [b.children[k][0] for k in ck], [b.children[k][1] for k in ck], [b.children[k][2] for k in ck]))
         states = []
