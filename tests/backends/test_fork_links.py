@@ -17,6 +17,7 @@ from conftest import agent_start, completed, exchange, link, register, spawn_mes
 from test_lifecycle import copy_by_append, store, tid  # noqa: F401  (the every-backend fixture)
 
 from tplog import Store
+from tplog.backends.contract import thread_key
 from tplog.errors import RebuildRequiredError
 from tplog.protocol import model as m
 
@@ -287,3 +288,21 @@ def test_a_child_named_in_another_case_keeps_its_own_spelling_through_a_rebuild(
     assert [r.differences for r in store.rebuild(verify=True)] == [[], []]
     store.rebuild()
     assert store.children(parent) == [child, f] and store.children(f) == [child.upper()]
+
+
+def test_link_rows_name_a_source_appended_in_another_case_as_its_head_does(store: Store) -> None:  # noqa: F811
+    """Found by the property test once it appended under either case of an id: the link rows of
+    an append named the source as that append spelled it, a rebuild as the head does (its first
+    spelling), so ``verify`` reported a difference and a rebuild changed ``incoming``/``children``.
+    Rows now name the source as its head does, live and rebuilt (results keep the append's)."""
+    x, t, p = tid(), tid(), tid()
+    store.append(x, [started(x)])
+    store.append(p, [started(p)])
+    store.append(t, [started(t)])
+    assert store.append(t.upper(), [link(x), link(p, "spawned_from")]).thread_id == t.upper()
+    f = store.fork(t.upper(), 3).thread_id  # its inherited rows too
+    want = sorted([(t, "referenced"), (f, "referenced")])
+    assert sorted(store.incoming(x)) == want and store.children(p) == sorted([t, f], key=thread_key)
+    assert [r.differences for r in store.rebuild(verify=True)] == [[], []]
+    store.rebuild()
+    assert sorted(store.incoming(x)) == want and store.children(p) == sorted([t, f], key=thread_key)

@@ -7,9 +7,10 @@ A family is drawn as a sequence of steps over a small pool of thread ids (so ids
 often: a fork named in its parent's spawn messages, links to threads not created yet):
 roots with declared links, whole turns that add links or spawn threads, forks at any turn
 boundary (forks of forks, forks at a parent's end), plain copies, cascading deletes and
-rebuilds. The reference (:class:`Family`) holds each thread's events as a copy would hold
-them; the brute force reads links and spawn facts from those with
-:func:`tplog.backends.contract.outgoing` and :func:`tplog.codec.facts_of`.
+rebuilds; targets named, and threads appended to, under either case of their ids. The
+reference (:class:`Family`) holds each thread's events as a copy would hold them; the brute
+force reads links and spawn facts from those with :func:`tplog.backends.contract.outgoing`
+and :func:`tplog.codec.facts_of`.
 
 Seeded (``derandomize``): the default run checks the same families every time.
 ``TPLOG_FORK_PROP_EXAMPLES=N`` draws more (``--soak`` draws 400).
@@ -198,7 +199,8 @@ def step(s: Store, fam: Family, data: st.DataObject) -> None:
             spawn(s, fam, t, target)
             return
         evs = exchange("q", "a") if what == "exchange" else [link(target, data.draw(st.sampled_from(RELATIONS)))]
-        s.append(t, evs)
+        # Unscoped, a UUID in any case names the same thread: append under either (scoped keys hash the text).
+        s.append(t.upper() if fam.scope is None and data.draw(st.booleans()) else t, evs)
         fam.add(t, evs)
         fam.log.append(f"{what} {name(t)} -> {name(target.lower())}")
     elif op == "fork":

@@ -210,8 +210,9 @@ class MemoryRecorder:
                             last_position=refs[-1][2], event_ids=[e.event_id for e in events], duplicate=True)
 
     def _write(self, tk: bytes, head: ThreadHead, part: ThreadAppend) -> AppendResult:
-        # Link rows and results name the thread as this append spelled it.
-        events, scope, name = part.events, part.scope, part.thread_id
+        # Results name the thread as this append spelled it; link rows as its head does (its first
+        # spelling), which is what a rebuild derives.
+        events, scope, name, own = part.events, part.scope, part.thread_id, head.thread_id
         t = self._threads.get(tk)
         if t is None:
             t = self._threads[tk] = _Thread(head)
@@ -224,12 +225,12 @@ class MemoryRecorder:
             s = self._store_event(t, tk, scope, enc, seq0 + i)
             head.stored_bytes += s.size
             if live_links:
-                self._index_links(tk, name, scope, s)
+                self._index_links(tk, own, scope, s)
             if live_state:
                 feed(self._states.setdefault(tk, ThreadState()), item_of(s.seq, s.kind, s.facts, s.event))
         if live_links and part.fork is not None:  # the prefix's rows, as the facade read them
             for seq, ev, spawned in part.fork.inherited:
-                self._index(tk, name, scope, seq, ev, spawned)
+                self._index(tk, own, scope, seq, ev, spawned)
         if part.fork is not None:
             head = apply_fork(head, part.fork)
         now = self._clock()

@@ -487,12 +487,12 @@ class PostgresRecorder(PgMaintenance):
                 b.blobs[(log, enc.blob[0])] = enc.blob[1]
             b.ids[(log, scope, enc.event_id)] = (tk, seq, log, off)
             if b.live_links:
-                self._index_links(b, log, scope, tk, name, seq, enc.event, enc.facts)
+                self._index_links(b, log, scope, tk, head.thread_id, seq, enc.event, enc.facts)  # as a rebuild
             if t.state is not None:
                 feed(t.state, item_of(seq, enc.kind, enc.facts, enc.event))
         if part.fork is not None:
             if b.live_links:  # the prefix's link rows, as the facade read them
-                index_inherited(b, self._wkey, log, scope, tk, name, part.fork.inherited)
+                index_inherited(b, self._wkey, log, scope, tk, head.thread_id, part.fork.inherited)
             head = apply_fork(head, part.fork)
         now = self._clock()
         if head.created_ns == 0:
