@@ -483,8 +483,8 @@ class Recorder(Protocol):
         after: tuple[str, str] | None = None,
         limit: int | None = None,
     ) -> list[tuple[str, str]]:
-        """``(source_thread_id, relation)`` per link to the thread (a source that
-        added the same link twice is listed twice), ordered by relation (UTF-8
+        """``(source_thread_id, relation)`` per link to the thread (the source id as its
+        head spells it; a source that added the same link twice is listed twice), ordered by relation (UTF-8
         bytes), then source :func:`thread_key`, then the link's seq. ``after`` is
         the last pair of the previous page: the next page starts after every link
         of that pair, and a page never ends between two links of one pair (it
