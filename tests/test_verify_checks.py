@@ -101,8 +101,8 @@ def test_a_damaged_chunk_is_reported_once_and_the_thread_checked_on(tmp_path: Pa
 
         s.engine.run_write(damage)
         rep = verify_store(s, projections=False)
-        assert rep.problems == ["stored chunk (events up to seq 5) is truncated or failed its CRC-32 check "
-                                "(thread t, seq 5)"]
+        assert rep.problems == ["stored chunk (events up to seq 5) is truncated or its index section failed its "
+                                "CRC-32 check (thread t, seq 5)"]  # the byte in the middle is the index section's
         assert (rep.threads, rep.events) == (1, 5)  # the sound chunk and the row after the damaged one
 
 

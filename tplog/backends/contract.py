@@ -88,6 +88,7 @@ __all__ = [
     "apply_fork",
     "check_append",
     "check_fork_parent",
+    "child_spelling",
     "inherited",
     "own_seqs",
     "outgoing",
@@ -112,8 +113,10 @@ STATE: Final = "state"
 #: The projections every backend keeps, with their fold code versions. Bump one when
 #: its fold changes meaning: stores built with the old version then report it stale
 #: until ``tplog rebuild``. links 2: the links declared in ``ThreadStarted.relationships``
-#: are indexed, and a deleted thread is nobody's child (version 1 indexed neither).
-VERSIONS: Final = {LINKS: 2, STATE: 2}
+#: are indexed, and a deleted thread is nobody's child (version 1 indexed neither). links 3:
+#: a fork has the rows its prefix gives a copy (:attr:`ForkSeed.inherited`); version 2 stores
+#: written before (the ``lifecycle`` branch's forks) lack them, so they must report stale.
+VERSIONS: Final = {LINKS: 3, STATE: 2}
 PROJECTIONS: Final = tuple(VERSIONS)
 
 
@@ -205,6 +208,22 @@ def inherited(history: Sequence[Any], at: int) -> list[Inherited]:
         if f is not None and f.spawned:
             out.append((seq, None, tuple(f.spawned)))
     return out
+
+
+#: A children row's flags: the child links ``spawned_from`` the parent; the parent's events
+#: name the child in a spawn fact.
+CHILD_LINK: Final = 1
+CHILD_SPAWN: Final = 2
+
+
+def child_spelling(row_id: str | None, row_flags: int, child_id: str, flag: int) -> str:
+    """The child id a children row keeps when a ``flag`` row spelling it ``child_id`` is
+    written over ``(row_id, row_flags)``: the child's own spelling (its ``spawned_from``
+    link's source) once the row has one, else the latest spawn fact's (the parent's events,
+    in seq order). Not simply the latest writer's: live appends write in log order, a
+    rebuild may go thread by thread (LMDB), and a child named in another case than its own
+    would then be spelled differently after a rebuild (and ``verify`` would report it)."""
+    return child_id if row_id is None or flag & CHILD_LINK or not row_flags & CHILD_LINK else row_id
 
 
 def apply_fork(head: ThreadHead, seed: ForkSeed) -> ThreadHead:
@@ -464,8 +483,8 @@ class Recorder(Protocol):
         after: tuple[str, str] | None = None,
         limit: int | None = None,
     ) -> list[tuple[str, str]]:
-        """``(source_thread_id, relation)`` per link to the thread (a source that
-        added the same link twice is listed twice), ordered by relation (UTF-8
+        """``(source_thread_id, relation)`` per link to the thread (the source id as its
+        head spells it; a source that added the same link twice is listed twice), ordered by relation (UTF-8
         bytes), then source :func:`thread_key`, then the link's seq. ``after`` is
         the last pair of the previous page: the next page starts after every link
         of that pair, and a page never ends between two links of one pair (it

@@ -40,6 +40,7 @@ from tplog.backends.contract import (
     apply_fork,
     check_append,
     check_fork_parent,
+    child_spelling,
     inherited,
     outgoing,
     own_seqs,
@@ -209,8 +210,9 @@ class MemoryRecorder:
                             last_position=refs[-1][2], event_ids=[e.event_id for e in events], duplicate=True)
 
     def _write(self, tk: bytes, head: ThreadHead, part: ThreadAppend) -> AppendResult:
-        # Link rows and results name the thread as this append spelled it.
-        events, scope, name = part.events, part.scope, part.thread_id
+        # Results name the thread as this append spelled it; link rows as its head does (its first
+        # spelling), which is what a rebuild derives.
+        events, scope, name, own = part.events, part.scope, part.thread_id, head.thread_id
         t = self._threads.get(tk)
         if t is None:
             t = self._threads[tk] = _Thread(head)
@@ -223,12 +225,12 @@ class MemoryRecorder:
             s = self._store_event(t, tk, scope, enc, seq0 + i)
             head.stored_bytes += s.size
             if live_links:
-                self._index_links(tk, name, scope, s)
+                self._index_links(tk, own, scope, s)
             if live_state:
                 feed(self._states.setdefault(tk, ThreadState()), item_of(s.seq, s.kind, s.facts, s.event))
         if live_links and part.fork is not None:  # the prefix's rows, as the facade read them
             for seq, ev, spawned in part.fork.inherited:
-                self._index(tk, name, scope, seq, ev, spawned)
+                self._index(tk, own, scope, seq, ev, spawned)
         if part.fork is not None:
             head = apply_fork(head, part.fork)
         now = self._clock()
@@ -303,8 +305,7 @@ class MemoryRecorder:
         if row is None:
             self._children[(parent, child)] = [child_id, flag]
         else:
-            # The row keeps the id of the latest writer, as a key/value upsert would.
-            row[0], row[1] = child_id, row[1] | flag
+            row[0], row[1] = child_spelling(row[0], row[1], child_id, flag), row[1] | flag
 
     def delete_thread(self, thread_id: str, tombstone: Encoded, *, scope: str | None = None) -> Handle[AppendResult]:
         return _done(lambda: self._delete(thread_id, tombstone, scope))
@@ -681,7 +682,9 @@ class MemoryRecorder:
         start, rows = lines[0], lines[-1]
         rec = cls(clock=clock, limits=limits, logs=start.logs)
         rec._last = list(start.last)
-        rec._tracking = {n: (st, v, tuple(pos)) for n, (st, v, pos) in start.tracking.items()}
+        # A projection folded by another version of its code is stale here (as LMDB marks it on open).
+        rec._tracking = {n: ("stale" if v != VERSIONS.get(n) else st, v, tuple(pos))
+                         for n, (st, v, pos) in start.tracking.items()}
         for n, line in enumerate(lines[1:-1], 2):
             if not isinstance(line, _BackupThread):
                 raise InvalidInputError(f"{path}, line {n}: a thread was expected here")

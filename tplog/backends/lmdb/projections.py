@@ -57,7 +57,7 @@ from tplog.backends.contract import PROJECTIONS as PROJECTIONS
 from tplog.backends.contract import STATE as STATE
 from tplog.backends.contract import VERSIONS as VERSIONS
 from tplog.backends.contract import RebuildReport as RebuildReport
-from tplog.backends.contract import ThreadHead
+from tplog.backends.contract import ThreadHead, child_spelling
 from tplog.backends.contract import outgoing as outgoing
 from tplog.backends.lmdb.chunks import CHUNK_BYTES, EventRows, chunk_index, index_rows
 from tplog.backends.lmdb.engine import ReadTxn, WriteTxn
@@ -306,7 +306,10 @@ def drop_child_everywhere(txn: WriteTxn, child_tk: bytes) -> None:
 def _set_child(tables: _Tables, parent_tk: bytes, child_tk: bytes, child_id: str, flag: int) -> None:
     key = parent_tk + child_tk
     old = tables.get("children", key)
-    flags = flag if old is None else (_child_dec.decode(old)[1] | flag)
+    flags = flag
+    if old is not None:
+        was, had = _child_dec.decode(old)
+        child_id, flags = child_spelling(was, had, child_id, flag), had | flag
     tables.put("children", key, _enc.encode((child_id, flags)))
     if flag == C_SPAWN:
         tables.put("proj", SPAWNER_PREFIX + child_tk + parent_tk, b"")

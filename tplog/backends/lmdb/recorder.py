@@ -441,13 +441,14 @@ class LmdbRecorder(LmdbMaintenance):
                 sha, blob = enc.blob
                 old = txn.get("blobs", sha)
                 txn.put("blobs", sha, blob if old is None else blob_with_refcount(old, blob_refcount(old) + 1))
-            if live[0]:
-                proj.apply_links(tables, thread_id, tk, seq, enc.event, enc.facts.spawned if enc.facts else (), scope)
+            if live[0]:  # rows name the thread as its head does (its first spelling), as a rebuild will
+                proj.apply_links(tables, head.thread_id, tk, seq, enc.event, enc.facts.spawned if enc.facts else (),
+                                 scope)
             if state is not None:
                 feed(state, item_of(seq, enc.kind, enc.facts, enc.event))
         if live[0] and req.fork is not None:  # the prefix's link rows, as the facade read them
             for seq, ev, spawned in req.fork.inherited:
-                proj.apply_links(tables, thread_id, tk, seq, ev, spawned, scope)
+                proj.apply_links(tables, head.thread_id, tk, seq, ev, spawned, scope)
         # a closed turn (or a long open one, bodies raw): its events become one chunk value
         if chunks.due([enc.kind for enc in encoded], seq0, head.version, not self.codec.compress_bodies):
             # stored_bytes stays the values' size as appended (here with raw bodies), not the chunks'

@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from typing import Any, Final
 
-from tplog.backends.contract import Inherited, ThreadHead, outgoing
+from tplog.backends.contract import Inherited, ThreadHead, child_spelling, outgoing
 from tplog.projections.fold import ThreadState
 
 __all__ = ["ORD_SHIFT", "Batch", "Thread", "index_inherited", "index_links"]
@@ -80,5 +80,5 @@ def _child(b: Batch, key: tuple[int, str, bytes, bytes], child_id: str, flag: in
     row = b.children.get(key)
     if row is None:
         b.children[key] = [child_id, flag, child_log]
-    else:  # the row keeps the id of the latest writer, as every backend's upsert does
-        row[0], row[1] = child_id, row[1] | flag
+    else:
+        row[0], row[1] = child_spelling(row[0], row[1], child_id, flag), row[1] | flag

@@ -487,12 +487,12 @@ class PostgresRecorder(PgMaintenance):
                 b.blobs[(log, enc.blob[0])] = enc.blob[1]
             b.ids[(log, scope, enc.event_id)] = (tk, seq, log, off)
             if b.live_links:
-                self._index_links(b, log, scope, tk, name, seq, enc.event, enc.facts)
+                self._index_links(b, log, scope, tk, head.thread_id, seq, enc.event, enc.facts)  # as a rebuild
             if t.state is not None:
                 feed(t.state, item_of(seq, enc.kind, enc.facts, enc.event))
         if part.fork is not None:
             if b.live_links:  # the prefix's link rows, as the facade read them
-                index_inherited(b, self._wkey, log, scope, tk, name, part.fork.inherited)
+                index_inherited(b, self._wkey, log, scope, tk, head.thread_id, part.fork.inherited)
             head = apply_fork(head, part.fork)
         now = self._clock()
         if head.created_ns == 0:
@@ -524,7 +524,8 @@ class PostgresRecorder(PgMaintenance):
                 "%s::bytea[], %s::bytea[], %s::text[], %s::int[], %s::int[]) AS x(l, s, p, c, cid, f, cl) "
                 "WHERE x.f & 1 = 1 OR NOT EXISTS (SELECT 1 FROM heads h WHERE h.log_id = x.cl AND h.scope = x.s "
                 "AND h.tk = x.c AND h.deleted) ORDER BY 1, 2, 3, 4 ON CONFLICT (log_id, scope, parent, child) "
-                "DO UPDATE SET child_id = EXCLUDED.child_id, flags = children.flags | EXCLUDED.flags",
+                "DO UPDATE SET child_id = CASE WHEN EXCLUDED.flags & 1 = 1 OR children.flags & 1 = 0 THEN "
+                "EXCLUDED.child_id ELSE children.child_id END, flags = children.flags | EXCLUDED.flags",
                 ([k[0] for k in ck], [k[1] for k in ck], [k[2] for k in ck], [k[3] for k in ck],
                  [b.children[k][0] for k in ck], [b.children[k][1] for k in ck], [b.children[k][2] for k in ck]))
         states = []
