@@ -208,6 +208,18 @@ def _count_ok(key: bytes, first: int, *lists: list[Any]) -> bool:
     return all(len(x) == n for x in lists)
 
 
+def _decode(dec: Any, data: bytes | memoryview, key: bytes, first: int, name: str | None,
+            counted: tuple[int, ...] = (0, 1)) -> Any:
+    """``dec``'s decode of a section, its lists at ``counted`` checked to hold one element per seq."""
+    try:
+        out = dec.decode(data)
+    except _DECODE_ERRORS as exc:
+        raise _undecodable(key, first, name, exc) from exc
+    if not _count_ok(key, first, *(out[i] for i in counted)):
+        raise _undecodable(key, first, name, "wrong number of events")
+    return out
+
+
 def _merged(key: bytes, first: int, name: str | None, slots: list[Any], rest: list[Any],
             empty: Any = None) -> list[Any]:
     """The index section's bodies with each ``empty`` slot filled from the bodies section, in order."""
@@ -243,12 +255,7 @@ def chunk_events(codec: Codec, key: bytes, value: bytes, txn: Any, name: str | N
         first, _, events = _events5(codec, key, value, txn, name, False)
     else:
         first, payload = _payload(codec, key, value, txn, name)
-        try:
-            _, events = _events_only.decode(payload)
-        except _DECODE_ERRORS as exc:
-            raise _undecodable(key, first, name, exc) from exc
-        if not _count_ok(key, first, events):
-            raise _undecodable(key, first, name, "wrong number of events")
+        _, events = _decode(_events_only, payload, key, first, name, (1,))
     return events[after - first + 1:] if after >= first else events
 
 
@@ -260,12 +267,7 @@ def chunk_recorded(codec: Codec, key: bytes, value: bytes, txn: Any,
         assert hs is not None
         return first, hs, events
     first, payload = _payload(codec, key, value, txn, name)
-    try:
-        headers, events = _headers_events.decode(payload)
-    except _DECODE_ERRORS as exc:
-        raise _undecodable(key, first, name, exc) from exc
-    if not _count_ok(key, first, headers, events):
-        raise _undecodable(key, first, name, "wrong number of events")
+    headers, events = _decode(_headers_events, payload, key, first, name)
     return first, headers, events
 
 
@@ -278,12 +280,7 @@ def chunk_index(codec: Codec, key: bytes, value: bytes, txn: Any,
         first, payload, _ = _sections(codec, key, value, txn, name, bodies=False)
     else:
         first, payload = _payload(codec, key, value, txn, name)
-    try:
-        headers, bodies = _headers_raw.decode(payload)
-    except _DECODE_ERRORS as exc:
-        raise _undecodable(key, first, name, exc) from exc
-    if not _count_ok(key, first, headers, bodies):
-        raise _undecodable(key, first, name, "wrong number of events")
+    headers, bodies = _decode(_headers_raw, payload, key, first, name)
     return first, headers, bodies
 
 
@@ -303,12 +300,7 @@ def _raw_rows(codec: Codec, key: bytes, value: bytes, txn: Any,
         return first, headers, _merged(key, first, name, [None if x else b for x, b in zip(nil, slots, strict=True)],
                                        rest)
     first, payload = _payload(codec, key, value, txn, name)
-    try:
-        headers, bodies = _raw_pair.decode(payload)
-    except _DECODE_ERRORS as exc:
-        raise _undecodable(key, first, name, exc) from exc
-    if not _count_ok(key, first, headers, bodies):
-        raise _undecodable(key, first, name, "wrong number of events")
+    headers, bodies = _decode(_raw_pair, payload, key, first, name)
     return first, headers, bodies
 
 
