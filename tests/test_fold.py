@@ -205,6 +205,21 @@ def test_cancel_after_response_whose_tools_never_ran_drops_the_response() -> Non
                    for p in x.parts)
 
 
+def test_unreturned_call_carried_by_a_request_is_dropped_from_an_interrupted_turn() -> None:
+    """Found by test_rules' one-by-one property (CI, 2026-11-27): a request carrying a tool call that
+    nothing returns was kept, so the store accepted a turn whose export failed
+    v4-no-unreturned-tool-call-in-interrupted-turn. It goes as a response's would, with later returns."""
+    q = req(prompt("q"), call("odd"), t=1)
+    late = req(ret("odd"), prompt("more"), t=3)
+    events = [*start_thread(), *agent_turn(q, resp(text("hm"), t=2), late), interrupted()]
+    turn = only_agent_turn(events)
+    assert turn.messages == [req(prompt("q"), t=1), resp(text("hm"), t=2), req(prompt("more"), t=3)]
+    alone = [*start_thread(), *agent_turn(req(prompt("q"), t=1), req(call("x"), t=2)), interrupted()]
+    assert only_agent_turn(alone).messages == [req(prompt("q"), t=1)]
+    answered = [*start_thread(), *agent_turn(req(call("y"), t=1), req(ret("y"), t=2)), interrupted()]
+    assert only_agent_turn(answered).messages == [req(call("y"), t=1), req(ret("y"), t=2)]
+
+
 def test_text_only_response_before_interrupt_is_kept() -> None:
     first = req(prompt("Explain quantum computing"), t=1)
     answer = resp(m.ThinkingPart(content="hmm", provider_name="anthropic"), text("Quantum computing uses..."), t=2)

@@ -122,6 +122,20 @@ def complete_cycles(messages: list[m.Message]) -> list[m.Message]:
                 if not parts:
                     continue
                 msg = msgspec.structs.replace(msg, parts=parts)
+            calls = _tool_call_ids(msg)
+            if calls:  # a call carried by a request (no Pydantic AI shape, but the schema allows it)
+                j = next_of.get(i)
+                nxt = messages[j] if j is not None else None
+                answered = _returned_ids(nxt) if isinstance(nxt, m.RequestMessage) else set()
+                unanswered = set(calls) - answered
+                dropped_calls.difference_update(answered.intersection(calls))  # a re-used id names this kept call
+                if unanswered:  # dropped as a response's would be, and their later returns with them
+                    dropped_calls.update(unanswered)
+                    parts = [p for p in msg.parts
+                             if not (isinstance(p, m.ToolCallPart) and p.tool_call_id in unanswered)]
+                    if not parts:
+                        continue
+                    msg = msgspec.structs.replace(msg, parts=parts)
             out.append(msg)
             continue
         if not msg.parts:
