@@ -211,3 +211,49 @@ def test_rebuild_in_chunks_of_any_size_splits_chunk_rows_exactly(tmp_path: Path,
         assert all(r.events == 3 * 11 for r in reports)
         s.rebuild(chunk=size)
         assert {t: (s.pending(t), s.interrupts(t), s.links(t)) for t in want} == want
+
+
+def test_a_dictionary_trained_while_a_chunk_is_encoded_compresses_both_sections_with_one() -> None:
+    """Found by the pipelined power-cut test in CI's lowest-dependency run (2026-11-27): the two
+    sections were packed with the codec's current dictionary read twice, so a dictionary trained in
+    another thread between them (the store's auto-training, or a worker's train_dictionary)
+    compressed the bodies with a dictionary the header did not name: ``Dictionary mismatch`` on
+    every read of that chunk. The trainer is made to finish exactly between the two packs here."""
+    import random
+
+    from tplog.backends.lmdb.chunks import encode_chunk
+    from tplog.codec import header_end
+
+    rng = random.Random(5)
+    words = ["weather", "tool", "call", "paris", "berlin", "sunny", "rain", "answer", "question", "agent"]
+
+    def sample(i: int) -> bytes:
+        return _enc.encode({"text": " ".join(rng.choice(words) for _ in range(40)), "n": i})
+
+    first_dict = Codec.train([sample(i) for i in range(600)], 4096)
+    second_dict = Codec.train([sample(i) + b"other" for i in range(600)], 4096)
+    codec = Codec()
+    codec.add_dictionary(1, first_dict)
+    events = [started("t"), user("q " * 200), agent_start(), response("answer " * 300), completed()]
+    values = [codec.encode(e, f"id{i}", 1).finish(b"k" * 24) for i, e in enumerate(events)]
+    headers: list[bytes | memoryview] = [v[12:header_end(v)] for v in values]  # what a format-3 value holds
+    bodies: list[bytes | memoryview] = [codec.encode_body(e) for e in events]
+    real_pack = codec.pack
+    ids: list[int] = []
+
+    def pack(data: bytes, dict_id: int | None = None) -> tuple[int, int, bytes]:
+        out = real_pack(data) if dict_id is None else real_pack(data, dict_id)
+        if not ids:
+            codec.add_dictionary(2, second_dict)  # the trainer thread commits its dictionary now
+        ids.append(out[1])
+        return out
+
+    codec.pack = pack  # type: ignore[method-assign]
+    key = b"\x00" * 16 + len(events).to_bytes(8, "big")
+    value = encode_chunk(codec, key, 1, headers, bodies)
+    assert ids == [1, 1]  # both sections with the dictionary current when the chunk began
+    reader = Codec()
+    reader.add_dictionary(1, first_dict)
+    reader.add_dictionary(2, second_dict)
+    assert value[1] == 3  # both sections compressed
+    assert chunk_events(reader, key, value, None, "t") == events

@@ -563,13 +563,16 @@ class Codec:
             return self.unpack(dict_id, stored, txn, where=where)
         return stored  # type: ignore[no-any-return]
 
-    def pack(self, data: bytes) -> tuple[int, int, bytes]:
-        """(flags, dict id, stored) for ``data`` as a body is packed: compressed with the
-        current dictionary when it is long enough and shrinks, else as it is."""
+    def pack(self, data: bytes, dict_id: int | None = None) -> tuple[int, int, bytes]:
+        """(flags, dict id, stored) for ``data`` as a body is packed: compressed with
+        dictionary ``dict_id`` (default: the current one) when it is long enough and
+        shrinks, else as it is. The id is read once: a dictionary trained meanwhile (another
+        thread) must not make the returned id differ from the one compressed with."""
         if len(data) >= self.limits.compress_min_bytes:
-            comp = self._compressor(self.current_dict).compress(data)
+            d = self.current_dict if dict_id is None else dict_id
+            comp = self._compressor(d).compress(data)
             if len(comp) + 4 < len(data):
-                return F_COMPRESSED, self.current_dict, comp
+                return F_COMPRESSED, d, comp
         return 0, 0, data
 
     def unpack(self, dict_id: int, stored: bytes | memoryview, txn: Any = None, *,

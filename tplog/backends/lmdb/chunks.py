@@ -132,9 +132,11 @@ def encode_chunk(codec: Codec, key: bytes, first_seq: int, headers: list[bytes |
         else:
             kept.append(_NIL)
             rest.append(b)
-    iflags, idict, index = codec.pack(b"".join([b"\x92", _array_header(n), *headers, _array_header(n), *kept]))
-    bflags, bdict, others = codec.pack(b"".join([_array_header(len(rest)), *rest]))
-    # both sections are compressed with the current dictionary, or not compressed (dict 0)
+    # both sections with one dictionary, read once (the header has one id; a dictionary trained
+    # in another thread between two reads of the current one made the sections disagree)
+    d = codec.current_dict
+    iflags, idict, index = codec.pack(b"".join([b"\x92", _array_header(n), *headers, _array_header(n), *kept]), d)
+    bflags, bdict, others = codec.pack(b"".join([_array_header(len(rest)), *rest]), d)
     head = bytes([CHUNK, iflags | (bflags << 1)]) + (idict or bdict).to_bytes(4, "big")
     rest_of_index = first_seq.to_bytes(8, "big") + len(index).to_bytes(4, "big") + index
     crc = _crc32(key, _crc32(rest_of_index, _crc32(head)))
