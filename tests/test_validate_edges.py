@@ -13,12 +13,13 @@ import uuid
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
+import msgspec
 import pytest
 from test_validate import E, W, base, findings
 
 from tplog.errors import InvalidInputError, ValidationError
 from tplog.protocol import validate as _validate
-from tplog.protocol.validate import Finding, ValidationReport, parse_timestamp, thread_id_for
+from tplog.protocol.validate import RULES, Finding, Rule, ValidationReport, parse_timestamp, thread_id_for
 
 T4 = "$.turns[4]"
 
@@ -246,3 +247,29 @@ def test_the_explicit_null_check_builds_its_field_table_right(monkeypatch: pytes
         W("explicit-null", "$.title"),
         W("explicit-null", "$.turns[1].messages[0].model_name"),
     ]
+
+
+# --------------------------------------------------------------------------- the rule table
+
+
+DOCUMENTS = (
+    "threadprotocol-v0.0.3-spec",
+    "threadprotocol-v0.0.3-implementation-guide",
+    "threadprotocol-v0.0.4-amendments",
+    "threadprotocol-rc2-research-multimodal-deferred-tools",
+    "RFC 8259",
+)
+
+
+def test_every_rule_says_what_it_checks_and_cites_a_document() -> None:
+    for rule_id, rule in RULES.items():
+        assert rule.severity in ("error", "warning"), rule_id
+        assert isinstance(rule.checks, str) and len(rule.checks) > 10, rule_id
+        assert isinstance(rule.source, str) and rule.source.startswith(DOCUMENTS), rule_id
+    assert RULES["v3.2-tool-call-id"] == Rule(
+        severity="error",
+        checks="an answer's tool_call_id names an earlier tool-call",
+        source="threadprotocol-v0.0.3-spec rule 2; threadprotocol-rc2-research-multimodal-deferred-tools",
+    )
+    # the table is public: it encodes as JSON and decodes to the same rules
+    assert msgspec.json.decode(msgspec.json.encode(RULES), type=dict[str, Rule]) == RULES
