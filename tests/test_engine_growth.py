@@ -80,6 +80,21 @@ def test_scan_in_a_given_transaction_after_another_process_grew_the_map(small: L
         assert [k for k, _ in small.scan("meta", b"", b"\xff", txn=txn)] == [b"k"]
 
 
+def test_backup_after_another_process_grew_the_map(small: LmdbEngine, tmp_path: Path) -> None:
+    """LMDB's copy begins a read transaction of its own: it meets MDB_MAP_RESIZED after creating the
+    copy's file, which is removed before the copy is tried again with the adopted size."""
+    _grow(tmp_path / "s", 4 << 20, "a", 1 << 20)
+    for compact in (True, False):
+        small.backup(str(tmp_path / f"b-{compact}"), compact=compact)
+        copy = LmdbEngine(str(tmp_path / f"b-{compact}"), readonly=True)
+        try:
+            with copy.read() as txn:
+                assert len(txn.get("blobs", b"a") or b"") == 1 << 20 and txn.get("meta", b"k") == b"v"
+        finally:
+            copy.close()
+    assert small.info()["map_size"] == 4 << 20
+
+
 def test_the_map_doubles_until_the_write_fits(tmp_path: Path) -> None:
     e = LmdbEngine(str(tmp_path / "s"), map_size=SMALL)
     try:
