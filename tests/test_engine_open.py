@@ -10,6 +10,7 @@ from __future__ import annotations
 import errno
 import fcntl
 import os
+import stat
 import subprocess
 import sys
 import textwrap
@@ -86,7 +87,12 @@ def test_a_new_store_is_built_aside_flushed_and_renamed_into_place(tmp_path: Pat
 
     monkeypatch.setattr(engine_mod.os, "fsync", fsync)
     path = tmp_path / "new"
-    engine_mod._create(str(path), 1 << 20)  # a directory that did not exist: its parent is flushed too
+    old_umask = os.umask(0)
+    try:
+        engine_mod._create(str(path), 1 << 20)  # a directory that did not exist: its parent is flushed too
+    finally:
+        os.umask(old_umask)
+    assert stat.S_IMODE(os.stat(path / "writer.lck").st_mode) == 0o644
     assert synced == [str(path / "data.mdb.new"), str(path), str(tmp_path)]
     assert _files(path) == ["data.mdb", "writer.lck"]  # no lock file of the build (lock=False), no leftover
     env = lmdb.open(str(path), readonly=True, max_dbs=len(TABLES) + 4, lock=False, map_size=0)
@@ -437,7 +443,41 @@ def test_errors_inside_a_read_name_the_store(tmp_path: Path) -> None:
         e.close()
 
 
+def test_writer_lck_that_cannot_be_locked_is_a_storage_error(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    e = LmdbEngine(str(tmp_path / "s"))
+    try:
+        real_lockf = fcntl.lockf
+
+        def lockf(fd: int, op: int, *a: Any) -> Any:
+            if op == fcntl.LOCK_EX:  # EDEADLK / ENOLCK (a network file system without locks)
+                raise OSError(errno.ENOLCK, "No locks available")
+            return real_lockf(fd, op, *a)
+
+        monkeypatch.setattr(engine_mod.fcntl, "lockf", lockf)
+        with pytest.raises(StorageError) as ei:
+            e.run_write(lambda txn: txn.put("meta", b"k", b"v"))
+        assert str(ei.value) == f"{e.path}: cannot lock writer.lck: [Errno {errno.ENOLCK}] No locks available"
+        monkeypatch.setattr(engine_mod.fcntl, "lockf", real_lockf)
+        e.run_write(lambda txn: txn.put("meta", b"k", b"v"))  # nothing half-done is left behind
+        with e.read() as txn:
+            assert txn.get("meta", b"k") == b"v"
+    finally:
+        e.close()
+
+
 # --------------------------------------------------------------------------- sharing, closing, fork
+
+
+def test_closing_one_directory_s_engine_leaves_the_others_shared(tmp_path: Path) -> None:
+    a, b = open_engine(str(tmp_path / "a")), open_engine(str(tmp_path / "b"))
+    try:
+        a.close()
+        again = open_engine(str(tmp_path / "b"))  # still found: a second LMDB open of b would be refused
+        assert again is b and b._users == 2
+        again.close()
+    finally:
+        b.close()
+    assert b._closed and a._closed
 
 
 def test_open_engine_defaults_sharing_and_the_refusal_message(tmp_path: Path) -> None:
