@@ -145,6 +145,65 @@ def test_opening_retries_lmdb_open_after_map_resizes_four_times_not_five(
     assert str(ei.value) == f"{tmp_path / 's'}: LMDB failed: mdb_txn_begin: MDB_MAP_RESIZED"
 
 
+def test_opening_the_tables_adopts_a_resized_map_four_times_not_five(tmp_path: Path,
+                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    """The write transaction that opens the tables meets MDB_MAP_RESIZED when another process grew
+    the map since LMDB read the meta page: the size is adopted (``set_mapsize(0)``) and it is retried."""
+    LmdbEngine(str(tmp_path / "s")).close()
+    real_open = engine_mod.lmdb.open
+    log: list[str] = []
+
+    class _Env:
+        def __init__(self, env: Any, times: int) -> None:
+            self._env, self._times = env, times
+
+        def __getattr__(self, attr: str) -> Any:
+            real = getattr(self._env, attr)
+            if attr == "open_db":
+                def open_db(*a: Any, **kw: Any) -> Any:
+                    if self._times > 0:
+                        self._times -= 1
+                        log.append("resized")
+                        raise lmdb.MapResizedError("mdb_txn_begin: MDB_MAP_RESIZED")
+                    return real(*a, **kw)
+                return open_db
+            if attr == "set_mapsize":
+                def set_mapsize(size: int) -> None:
+                    log.append(f"set_mapsize({size})")
+                    real(size)
+                return set_mapsize
+            return real
+
+    for times in (4, 5):
+        log.clear()
+        monkeypatch.setattr(engine_mod.lmdb, "open", lambda *a, times=times, **kw: _Env(real_open(*a, **kw), times))
+        if times == 4:
+            e = LmdbEngine(str(tmp_path / "s"))
+            e.run_write(lambda txn: txn.put("meta", b"k", b"v"))
+            e.close()
+        else:
+            with pytest.raises(StorageError) as ei:
+                LmdbEngine(str(tmp_path / "s"))
+            assert str(ei.value) == f"{tmp_path / 's'}: the map kept being resized by another process while opening"
+        assert log == ["resized", "set_mapsize(0)"] * times
+
+
+def test_a_backup_opened_writable_gets_its_writer_lck_with_mode_0644(tmp_path: Path) -> None:
+    e = LmdbEngine(str(tmp_path / "s"))
+    e.backup(str(tmp_path / "b"))
+    e.close()
+    assert _files(tmp_path / "b") == ["data.mdb"]
+    old_umask = os.umask(0)
+    try:
+        b = LmdbEngine(str(tmp_path / "b"))
+    finally:
+        os.umask(old_umask)
+    try:
+        assert stat.S_IMODE(os.stat(tmp_path / "b" / "writer.lck").st_mode) == 0o644
+    finally:
+        b.close()
+
+
 # --------------------------------------------------------------------------- what cannot be opened
 
 
