@@ -15,9 +15,10 @@ import threading
 from collections.abc import Iterator
 from pathlib import Path
 
+import lmdb
 import pytest
 
-from tplog import StorageFullError
+from tplog import StorageError, StorageFullError
 from tplog.backends.lmdb.engine import LmdbEngine
 
 SMALL = 64 * 1024
@@ -121,6 +122,30 @@ def test_growth_stops_exactly_at_max_map_size(tmp_path: Path) -> None:
                                  f"({3 * SMALL} bytes); raise max_map_size")
         assert e.info()["tables"]["blobs"]["entries"] == 0
     finally:
+        e.close()
+
+
+def test_a_map_that_cannot_be_resized_is_a_storage_error(tmp_path: Path) -> None:
+    e = LmdbEngine(str(tmp_path / "s"), map_size=SMALL)
+    real = e._env
+
+    class _Env:  # LMDB refusing the new size (EINVAL: e.g. a transaction of this process still open)
+        def __getattr__(self, attr: str) -> object:
+            if attr == "set_mapsize":
+                def set_mapsize(size: int) -> None:
+                    raise lmdb.Error("mdb_env_set_mapsize: Invalid argument")
+                return set_mapsize
+            return getattr(real, attr)
+
+    try:
+        e._env = _Env()  # type: ignore[assignment]
+        value = bytes(range(256)) * 16
+        with pytest.raises(StorageError) as ei:
+            e.run_write(lambda txn: [txn.put("events", i.to_bytes(4, "big"), value) for i in range(40)])
+        assert type(ei.value) is StorageError
+        assert str(ei.value) == f"{e.path}: LMDB failed: mdb_env_set_mapsize: Invalid argument"
+    finally:
+        e._env = real
         e.close()
 
 

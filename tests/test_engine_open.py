@@ -34,6 +34,17 @@ from tplog.backends.lmdb import engine as engine_mod
 from tplog.backends.lmdb.engine import TABLES, LmdbEngine, open_engine
 
 
+def _decode_error() -> str:
+    try:
+        msgspec.msgpack.decode(b"\xc1")
+    except msgspec.DecodeError as exc:
+        return str(exc)
+    raise AssertionError("0xc1 decoded")
+
+
+_DECODE_ERROR = _decode_error()
+
+
 def _files(path: Path) -> list[str]:
     return sorted(os.listdir(path))
 
@@ -449,7 +460,8 @@ def test_errors_inside_a_write_name_the_store(tmp_path: Path) -> None:
 
         with pytest.raises(CorruptionError) as ei:
             e.run_write(undecodable)
-        assert str(ei.value).startswith(f"{e.path}: a stored row does not decode (")
+        assert str(ei.value) == (f"{e.path}: a stored row does not decode ({_DECODE_ERROR}); "
+                                 "run `tplog verify`, or restore a backup")
 
         def damaged(txn: Any) -> None:
             raise lmdb.CorruptedError("mdb_get: MDB_CORRUPTED")
@@ -492,7 +504,8 @@ def test_errors_inside_a_read_name_the_store(tmp_path: Path) -> None:
     try:
         with pytest.raises(CorruptionError) as ei, e.read():
             msgspec.msgpack.decode(b"\xc1")
-        assert str(ei.value).startswith(f"{e.path}: a stored row does not decode (")
+        assert str(ei.value) == (f"{e.path}: a stored row does not decode ({_DECODE_ERROR}); "
+                                 "run `tplog verify`, or restore a backup")
         with pytest.raises(CorruptionError) as ei, e.read():
             raise lmdb.PageNotFoundError("mdb_cursor_get: MDB_PAGE_NOTFOUND")
         assert str(ei.value) == (f"{e.path}: the store's LMDB file is damaged or not an LMDB file "
