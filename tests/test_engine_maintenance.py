@@ -187,6 +187,14 @@ def test_info_reports_the_environment_and_every_table(engine: LmdbEngine) -> Non
     assert events["entries"] == 500 and events["overflow_pages"] == 0 and events["pages"] > 2  # branch + leaves
 
 
+def test_info_of_a_store_whose_file_was_deleted_under_it(engine: LmdbEngine) -> None:
+    """The mapped file outlives its name: info() still answers, with no file bytes."""
+    engine.run_write(lambda txn: txn.put("meta", b"k", b"v"))
+    os.unlink(os.path.join(engine.path, "data.mdb"))
+    info = engine.info()
+    assert info["file_bytes"] == 0 and info["used_bytes"] > 0 and info["tables"]["meta"]["entries"] == 1
+
+
 def test_info_translates_lmdb_errors(engine: LmdbEngine) -> None:
     real = engine._env
     engine._env = _Env(real, "stat", engine_mod.lmdb.CorruptedError("mdb_env_stat: MDB_CORRUPTED"))  # type: ignore[assignment]
