@@ -7,9 +7,12 @@ from pathlib import Path
 from typing import Any
 
 import lmdb
+import msgspec
 import pytest
 
 from tplog import StorageError
+from tplog.backends.live import LiveHeader
+from tplog.backends.lmdb.keys import tkey, u64
 from tplog.backends.lmdb.live import LmdbLive
 
 
@@ -100,3 +103,32 @@ def test_sweep_counts_every_stream_it_drops(tmp_path: Path) -> None:
     assert live.sweep(done_before=now, stale_before=0) == 2  # the two done streams; "c" is fresh
     assert live.read("a") == (None, []) and live.read("b") == (None, [])
     assert live.read("c")[0] is not None
+
+
+def test_sweep_keeps_a_stream_rewritten_after_it_looked(tmp_path: Path) -> None:
+    """sweep() finds expired streams in a read transaction, then drops them in a write one; a stream
+    written in between (here: just before the write transaction begins) is no longer expired."""
+    live = LmdbLive(str(tmp_path / "live"))
+    live.write("a", 1, [b"x"], done=True)
+    live.write("b", 1, [b"x"], done=True)
+    real = live._env
+
+    class _Env:  # another writer refreshes "a" between sweep's two transactions
+        def __getattr__(self, attr: str) -> Any:
+            if attr == "begin":
+                def begin(**kw: Any) -> Any:
+                    if kw.get("write"):
+                        with real.begin(write=True) as txn:
+                            hdr = LiveHeader(turn_seq=1, batches=1, done=True, updated_ns=time.time_ns() + 10**12)
+                            txn.put(tkey("a") + u64(0), msgspec.msgpack.encode(hdr))
+                    return real.begin(**kw)
+                return begin
+            return getattr(real, attr)
+
+    now = time.time_ns() + 1
+    live._env = _Env()  # type: ignore[assignment]
+    try:
+        assert live.sweep(done_before=now, stale_before=0) == 1
+    finally:
+        live._env = real
+    assert live.read("a")[0] is not None and live.read("b") == (None, [])
