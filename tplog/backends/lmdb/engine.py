@@ -603,22 +603,19 @@ class LmdbEngine:
         _fsync_tree(dest)
 
     def info(self) -> dict[str, Any]:
-        self._check()
         tables: dict[str, dict[str, int]] = {}
-        try:
+        # In read()'s transaction: it adopts a map another process grew (MDB_MAP_RESIZED) as every
+        # read does, and translates LMDB's errors.
+        with self.read() as rtxn:
             info: dict[str, Any] = dict(self._env.info())
             stat: dict[str, Any] = dict(self._env.stat())
-            with self._rw.shared(), self._env.begin() as txn:
-                for name in TABLES:
-                    db = self._dbs[name]
-                    s = txn.stat(db)
-                    tables[name] = {
-                        "entries": s["entries"],
-                        "pages": s["branch_pages"] + s["leaf_pages"] + s["overflow_pages"],
-                        "overflow_pages": s["overflow_pages"],
-                    }
-        except lmdb.Error as exc:
-            raise _translate(exc, self.path) from exc
+            for name in TABLES:
+                s = rtxn._txn.stat(self._dbs[name])
+                tables[name] = {
+                    "entries": s["entries"],
+                    "pages": s["branch_pages"] + s["leaf_pages"] + s["overflow_pages"],
+                    "overflow_pages": s["overflow_pages"],
+                }
         file = os.path.join(self.path, "data.mdb")
         return {
             "path": self.path,
