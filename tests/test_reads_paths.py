@@ -1,0 +1,211 @@
+"""The LMDB backend's read paths (tplog/backends/lmdb/reads.py) where its surviving mutants
+showed them untested (tests/MUTANTS.md): waits that must end (a timeout, an append by
+another store on the same file), reads in a scope reading that scope's thread, ``items``
+(id-only folds) against the reference backend and on values written before format 3, and
+every read naming a damaged value by its thread and seq.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+from conftest import ToyStore as Store
+from conftest import agent_start, completed, link, response, spawn_message, started, user
+
+from tplog import CorruptionError, NotFoundError
+from tplog.backends.lmdb.keys import event_key, tkey
+
+
+def _in_thread(fn: Any, limit: float = 20.0) -> tuple[Any, float]:
+    """``fn()``'s result and how long it took, run in a thread given ``limit`` seconds
+    (a wait that never ends fails the test instead of hanging it)."""
+    out: list[Any] = []
+    t0 = time.monotonic()
+    th = threading.Thread(target=lambda: out.append(fn()), daemon=True)
+    th.start()
+    th.join(limit)
+    assert not th.is_alive(), f"still waiting after {limit} s"
+    assert out, "the wait raised"
+    return out[0], time.monotonic() - t0
+
+
+# --------------------------------------------------------------------------- waits
+
+
+def test_a_wait_with_a_timeout_and_no_append_returns_the_last_position(tmp_path: Path) -> None:
+    with Store(tmp_path / "s") as s:
+        s.append("t", [started("t"), user()])
+        assert s.last_position == 2
+        got, took = _in_thread(lambda: s.wait_for_position(3, timeout=0.3))
+        assert got == 2 and 0.25 <= took < 15
+        got, took = _in_thread(lambda: s.backend.wait((2,), 0.3))
+        assert got == (2,) and 0.25 <= took < 15
+
+
+def test_a_wait_for_a_position_already_held_returns_at_once_without_a_timeout(tmp_path: Path) -> None:
+    with Store(tmp_path / "s") as s:
+        s.append("t", [started("t"), user()])
+        assert _in_thread(lambda: s.wait_for_position(2))[0] == 2
+        assert _in_thread(lambda: s.wait_for_position(1, timeout=None))[0] == 2
+        assert _in_thread(lambda: s.backend.wait((1,)))[0] == (2,)
+
+
+@pytest.mark.parametrize("timeout", [None, 60.0])
+def test_a_wait_sees_an_append_by_another_store_on_the_same_file(tmp_path: Path, timeout: float | None) -> None:
+    """Another store (as another process would) does not wake this one's waiters: the wait
+    polls, with or without a timeout, and returns the new position long before the timeout."""
+    path = tmp_path / "s"
+    with Store(path) as waiter, Store(path) as writer:
+        writer.append("t", [started("t")])
+        assert waiter.last_position == 1
+
+        def later() -> None:
+            time.sleep(0.3)
+            writer.append("t", [user()])
+
+        threading.Thread(target=later, daemon=True).start()
+        got, took = _in_thread(lambda: waiter.wait_for_position(2, timeout=timeout))
+        assert got == 2 and took < 20
+
+
+def test_a_backend_wait_wakes_at_the_next_position_not_the_one_after(tmp_path: Path) -> None:
+    with Store(tmp_path / "s") as s:
+        s.append("t", [started("t")])
+
+        def later() -> None:
+            time.sleep(0.3)
+            s.append("t", [user()])
+
+        threading.Thread(target=later, daemon=True).start()
+        got, took = _in_thread(lambda: s.backend.wait((1,), 30.0), limit=40)
+        assert got == (2,) and took < 20
+
+
+# --------------------------------------------------------------------------- scopes
+
+
+def _scoped_pair(path: Path) -> Store:
+    """Thread ``p`` twice: unscoped (no spawn, one turn) and in scope ``a`` (a spawn, two turns)."""
+    s = Store(path)
+    s.append("p", [started("p"), user("plain"), agent_start(), response("r"), completed()])
+    a = s.scoped("a")
+    a.append("p", [started("p"), user("scoped " * 20), agent_start(), spawn_message("kid"), response("r " * 40),
+                   completed(), user("again"), agent_start(), link("x"), completed()])
+    return s
+
+
+def test_reads_in_a_scope_read_that_scopes_thread(tmp_path: Path) -> None:
+    s = _scoped_pair(tmp_path / "s")
+    try:
+        a = s.scoped("a")
+        assert [seq for seq, _, _ in a.iter_thread_values("p")] == list(range(1, 11))
+        assert [seq for seq, _, _ in s.iter_thread_values("p")] == list(range(1, 6))
+        assert [it.seq for it in s.backend.items("p", scope="a")] == list(range(1, 11))
+        assert [it.seq for it in s.backend.items("p")] == list(range(1, 6))
+        assert s.backend.has_spawned("p", scope="a") is True
+        assert s.backend.has_spawned("p") is False
+        # a fork in the scope inherits the spawn its parent's prefix holds
+        a.fork("p", 6, new_thread_id="fp")
+        assert a.children("fp") == ["kid"]
+        s.fork("p", 5, new_thread_id="fq")
+        assert s.children("fq") == []
+    finally:
+        s.close()
+
+
+def test_has_spawned_refuses_a_stale_links_index(tmp_path: Path) -> None:
+    from tplog.backends.lmdb import projections as proj
+    from tplog.errors import TplogError
+
+    with Store(tmp_path / "s") as s:
+        s.append("p", [started("p"), user(), agent_start(), spawn_message("kid"), completed()])
+        s.engine.run_write(lambda txn: proj.write_info(txn, "links", proj.ProjectionInfo(
+            proj.VERSIONS["links"], 1, "stale")))
+        with pytest.raises(TplogError, match="links"):
+            s.backend.has_spawned("p")
+
+
+# --------------------------------------------------------------------------- items
+
+
+def _conversation(stores: list[Store]) -> None:
+    from test_chunks_v5 import _call  # a tool call (a fact an id-only fold reads)
+
+    for s in stores:
+        s.append("t", [started("t"), user("q " * 30), agent_start(), _call("c1"), response("r " * 60), link("u"),
+                       completed()], event_ids=[f"a{i}" for i in range(7)])
+        s.append("t", [user("open"), agent_start(), _call("c2")], event_ids=["b0", "b1", "b2"])
+
+
+def _want_items(s: Store, tid: str) -> list[Any]:
+    """What ``items`` must hold (its docstring): per event its seq, kind and header facts, and
+    the header's ``turn`` facts, else the event itself for the kinds an id-only fold reads
+    (links, and turn boundaries written before format 3), else nothing."""
+    from tplog.backends.lmdb.projections import BODY_KINDS
+    from tplog.events import KIND_CODE
+    from tplog.projections.fold import Item
+
+    headers = {seq: hdr for seq, hdr, _ in s.iter_thread_values(tid)}
+    out = []
+    for e in s.read(tid):
+        kind, hdr = KIND_CODE[type(e.event)], headers[e.seq]
+        assert hdr.kind == kind
+        out.append(Item(e.seq, kind, hdr.facts, hdr.turn if hdr.turn is not None
+                        else e.event if kind in BODY_KINDS else None))
+    return out
+
+
+def test_items_hold_what_the_id_only_folds_read_for_chunks_and_single_rows(tmp_path: Path) -> None:
+    from tplog.projections.fold import state_of
+
+    with Store(tmp_path / "s") as lm, Store("memory:") as mem:
+        _conversation([lm, mem])
+        got = lm.backend.items("t")
+        assert got == _want_items(lm, "t")
+        assert state_of(got) == state_of(mem.backend.items("t"))
+        assert sum(it.facts is not None for it in got) >= 2  # the two calls
+        assert sum(it.event is not None for it in got) >= 4  # turn facts and the link
+        with pytest.raises(NotFoundError, match=r"^thread nope does not exist$"):
+            lm.backend.items("nope")
+
+
+def test_items_of_values_written_before_format_3_read_the_bodies_they_need(tmp_path: Path) -> None:
+    from test_golden import FORMATS, GOLDEN_SETS, _plant
+
+    for version in [v for v in FORMATS if v < 3]:
+        records, expected = GOLDEN_SETS[version]
+        pairs = [(r, e) for r, e in zip(records, expected["events"], strict=True) if e["kind"] != "thread_deleted"]
+        tid = expected["thread_id"]
+        with Store(tmp_path / f"v{version}") as s:
+            _plant(s, tid, pairs)
+            got = s.backend.items(tid)
+            assert got == _want_items(s, tid), version
+            assert sum(it.event is not None for it in got) >= 3, version  # turn boundaries' bodies
+
+
+@pytest.mark.parametrize("part", ["header", "body"])
+def test_items_and_links_name_a_damaged_single_row_by_thread_and_seq(tmp_path: Path, part: str) -> None:
+    """A single row (an open turn's) damaged in its header or its body: ``items`` reads the
+    header of every row; ``links`` the body of a LinkAdded."""
+    with Store(tmp_path / "s") as s:
+        s.append("t", [started("t"), user("q"), agent_start(), response("r"), completed()])  # a chunk
+        s.append("t", [user("open"), link("u")])  # seqs 6, 7: single rows
+        key = event_key(tkey("t"), 7)
+
+        def damage(txn: Any) -> None:
+            v = bytearray(txn.get("events", key))
+            v[14 if part == "header" else len(v) - 6] ^= 0x01
+            txn.put("events", key, bytes(v))
+
+        s.engine.run_write(damage)
+        calls = [lambda: s.links("t"), lambda: list(s.iter_thread_values("t"))]
+        if part == "header":
+            calls.append(lambda: s.backend.items("t"))
+        for call in calls:
+            with pytest.raises(CorruptionError) as exc:
+                call()
+            assert (exc.value.thread_id, exc.value.seq) == ("t", 7)
