@@ -329,23 +329,23 @@ def _garbled(key: bytes, value: bytes, codec: Any, fmt: int, what: str) -> bytes
     headers, bodies = _sections(codec, value)
     n = len(headers)
     first = from_u64(value, 10)
-    if what == "count":
-        headers, bodies = headers[:-1], bodies[:-1]
-    arr = bytes([0x90 | len(headers)])
+    if what in ("count", "headers"):
+        headers = headers[:-1]
+    if what in ("count", "slots"):
+        bodies = bodies[:-1]
+    assert n < 16
+    index = b"".join([b"\x92", bytes([0x90 | len(headers)]), *headers, bytes([0x90 | len(bodies)]), *bodies])
     if fmt == 4:
-        payload = b"".join([b"\x92", arr, *headers, arr, *bodies])
         if what == "bytes":
-            payload = b"\x92\xc1" + payload[2:]  # 0xc1: a byte msgpack never uses
-        return _v4(key, first, payload)
-    assert what in ("count", "bytes") and n < 16
-    index = b"".join([b"\x92", arr, *headers, arr, *bodies])
+            index = b"\x92\xc1" + index[2:]  # 0xc1: a byte msgpack never uses
+        return _v4(key, first, index)
     if what == "bytes":
         index = b"\x92\xc1" + index[2:]
     return _v5(key, first, index, b"\x90")
 
 
 @pytest.mark.parametrize("fmt", [4, 5])
-@pytest.mark.parametrize("what", ["bytes", "count"])
+@pytest.mark.parametrize("what", ["bytes", "count", "headers", "slots"])
 def test_a_chunk_whose_crcs_hold_but_which_does_not_decode_is_named_by_thread_and_first_seq(
         tmp_path: Path, fmt: int, what: str) -> None:
     path = tmp_path / "s"
@@ -355,12 +355,14 @@ def test_a_chunk_whose_crcs_hold_but_which_does_not_decode_is_named_by_thread_an
     _write(path, {key: bad})
     with Store(path) as s:
         reads = {**FULL_READS, **ID_ONLY_READS}
+        if what == "headers":  # a load decodes the events only (its fold needs no header)
+            del reads["thread_events"], reads["load"]
         for how, call in reads.items():
             with pytest.raises(CorruptionError) as exc:
                 call(s)
             assert (exc.value.thread_id, exc.value.seq) == ("t", 1), how
             assert str(exc.value).startswith("stored chunk (seqs 1..8) does not decode: "), (how, str(exc.value))
-            if what == "count":
+            if what != "bytes":  # one element too few in the headers, the bodies, or both
                 assert "does not decode: wrong number of events (thread t, seq 1)" in str(exc.value), how
             else:  # the decoder's own words
                 assert "does not decode: MessagePack data is malformed" in str(exc.value), how
@@ -464,3 +466,33 @@ def test_verify_reports_the_events_of_a_lost_chunk_row_when_a_later_chunk_follow
         missing = [p for p in verify_store(s).problems if "names a missing event" in p]
     assert [int(p.rsplit("seq ", 1)[1].rstrip(")")) for p in missing] == list(range(1, 8)), missing
     assert all(f"thread key {tkey('t').hex()}" in p for p in missing)
+
+
+def test_a_chunks_events_read_back_as_the_values_appended_byte_for_byte(tmp_path: Path) -> None:
+    """Appends store format-3 values with raw bodies; the chunk that replaces them gives the
+    same values back (``iter_thread_values``: prefix, header, body and both CRCs)."""
+    with Store(tmp_path / "s") as s:
+        s.append("t", [started("t"), user("q " * 30), agent_start(), *_talk(1), link("x")])
+        before = list(s.iter_thread_values("t"))
+        assert not _chunks_of(s, "t")
+        s.append("t", [completed()])
+        assert [_seqs(k, v) for k, v in _chunks_of(s, "t")] == [(1, 8)]
+        after = list(s.iter_thread_values("t"))
+    assert [(seq, bytes(v)) for seq, _, v in after[:7]] == [(seq, bytes(v)) for seq, _, v in before]
+
+
+def test_verify_reports_a_threads_lost_last_chunk_when_the_next_thread_follows_it(tmp_path: Path) -> None:
+    """The row after the lost one is the next thread's chunk (its seq 1): it holds none of them."""
+    path = tmp_path / "s"
+    first, second = sorted(["ta", "tb"], key=tkey)
+    with Store(path) as s:
+        for tid in (first, second):
+            s.append(tid, [started(tid), user("q " * 30), agent_start(), *_talk(1), completed()])  # 1..7
+            s.append(tid, [user("q2 " * 30), agent_start(), *_talk(2), completed()])  # 8..13
+    _, (k2, v2) = _chunks_of(path, first)
+    assert _seqs(k2, v2) == (8, 13)
+    _write(path, delete=(k2,))
+    with Store(path) as s:
+        missing = [p for p in verify_store(s).problems if "names a missing event" in p]
+    assert [int(p.rsplit("seq ", 1)[1].rstrip(")")) for p in missing] == list(range(8, 14)), missing
+    assert all(f"thread key {tkey(first).hex()}" in p for p in missing)
