@@ -117,18 +117,6 @@ def test_reads_in_a_scope_read_that_scopes_thread(tmp_path: Path) -> None:
         s.close()
 
 
-def test_has_spawned_refuses_a_stale_links_index(tmp_path: Path) -> None:
-    from tplog.backends.lmdb import projections as proj
-    from tplog.errors import TplogError
-
-    with Store(tmp_path / "s") as s:
-        s.append("p", [started("p"), user(), agent_start(), spawn_message("kid"), completed()])
-        s.engine.run_write(lambda txn: proj.write_info(txn, "links", proj.ProjectionInfo(
-            proj.VERSIONS["links"], 1, "stale")))
-        with pytest.raises(TplogError, match="links"):
-            s.backend.has_spawned("p")
-
-
 # --------------------------------------------------------------------------- items
 
 
@@ -209,3 +197,127 @@ def test_items_and_links_name_a_damaged_single_row_by_thread_and_seq(tmp_path: P
             with pytest.raises(CorruptionError) as exc:
                 call()
             assert (exc.value.thread_id, exc.value.seq) == ("t", 7)
+
+
+def test_items_name_a_damaged_body_of_a_value_written_before_format_3(tmp_path: Path) -> None:
+    """Before format 3 a turn boundary's header had no ``turn`` facts: ``items`` reads (and
+    verifies) its body, and names the thread and seq of one whose body CRC fails."""
+    from test_golden import GOLDEN_SETS, _plant
+
+    from tplog.backends.lmdb.projections import BODY_KINDS
+
+    records, expected = GOLDEN_SETS[2]
+    pairs = [(r, e) for r, e in zip(records, expected["events"], strict=True) if e["kind"] != "thread_deleted"]
+    tid = expected["thread_id"]
+    with Store(tmp_path / "s") as s:
+        _plant(s, tid, pairs)
+        seq, key = next((seq, event_key(tkey(tid), seq)) for seq, hdr, _ in s.iter_thread_values(tid)
+                        if hdr.kind in BODY_KINDS)
+
+        def damage(txn: Any) -> None:
+            v = bytearray(txn.get("events", key))
+            v[-6] ^= 0x01  # in the body: the header's CRC still holds
+            txn.put("events", key, bytes(v))
+
+        s.engine.run_write(damage)
+        with pytest.raises(CorruptionError) as exc:
+            s.backend.items(tid)
+        assert (exc.value.thread_id, exc.value.seq) == (tid, seq)
+
+
+def test_the_state_of_a_scoped_thread_is_its_scopes(tmp_path: Path) -> None:
+    from test_chunks_v5 import _call
+
+    with Store(tmp_path / "s") as s:
+        a = s.scoped("a")
+        a.append("p", [started("p"), user("q"), agent_start(), _call("c1")])
+        assert [c.tool_call_id for c in a.pending("p").pending] == ["c1"]
+        assert s.backend.thread_state("p", scope="a") is not None
+        with pytest.raises(NotFoundError, match=r"^thread p does not exist$"):
+            s.backend.thread_state("p")
+
+
+# --------------------------------------------------------------------------- listings
+
+
+def test_thread_pages_limits_and_cursors(tmp_path: Path) -> None:
+    from tplog.errors import InvalidInputError
+
+    with Store(tmp_path / "s") as s:
+        for i in range(52):
+            s.append(f"t{i:02}", [started(f"t{i:02}")])
+        b = s.backend
+        first = b.threads()  # 50 by default
+        assert len(first.threads) == 50 and first.cursor is not None
+        rest = b.threads(after=first.cursor)
+        assert len(rest.threads) == 2 and rest.cursor is None
+        assert {h.thread_id for h in first.threads + rest.threads} == {f"t{i:02}" for i in range(52)}
+        one = b.threads(limit=1)
+        assert len(one.threads) == 1 and one.threads[0] == first.threads[0]
+        for bad in (0, -1):
+            with pytest.raises(InvalidInputError, match=r"^limit must be > 0$"):
+                b.threads(limit=bad)
+        with pytest.raises(InvalidInputError, match=r"^cursor 'zz' is not one this store returned$"):
+            b.threads(after="zz")
+
+
+def test_a_deleted_thread_in_the_listing_does_not_end_it(tmp_path: Path) -> None:
+    with Store(tmp_path / "s") as s:
+        for tid in ("a", "b", "c"):
+            s.append(tid, [started(tid)])
+        s.delete_thread("b")  # now the newest: the listing meets it first
+        assert [h.thread_id for h in s.threads().threads] == ["c", "a"]
+        assert [h.thread_id for h in s.threads(include_deleted=True).threads] == ["b", "c", "a"]
+
+
+def test_a_listing_before_the_finder_index_is_built_scans_every_thread(tmp_path: Path) -> None:
+    """A store without the finder index's "done" mark (one written before it existed, until
+    it is built) lists by the ``updated`` index: filters by status and agent find every thread."""
+    from tplog.backends.lmdb import finder
+
+    with Store(tmp_path / "s") as s:
+        for tid in ("a", "b"):
+            s.append(tid, [started(tid), user(), agent_start("a1"), response("r", "a1")])
+        want = {"a", "b"}
+        assert {h.thread_id for h in s.threads(agent="a1").threads} == want
+
+        def unbuilt(txn: Any) -> None:
+            assert txn.delete("meta", finder.DONE)
+            for k, _ in list(txn.range("finder")):
+                txn.delete("finder", k)
+
+        s.engine.run_write(unbuilt)
+        assert {h.thread_id for h in s.threads(agent="a1").threads} == want
+        assert {h.thread_id for h in s.threads(status="active").threads} == want
+
+
+# --------------------------------------------------------------------------- descendants
+
+
+def test_descendants_without_a_depth_limit_end_and_list_each_thread_once(tmp_path: Path) -> None:
+    """A diamond (d spawned by b and by c) and a cycle back to the root."""
+    with Store(tmp_path / "s") as s:
+        s.append("a", [started("a"), user(), agent_start(), spawn_message("b"), spawn_message("c"), completed()])
+        s.append("b", [started("b"), user(), agent_start(), spawn_message("d"), spawn_message("a"), completed()])
+        s.append("c", [started("c"), user(), agent_start(), spawn_message("d"), completed()])
+        s.append("d", [started("d")])
+        got = _in_thread(lambda: s.descendants("a"))[0]
+        assert sorted(got) == [("b", 1), ("c", 1), ("d", 2)]
+        assert sorted(s.descendants("a", max_depth=1)) == [("b", 1), ("c", 1)]
+        assert _in_thread(lambda: s.descendants("d"))[0] == []
+
+
+def test_link_reads_on_a_stale_links_index_name_the_store_and_the_fix(tmp_path: Path) -> None:
+    from tplog.backends.lmdb import projections as proj
+    from tplog.errors import RebuildRequiredError
+
+    with Store(tmp_path / "s") as s:
+        s.append("p", [started("p"), user(), agent_start(), spawn_message("kid"), completed()])
+        s.engine.run_write(lambda txn: proj.write_info(txn, "links", proj.ProjectionInfo(
+            proj.VERSIONS["links"], 1, "stale")))
+        for call in (lambda: s.backend.has_spawned("p"), lambda: s.descendants("p"), lambda: s.children("p"),
+                     lambda: s.incoming("kid")):
+            with pytest.raises(RebuildRequiredError) as exc:
+                call()
+            assert str(exc.value).startswith(f"{s.path}: the 'links' projection is not current")
+            assert f"run `tplog rebuild {s.path} --projection links`" in str(exc.value)
