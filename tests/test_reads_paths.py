@@ -321,3 +321,46 @@ def test_link_reads_on_a_stale_links_index_name_the_store_and_the_fix(tmp_path: 
                 call()
             assert str(exc.value).startswith(f"{s.path}: the 'links' projection is not current")
             assert f"run `tplog rebuild {s.path} --projection links`" in str(exc.value)
+
+
+# --------------------------------------------------------------------------- the log and positions
+
+
+def test_read_all_in_scopes_lists_each_scopes_events_with_their_positions(tmp_path: Path) -> None:
+    """Threads of two scopes and unscoped ones interleaved in the log: each store's
+    ``read_all`` lists its own, with the log positions ``read`` gives them (chunks and single rows)."""
+    with Store(tmp_path / "s") as s:
+        a = s.scoped("a")
+        s.append("t1", [started("t1"), user("q " * 30), agent_start(), response("r " * 60), completed()])
+        a.append("p", [started("p"), user("q " * 30), agent_start(), response("r " * 60), completed()])
+        a.append("p", [user("open"), link("x")])
+        s.append("t2", [started("t2"), user("open")])
+        plain, scoped = s.read_all(), a.read_all()
+        assert [(e.thread_id, e.seq) for e in plain] == [("t1", i) for i in range(1, 6)] + [("t2", 1), ("t2", 2)]
+        assert [(e.thread_id, e.seq) for e in scoped] == [("p", i) for i in range(1, 8)]
+        assert [e.position for e in plain] == [1, 2, 3, 4, 5, 13, 14]
+        assert [e.position for e in scoped] == list(range(6, 13))
+        assert [e.position for e in a.read("p")] == list(range(6, 13))  # a chunk, then single rows
+        assert [lk.thread_id for lk in a.links("p")] == ["x"]
+        with pytest.raises(NotFoundError):
+            s.links("p")
+        from tplog.errors import InvalidInputError
+
+        with pytest.raises(InvalidInputError, match=r"^log 1 does not exist: this store keeps 1 log$"):
+            s.backend.read_log(1)
+
+
+def test_an_event_whose_id_index_entry_is_lost_reads_at_position_0(tmp_path: Path) -> None:
+    """The position comes from the event-id index; without its entry (damage ``verify`` reports)
+    the event still reads, at position 0, in a chunk as in a single row."""
+    with Store(tmp_path / "s") as s:
+        s.append("t", [started("t"), user("q " * 30), agent_start(), response("r " * 60), completed()])  # chunk
+        s.append("t", [user("open")])  # seq 6, a single row
+        ids = {e.seq: e.event_id for e in s.read("t")}
+
+        def lose(txn: Any) -> None:
+            for seq in (2, 6):
+                assert txn.delete("eventids", ids[seq].encode())
+
+        s.engine.run_write(lose)
+        assert [e.position for e in s.read("t")] == [1, 0, 3, 4, 5, 0]
