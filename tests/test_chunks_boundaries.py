@@ -496,3 +496,40 @@ def test_verify_reports_a_threads_lost_last_chunk_when_the_next_thread_follows_i
         missing = [p for p in verify_store(s).problems if "names a missing event" in p]
     assert [int(p.rsplit("seq ", 1)[1].rstrip(")")) for p in missing] == list(range(8, 14)), missing
     assert all(f"thread key {tkey(first).hex()}" in p for p in missing)
+
+
+@pytest.mark.parametrize(("bodies", "message"), [
+    ([], "fewer bodies than the index leaves out"),
+    (["one", "two"], "more bodies than the index leaves out"),
+])
+def test_a_bodies_section_that_does_not_fill_the_index_gaps_is_named(tmp_path: Path, bodies: list[str],
+                                                                      message: str) -> None:
+    """Each nil slot of the index takes the next body of the bodies section: one too few or
+    one too many is a CorruptionError saying which, naming the thread and the chunk's first seq."""
+    path = tmp_path / "s"
+    key, value = _one_chunk(path)
+    with Store(path) as s:
+        headers, full = _sections(s.codec, value)
+    slots = [b"\xc0" if i == 4 else b for i, b in enumerate(full)]  # seq 5 (a message) left to the bodies
+    arr = bytes([0x90 | len(headers)])
+    index = b"".join([b"\x92", arr, *headers, arr, *slots])
+    rest = [full[4]] * (len(bodies) or 0)
+    _write(path, {key: _v5(key, 1, index, bytes([0x90 | len(rest)]) + b"".join(rest))})
+    with Store(path) as s:
+        for how, call in FULL_READS.items():
+            with pytest.raises(CorruptionError) as exc:
+                call(s)
+            assert (exc.value.thread_id, exc.value.seq) == ("t", 1), how
+            assert f"stored chunk (seqs 1..8) does not decode: {message}" in str(exc.value), how
+        assert [lk.thread_id for lk in s.links("t")] == ["x"]  # the index section alone is sound
+
+
+def test_forking_inside_a_chunk_whose_index_is_damaged_names_the_parent(tmp_path: Path) -> None:
+    path = tmp_path / "s"
+    with Store(path) as s:
+        _fill_links([s])
+    (key, value), = _chunks_of(path, "p")
+    _write(path, {key: _damage_index(value)})
+    with Store(path) as s, pytest.raises(CorruptionError) as exc:
+        s.fork("p", 3, new_thread_id="fp")
+    assert (exc.value.thread_id, exc.value.seq) == ("p", 9)
