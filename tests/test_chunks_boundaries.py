@@ -20,7 +20,7 @@ from conftest import ToyStore as Store
 from conftest import agent_start, completed, link, response, started, user
 
 from tplog import CorruptionError
-from tplog.backends.lmdb.chunks import CHUNK
+from tplog.backends.lmdb.chunks import CHUNK, INDEX_KINDS
 from tplog.backends.lmdb.keys import TKEY_SIZE, from_u64, tkey
 from tplog.verify import verify_store
 
@@ -86,9 +86,9 @@ def _v4(key: bytes, first: int, payload: bytes, flags: int = 0, dict_id: int = 0
     return head + zlib.crc32(key, zlib.crc32(rest, zlib.crc32(head))).to_bytes(4, "big") + rest
 
 
-def _v5(key: bytes, first: int, index: bytes, bodies: bytes) -> bytes:
-    """A plain format-5 value with valid CRCs."""
-    head = bytes([5, 0]) + bytes(4)
+def _v5(key: bytes, first: int, index: bytes, bodies: bytes, flags: int = 0, dict_id: int = 0) -> bytes:
+    """A format-5 value with these (stored) sections and valid CRCs."""
+    head = bytes([5, flags]) + dict_id.to_bytes(4, "big")
     rest = first.to_bytes(8, "big") + len(index).to_bytes(4, "big") + index
     return (head + zlib.crc32(key, zlib.crc32(rest, zlib.crc32(head))).to_bytes(4, "big") + rest + bodies
             + zlib.crc32(key, zlib.crc32(bodies)).to_bytes(4, "big"))
@@ -106,6 +106,23 @@ def _sections(codec: Any, value: bytes) -> tuple[list[bytes], list[bytes]]:
     headers, slots = _pair.decode(index)
     rest = iter(_list.decode(bodies))
     return [bytes(h) for h in headers], [bytes(next(rest)) if bytes(s) == b"\xc0" else bytes(s) for s in slots]
+
+
+def _one_section_compressed(codec: Any, key: bytes, value: bytes, which: int, dict_id: int = 0) -> bytes:
+    """The same events as a format-5 chunk whose index (``which`` 1) or bodies (2) section
+    alone is zstd-compressed (a section is stored plain when compressing does not pay)."""
+    headers, bodies = _sections(codec, value)
+    n = len(headers)
+    kept = [h[1] in INDEX_KINDS for h in headers]  # a header: msgpack [kind, ...]; the kinds id-only reads decode
+    slots = [b if k else b"\xc0" for k, b in zip(kept, bodies, strict=True)]
+    rest = [b for k, b in zip(kept, bodies, strict=True) if not k]
+    index = b"".join([b"\x92", bytes([0x90 | n]), *headers, bytes([0x90 | n]), *slots])
+    others = bytes([0x90 | len(rest)]) + b"".join(rest)
+    packed = codec.pack(index if which == 1 else others, dict_id)
+    assert packed[:2] == (1, dict_id)
+    if which == 1:
+        return _v5(key, from_u64(value, 10), packed[2], others, 1, dict_id)
+    return _v5(key, from_u64(value, 10), index, packed[2], 2, dict_id)
 
 
 def _as_v4(codec: Any, key: bytes, value: bytes, dict_id: int) -> bytes:
@@ -370,6 +387,34 @@ def test_a_chunk_whose_crcs_hold_but_which_does_not_decode_is_named_by_thread_an
                 assert "does not decode: MessagePack data is malformed" in str(exc.value), how
 
 
+def test_a_compressed_bodies_section_that_is_not_a_zstd_frame_is_named_by_thread_and_first_seq(
+        tmp_path: Path) -> None:
+    path = tmp_path / "s"
+    key, value = _one_chunk(path)
+    with Store(path) as s:
+        good = _one_section_compressed(s.codec, key, value, 2)
+    end = 22 + int.from_bytes(good[18:22], "big")
+    _write(path, {key: _v5(key, 1, good[22:end], b"not a zstd frame at all" * 4, 2)})
+    with Store(path) as s:
+        for how, call in FULL_READS.items():
+            with pytest.raises(CorruptionError) as exc:
+                call(s)
+            assert (exc.value.thread_id, exc.value.seq) == ("t", 1), (how, exc.value)
+        assert [lk.thread_id for lk in s.links("t")] == ["x"]
+
+
+@pytest.mark.parametrize("which", [1, 2])
+def test_a_chunk_with_one_section_compressed_reads_back(tmp_path: Path, which: int) -> None:
+    path = tmp_path / "s"
+    key, value = _one_chunk(path)
+    with Store(path) as s:
+        want = {how: call(s) for how, call in EARLY_READS_T.items()}
+        other = _one_section_compressed(s.codec, key, value, which)
+    _write(path, {key: other})
+    with Store(path) as s:
+        assert {how: call(s) for how, call in EARLY_READS_T.items()} == want
+
+
 @pytest.mark.parametrize("fmt", [4, 5])
 def test_a_compressed_section_that_is_not_a_zstd_frame_is_named_by_thread_and_first_seq(
         tmp_path: Path, fmt: int) -> None:
@@ -414,6 +459,14 @@ def test_an_incremental_load_from_inside_a_chunk_gets_every_later_event(tmp_path
 # --------------------------------------------------------------------------- a dictionary only the file has
 
 
+EARLY_READS_T = {
+    "read": lambda s: [e.event for e in s.read("t")],
+    "read backward": lambda s: [e.event for e in reversed(s.read("t", direction="backward"))],
+    "thread_events": lambda s: s.backend.thread_events("t")[1],
+    "items": lambda s: s.backend.items("t"),
+    "links": lambda s: s.links("t"),
+    "iter_thread_values": lambda s: [(seq, bytes(v)) for seq, _, v in s.iter_thread_values("t")],
+}
 EARLY_READS = {
     "read": lambda s: [e.event for e in s.read("z")],
     "read backward": lambda s: [e.event for e in reversed(s.read("z", direction="backward"))],
@@ -424,10 +477,10 @@ EARLY_READS = {
 }
 
 
-@pytest.mark.parametrize("fmt", [4, 5])
+@pytest.mark.parametrize("fmt", ["4", "5", "5, bodies section only"])
 @pytest.mark.parametrize("how", list(EARLY_READS))
 def test_a_store_opened_before_a_dictionary_was_trained_reads_chunks_compressed_with_it(
-        tmp_path: Path, fmt: int, how: str) -> None:
+        tmp_path: Path, fmt: str, how: str) -> None:
     path = tmp_path / "s"
     with Store(path, auto_dictionary=0) as w:
         for i in range(20):
@@ -442,13 +495,15 @@ def test_a_store_opened_before_a_dictionary_was_trained_reads_chunks_compressed_
             want = EARLY_READS[how](w)
             (key, value), = _chunks_of(w, "z")
             assert int.from_bytes(value[2:6], "big") == 1 and value[1] & 1
-            if fmt == 4:
-                v4 = _as_v4(w.codec, key, value, 1)
-        if fmt == 4:  # (the file is open in this process: written through the early store's engine)
-            early.engine.run_write(lambda txn: txn.put("events", key, v4))
+            other = {"4": lambda: _as_v4(w.codec, key, value, 1), "5": lambda: value,
+                     "5, bodies section only": lambda: _one_section_compressed(w.codec, key, value, 2, 1)}[fmt]()
+        # (the file is open in this process: written through the early store's engine)
+        early.engine.run_write(lambda txn: txn.put("events", key, other))
         assert not early.codec.has_dictionary(1)
         assert EARLY_READS[how](early) == want
-        assert early.codec.has_dictionary(1)
+        # an id-only read of a chunk whose index section is plain never needs the dictionary
+        id_only_plain_index = fmt == "5, bodies section only" and how in ("items", "links")
+        assert early.codec.has_dictionary(1) is not id_only_plain_index
     finally:
         early.close()
 
@@ -535,3 +590,22 @@ def test_forking_inside_a_chunk_whose_index_is_damaged_names_the_parent(tmp_path
     with Store(path) as s, pytest.raises(CorruptionError) as exc:
         s.fork("p", 3, new_thread_id="fp")
     assert (exc.value.thread_id, exc.value.seq) == ("p", 9)
+
+
+def test_a_blob_reference_stays_a_row_of_its_own_when_its_turn_is_chunked(tmp_path: Path) -> None:
+    """A body over the blob threshold is stored once in ``blobs``; its event's row (a
+    reference) is never re-stored in a chunk, so the blob keeps its one reference."""
+    import random
+
+    rng = random.Random(3)
+    big = "".join(rng.choice("abcdefghijklmnopqrstuvwxyz ") for _ in range(300_000))  # over 256 KiB
+    with Store(tmp_path / "s") as s:
+        s.append("t", [started("t"), user("q " * 30), agent_start(), response("r " * 60), response(big),
+                       response("after " * 60), completed()])
+        with s.engine.read() as txn:
+            rows = [(from_u64(bytes(k), TKEY_SIZE), bytes(v)[:2]) for k, v in txn.range("events")]
+        assert (5, bytes([3, 2])) in rows  # format 3, the blob flag: a row of its own
+        assert [seq for seq, v in rows if v[0] == CHUNK] == [4, 7]  # 1..4 and 6..7 chunked around it
+        rep = verify_store(s)
+        assert rep.ok and rep.blobs == 1, rep.problems
+        assert s.read("t")[4].event.message.parts[0].content == big
