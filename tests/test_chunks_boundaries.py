@@ -22,10 +22,12 @@ from conftest import agent_start, completed, link, response, started, user
 from tplog import CorruptionError
 from tplog.backends.lmdb.chunks import CHUNK, INDEX_KINDS
 from tplog.backends.lmdb.keys import TKEY_SIZE, from_u64, tkey
+from tplog.events import AgentTurnInterrupted, Interruption
 from tplog.verify import verify_store
 
 _pair = msgspec.msgpack.Decoder(tuple[list[msgspec.Raw], list[msgspec.Raw]])
 _list = msgspec.msgpack.Decoder(list[msgspec.Raw])
+T = "2025-01-20T10:00:00Z"
 
 
 # --------------------------------------------------------------------------- raw rows
@@ -609,3 +611,78 @@ def test_a_blob_reference_stays_a_row_of_its_own_when_its_turn_is_chunked(tmp_pa
         rep = verify_store(s)
         assert rep.ok and rep.blobs == 1, rep.problems
         assert s.read("t")[4].event.message.parts[0].content == big
+
+
+# --------------------------------------------------------------------------- how a compaction cuts runs
+
+
+def _chunk_spans(s: Store, tid: str) -> list[tuple[int, int]]:
+    return [_seqs(k, v) for k, v in _chunks_of(s, tid)]
+
+
+def test_two_rows_since_the_last_chunk_make_a_chunk(tmp_path: Path) -> None:
+    with Store(tmp_path / "s") as s:
+        s.append("t", [started("t"), user("q " * 30), agent_start(), *_talk(1), completed()])  # 1..7
+        s.append("t", [agent_start(), response("again " * 200)])  # 8, 9: an open turn
+        s.append("t", [completed()])  # 10
+        assert _chunk_spans(s, "t") == [(1, 7), (8, 10)]
+        s.append("t", [user("q " * 100), agent_start()])
+        s.append("t", [AgentTurnInterrupted(interruption=Interruption(reason="user_cancelled", interrupted_at=T))])
+        assert _chunk_spans(s, "t") == [(1, 7), (8, 10), (11, 13)]
+
+
+def test_a_chunk_holds_at_most_max_events_events(tmp_path: Path) -> None:
+    from tplog.backends.lmdb.chunks import MAX_EVENTS
+
+    n = MAX_EVENTS + 20
+    with Store(tmp_path / "s") as s:
+        s.append("t", [started("t"), user("q"), agent_start(), *[response(f"r{i} " * 5) for i in range(n)],
+                       completed()])
+        assert _chunk_spans(s, "t") == [(1, MAX_EVENTS), (MAX_EVENTS + 1, n + 4)]
+
+
+def test_a_chunk_holds_less_than_max_bytes_of_values(tmp_path: Path) -> None:
+    """Runs are cut before the values they hold (raw, as appended) reach 1 MiB."""
+    import random
+
+    from tplog.backends.lmdb.chunks import MAX_BYTES
+
+    rng = random.Random(7)
+    words = ["alpha", "beta", "gamma", "delta", "epsilon", "zeta", "eta", "theta"]
+    texts = [" ".join(rng.choice(words) for _ in range(20_000)) for _ in range(12)]  # ~120 KB each
+    with Store(tmp_path / "s") as s:
+        s.append("t", [started("t"), user("q"), agent_start(), *[response(t) for t in texts], completed()])
+        sizes = {seq: len(v) for seq, _, v in s.iter_thread_values("t")}
+        want, run, size = [], [1], sizes[1]
+        for seq in range(2, len(sizes) + 1):  # the cut: the next value would reach MAX_BYTES
+            if size + sizes[seq] < MAX_BYTES:
+                run.append(seq)
+                size += sizes[seq]
+            else:
+                want.append((run[0], run[-1]))
+                run, size = [seq], sizes[seq]
+        want.append((run[0], run[-1]))
+        assert len(want) >= 2
+        assert _chunk_spans(s, "t") == want
+
+
+@pytest.mark.parametrize("part", ["header", "body"])
+def test_a_damaged_row_is_never_re_stored_in_a_chunk(tmp_path: Path, part: str) -> None:
+    """The append that closes the turn verifies each row it would chunk: a damaged one fails
+    it, naming the thread and the seq, and nothing is re-stored."""
+    from tplog.backends.lmdb.keys import event_key
+
+    with Store(tmp_path / "s") as s:
+        s.append("t", [started("t"), user("q " * 30), agent_start(), response("r " * 60)])
+        key = event_key(tkey("t"), 3)
+
+        def damage(txn: Any) -> None:
+            v = bytearray(txn.get("events", key))
+            v[14 if part == "header" else len(v) - 6] ^= 0x01
+            txn.put("events", key, bytes(v))
+
+        s.engine.run_write(damage)
+        with pytest.raises(CorruptionError) as exc:
+            s.append("t", [completed()])
+        assert (exc.value.thread_id, exc.value.seq) == ("t", 3)
+        assert _chunk_spans(s, "t") == [] and s.head("t").version == 4
