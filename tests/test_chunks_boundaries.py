@@ -666,10 +666,11 @@ def test_a_chunk_holds_less_than_max_bytes_of_values(tmp_path: Path) -> None:
         assert _chunk_spans(s, "t") == want
 
 
-@pytest.mark.parametrize("part", ["header", "body"])
-def test_a_damaged_row_is_never_re_stored_in_a_chunk(tmp_path: Path, part: str) -> None:
+@pytest.mark.parametrize(("part", "blob_after"), [("header", False), ("body", False), ("body", True)])
+def test_a_damaged_row_is_never_re_stored_in_a_chunk(tmp_path: Path, part: str, blob_after: bool) -> None:
     """The append that closes the turn verifies each row it would chunk: a damaged one fails
-    it, naming the thread and the seq, and nothing is re-stored."""
+    it, naming the thread and the seq, and nothing is re-stored (``blob_after``: the damaged
+    row's run is not the last one, a blob reference ends it)."""
     from tplog.backends.lmdb.keys import event_key
 
     with Store(tmp_path / "s") as s:
@@ -682,7 +683,8 @@ def test_a_damaged_row_is_never_re_stored_in_a_chunk(tmp_path: Path, part: str) 
             txn.put("events", key, bytes(v))
 
         s.engine.run_write(damage)
+        closing = [response("x" * 300_000), response("after " * 60), completed()] if blob_after else [completed()]
         with pytest.raises(CorruptionError) as exc:
-            s.append("t", [completed()])
+            s.append("t", closing)
         assert (exc.value.thread_id, exc.value.seq) == ("t", 3)
         assert _chunk_spans(s, "t") == [] and s.head("t").version == 4
