@@ -364,3 +364,83 @@ def test_an_event_whose_id_index_entry_is_lost_reads_at_position_0(tmp_path: Pat
 
         s.engine.run_write(lose)
         assert [e.position for e in s.read("t")] == [1, 0, 3, 4, 5, 0]
+
+
+# --------------------------------------------------------------------------- damage named, the backend's defaults
+
+
+def _single_rows(path: Path) -> None:
+    with Store(path) as s:
+        s.append("t", [started("t"), user("q"), agent_start(), response("r"), completed()])  # a chunk
+        s.append("t", [user("open"), link("u")])  # seqs 6, 7: single rows
+
+
+@pytest.mark.parametrize("part", ["body crc", "header bytes"])
+def test_every_read_names_a_damaged_single_row_by_thread_and_seq(tmp_path: Path, part: str) -> None:
+    """``header bytes``: a header its CRC accepts (rewritten with it) but no decoder does."""
+    import zlib
+
+    from tplog.codec import HEADER_CRC_SEED
+
+    path = tmp_path / "s"
+    _single_rows(path)
+    key = event_key(tkey("t"), 7)
+    with Store(path) as s:
+        def damage(txn: Any) -> None:
+            v = bytearray(txn.get("events", key))
+            if part == "body crc":
+                v[-6] ^= 0x01
+            else:
+                hl = int.from_bytes(v[10:12], "big")
+                v[12:12 + hl] = b"\xc1" * hl
+                crc = zlib.crc32(key, zlib.crc32(bytes(v[12:12 + hl]), zlib.crc32(v[10:12], HEADER_CRC_SEED[3])))
+                v[6:10] = crc.to_bytes(4, "big")
+            txn.put("events", key, bytes(v))
+
+        s.engine.run_write(damage)
+        calls = {"read": lambda: s.read("t"), "backward": lambda: s.read("t", direction="backward"),
+                 "read_all": lambda: s.read_all(), "links": lambda: s.links("t"),
+                 "iter_thread_values": lambda: list(s.iter_thread_values("t"))}
+        if part == "header bytes":
+            calls["items"] = lambda: s.backend.items("t")
+        for how, call in calls.items():
+            with pytest.raises(CorruptionError) as exc:
+                call()
+            assert (exc.value.thread_id, exc.value.seq) == ("t", 7), how
+
+
+def test_an_index_body_that_does_not_decode_is_named_by_id_only_reads(tmp_path: Path) -> None:
+    """A chunk whose CRCs hold but whose LinkAdded body (in the index section) is no event."""
+    from test_chunks_boundaries import _one_chunk, _sections, _v5, _write
+
+    path = tmp_path / "s"
+    key, value = _one_chunk(path)  # seqs 1..8, the link at 7
+    with Store(path) as s:
+        headers, bodies = _sections(s.codec, value)
+    bodies[6] = b"\x80"  # an empty map: not a LinkAdded
+    arr = bytes([0x90 | len(headers)])
+    _write(path, {key: _v5(key, 1, b"".join([b"\x92", arr, *headers, arr, *bodies]), b"\x90")})
+    with Store(path) as s:
+        for how, call in {"items": lambda: s.backend.items("t"), "links": lambda: s.links("t")}.items():
+            with pytest.raises(CorruptionError) as exc:
+                call()
+            assert (exc.value.thread_id, exc.value.seq) == ("t", 7), how
+
+
+def test_the_backends_read_thread_defaults_to_forward_and_names_an_unknown_thread(tmp_path: Path) -> None:
+    with Store(tmp_path / "s") as s:
+        s.append("t", [started("t"), user("q"), agent_start(), response("r"), completed(), user("open")])
+        assert [e.seq for e in s.backend.read_thread("t")] == [1, 2, 3, 4, 5, 6]
+        with pytest.raises(NotFoundError, match=r"^thread nope does not exist$"):
+            s.backend.read_thread("nope")
+
+
+def test_a_scoped_backward_read_gives_the_log_positions(tmp_path: Path) -> None:
+    with Store(tmp_path / "s") as s:
+        s.append("t", [started("t")])
+        a = s.scoped("a")
+        a.append("p", [started("p"), user("q " * 30), agent_start(), response("r " * 60), completed()])
+        a.append("p", [user("open")])
+        assert [(e.seq, e.position) for e in a.read("p", direction="backward")] == [
+            (6, 7), (5, 6), (4, 5), (3, 4), (2, 3), (1, 2)]
+        assert [(e.seq, e.position) for e in a.read("p", after=4, direction="backward")] == [(3, 4), (2, 3), (1, 2)]
