@@ -688,3 +688,121 @@ def test_a_damaged_row_is_never_re_stored_in_a_chunk(tmp_path: Path, part: str, 
             s.append("t", closing)
         assert (exc.value.thread_id, exc.value.seq) == ("t", 3)
         assert _chunk_spans(s, "t") == [] and s.head("t").version == 4
+
+
+# --------------------------------------------------------------------------- layout edges
+
+
+def test_a_chunk_of_exactly_16_events_reads_back(tmp_path: Path) -> None:
+    """16 is where msgpack's one-byte array header ends (0x90 | n for n < 16)."""
+    with Store(tmp_path / "s") as s:
+        events = [started("t"), user("q"), agent_start(), *[response(f"r{i} " * 30) for i in range(12)], completed()]
+        s.append("t", events)
+        assert _chunk_spans(s, "t") == [(1, 16)]
+        assert [e.event for e in s.read("t")] == events
+        assert [it.seq for it in s.backend.items("t")] == list(range(1, 17))
+
+
+def _golden_plain() -> dict[str, Any]:
+    golden = Path(__file__).parent / "golden" / "chunks-v5.bin"
+    return msgspec.msgpack.decode(golden.read_bytes())[1]  # seqs 13..20, stored uncompressed
+
+
+@pytest.mark.parametrize(("last", "first", "ok"), [
+    (20, 25, False),  # first after last
+    ((1 << 20) + 5, 5, False),  # a span of 2**20 seqs
+    ((1 << 20) + 20, (1 << 20) + 13, True),  # large seqs, an ordinary span
+])
+def test_a_chunks_first_seq_is_checked_against_its_key(last: int, first: int, ok: bool) -> None:
+    from tplog.backends.lmdb.chunks import chunk_index
+    from tplog.codec import Codec
+
+    plain = _golden_plain()
+    index, bodies = plain["value"][22:22 + int.from_bytes(plain["value"][18:22], "big")], plain["value"][
+        22 + int.from_bytes(plain["value"][18:22], "big"):-4]
+    key = plain["key"][:TKEY_SIZE] + last.to_bytes(8, "big")
+    value = _v5(key, first, index, bodies)
+    if ok:
+        assert len(chunk_index(Codec(), key, value, None, "golden")[1]) == 8
+        return
+    with pytest.raises(CorruptionError) as exc:
+        chunk_index(Codec(), key, value, None, "golden")
+    assert (exc.value.thread_id, exc.value.seq) == ("golden", last)
+    assert f"stored chunk (events up to seq {last}) names first seq {first}" in str(exc.value)
+
+
+@pytest.mark.parametrize("damage", ["flag", "byte"])
+def test_a_damaged_format_4_chunk_is_named_by_thread_and_last_seq(tmp_path: Path, damage: str) -> None:
+    path = tmp_path / "s"
+    key, value = _one_chunk(path)
+    with Store(path) as s:
+        headers, bodies = _sections(s.codec, value)
+    arr = bytes([0x90 | len(headers)])
+    v4 = bytearray(_v4(key, 1, b"".join([b"\x92", arr, *headers, arr, *bodies]), flags=4 if damage == "flag" else 0))
+    if damage == "byte":
+        v4[30] ^= 0x01
+    _write(path, {key: bytes(v4)})
+    with Store(path) as s:
+        for how, call in {**FULL_READS, **ID_ONLY_READS}.items():
+            with pytest.raises(CorruptionError) as exc:
+                call(s)
+            assert (exc.value.thread_id, exc.value.seq) == ("t", 8), how
+            assert "stored chunk (events up to seq 8) is truncated or failed its CRC-32 check" in str(exc.value), how
+
+
+def test_a_tool_call_messages_body_is_kept_out_of_the_index_section(tmp_path: Path) -> None:
+    from test_chunks_v5 import _call
+
+    with Store(tmp_path / "s") as s:
+        s.append("t", [started("t"), user("q " * 30), agent_start(), _call("c1"), response("r " * 60), completed()])
+        (_, value), = _chunks_of(s, "t")
+        end = 22 + int.from_bytes(value[18:22], "big")
+        index = value[22:end] if not value[1] & 1 else s.codec.unpack(int.from_bytes(value[2:6], "big"),
+                                                                        value[22:end])
+        _, slots = _pair.decode(index)
+        assert [bytes(b) == b"\xc0" for b in slots] == [False, True, False, True, True, False]
+        assert [c.tool_call_id for c in s.pending("t").pending] == ["c1"]  # from its header's facts
+
+
+def test_a_dictionary_trained_before_the_first_section_is_packed_is_not_used_for_either() -> None:
+    """The dictionary is read once, when the chunk begins: one trained just after (here: before
+    the index section is packed) compresses neither section."""
+    import random
+
+    from test_chunks_v5 import _enc
+
+    from tplog.backends.lmdb.chunks import chunk_events, encode_chunk
+    from tplog.codec import Codec, header_end
+
+    rng = random.Random(5)
+    words = ["weather", "tool", "call", "paris", "berlin", "sunny", "rain", "answer", "question", "agent"]
+
+    def sample(i: int) -> bytes:
+        return _enc.encode({"text": " ".join(rng.choice(words) for _ in range(40)), "n": i})
+
+    first_dict = Codec.train([sample(i) for i in range(600)], 4096)
+    second_dict = Codec.train([sample(i) + b"other" for i in range(600)], 4096)
+    codec = Codec()
+    codec.add_dictionary(1, first_dict)
+    events = [started("t"), user("q " * 200), agent_start(), response("answer " * 300), completed()]
+    values = [codec.encode(e, f"id{i}", 1).finish(b"k" * 24) for i, e in enumerate(events)]
+    headers: list[bytes | memoryview] = [v[12:header_end(v)] for v in values]
+    bodies: list[bytes | memoryview] = [codec.encode_body(e) for e in events]
+    real_pack = codec.pack
+    ids: list[int] = []
+
+    def pack(data: bytes, dict_id: int | None = None) -> tuple[int, int, bytes]:
+        if not ids and not codec.has_dictionary(2):
+            codec.add_dictionary(2, second_dict)  # the trainer commits its dictionary now
+        out = real_pack(data) if dict_id is None else real_pack(data, dict_id)
+        ids.append(out[1])
+        return out
+
+    codec.pack = pack  # type: ignore[method-assign]
+    key = b"\x00" * 16 + len(events).to_bytes(8, "big")
+    value = encode_chunk(codec, key, 1, headers, bodies)
+    assert ids == [1, 1]
+    reader = Codec()
+    reader.add_dictionary(1, first_dict)
+    reader.add_dictionary(2, second_dict)
+    assert chunk_events(reader, key, value, None, "t") == events
