@@ -806,3 +806,19 @@ def test_a_dictionary_trained_before_the_first_section_is_packed_is_not_used_for
     reader.add_dictionary(1, first_dict)
     reader.add_dictionary(2, second_dict)
     assert chunk_events(reader, key, value, None, "t") == events
+
+
+def test_an_open_turn_is_compacted_by_the_append_that_reaches_a_multiple_of_open_every(tmp_path: Path) -> None:
+    from tplog.backends.lmdb.chunks import OPEN_EVERY
+
+    with Store(tmp_path / "s") as s:
+        s.append("t", [started("t"), user("q"), agent_start()])
+        for i in range(4, OPEN_EVERY + 1):
+            s.append("t", [response(f"part {i} " * 20)])
+            singles = [from_u64(k, TKEY_SIZE) for k, v in _chunks_of_all(s) if v[0] != CHUNK]
+            assert singles == ([] if i == OPEN_EVERY else list(range(1, i + 1))), i
+
+
+def _chunks_of_all(s: Store) -> list[tuple[bytes, bytes]]:
+    with s.engine.read() as txn:
+        return [(bytes(k), bytes(v)) for k, v in txn.range("events")]
