@@ -132,9 +132,6 @@ class LmdbReads:
             for pk, key in txn.range("global", u64(max(start, 1))):
                 if limit is not None and len(out) >= limit:
                     break
-                value = rows.get(key)
-                if value is None:  # pragma: no cover - deleted between index and event (same txn: impossible)
-                    continue
                 tk = key[:TKEY_SIZE]
                 name = names.get(tk)
                 if name is None:
@@ -144,6 +141,9 @@ class LmdbReads:
                     name = "" if head is None or head.scope != scope else head.thread_id
                     names[tk] = name
                 if not name:
+                    continue
+                value = rows.get(key, name=name)  # a damaged chunk is named by its thread, not its key
+                if value is None:  # pragma: no cover - deleted between index and event (same txn: impossible)
                     continue
                 out.append(self._decode_value(txn, key, value, name, from_u64(key, TKEY_SIZE), from_u64(pk), scope))
         return out
