@@ -237,18 +237,16 @@ def _merged(key: bytes, first: int, name: str | None, slots: list[Any], rest: li
     return out
 
 
-def _events5(codec: Codec, key: bytes, value: bytes, txn: Any, name: str | None,
-             headers: bool) -> tuple[int, list[Header] | None, list[Event]]:
+def _events5(codec: Codec, key: bytes, value: bytes, txn: Any,
+             name: str | None) -> tuple[int, list[Header], list[Event]]:
+    """(first seq, headers, events) of a format-5 chunk, every part verified."""
     first, index, others = _sections(codec, key, value, txn, name)
     try:
-        if headers:
-            hs, slots = _headers_events_or_nil.decode(index)
-        else:
-            hs, (_, slots) = None, _events_or_nil.decode(index)
+        hs, slots = _headers_events_or_nil.decode(index)
         rest = _event_list.decode(others)
     except _DECODE_ERRORS as exc:
         raise _undecodable(key, first, name, exc) from exc
-    if not _count_ok(key, first, slots, *([hs] if hs is not None else [])):
+    if not _count_ok(key, first, slots, hs):
         raise _undecodable(key, first, name, "wrong number of events")
     return first, hs, _merged(key, first, name, slots, rest)
 
@@ -294,9 +292,7 @@ def chunk_recorded(codec: Codec, key: bytes, value: bytes, txn: Any,
                    name: str | None) -> tuple[int, list[Header], list[Event]]:
     """(first seq, headers, events) of a chunk, verified and decoded in one call (a section)."""
     if value[:1] == b"\x05":
-        first, hs, events = _events5(codec, key, value, txn, name, True)
-        assert hs is not None
-        return first, hs, events
+        return _events5(codec, key, value, txn, name)
     first, payload = _payload(codec, key, value, txn, name)
     headers, events = _decode(_headers_events, payload, key, first, name)
     return first, headers, events
