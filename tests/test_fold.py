@@ -28,7 +28,7 @@ from tplog.events import (
     ThreadStarted,
     UserTurnSubmitted,
 )
-from tplog.projections.fold import complete_cycles, events_from_thread, fold
+from tplog.projections.fold import Folder, complete_cycles, events_from_thread, fold
 from tplog.protocol import model as m
 from tplog.protocol.json import from_builtins, to_builtins
 
@@ -605,3 +605,57 @@ def test_complete_cycles_keeps_order_requests_and_system_messages(msgs: list[m.M
                 if isinstance(p, (m.ToolReturnPart, m.RetryPromptPart)) and p.tool_call_id in made_before:
                     assert p.tool_call_id in kept_calls, f"return of dropped call {p.tool_call_id} kept: {out}"
         kept_calls |= {p.tool_call_id for p in x.parts if isinstance(p, m.ToolCallPart)}
+
+
+def _fold_one_by_one(events: list[Event]) -> Any:
+    f = Folder()
+    for ev in events:
+        f.feed(ev)
+    return f
+
+
+@THREAD_SETTINGS
+@given(threads(interrupted=True), st.data())
+def test_feed_all_folds_as_feed_does(doc: dict[str, Any], data: st.DataObject) -> None:
+    """``Folder.feed_all`` (the load path: common kinds by exact type, fields in locals) leaves
+    the folder as ``feed`` one event at a time does, including on orders a store never holds
+    (a completed turn with none open, a message outside a turn) and when fed in pieces."""
+    events: list[Event] = list(events_from_thread(from_builtins(doc, m.Thread)))
+    stray = data.draw(st.lists(st.sampled_from([
+        AgentTurnCompleted(completed_at=ts(5)), AgentTurnCompleted(),
+        MessageRecorded(message=m.RequestMessage(parts=[m.UserPromptPart(content="x")], agent_id="a", timestamp=ts(7))),
+        AgentTurnStarted(agent_id="a", started_at=ts(9)), ThreadInfoChanged(title="t", updated_at=ts(11)),
+    ]), max_size=4))
+    for ev in stray:
+        events.insert(data.draw(st.integers(0, len(events))), ev)
+    cut = data.draw(st.integers(0, len(events)))
+    one = _fold_one_by_one(events)
+    many = Folder()
+    many.feed_all(events[:cut])
+    assert to_builtins(many.result()) == to_builtins(_fold_one_by_one(events[:cut]).result())
+    many.feed_all(iter(events[cut:]))
+    assert to_builtins(many.result()) == to_builtins(one.result())
+    assert (many.seq, many.updated, many.turns, many.current is None) == (
+        one.seq, one.updated, one.turns, one.current is None)
+
+
+def test_feed_all_on_untimed_and_stray_events() -> None:
+    msg = m.RequestMessage(parts=[m.UserPromptPart(content="x")], agent_id="a", timestamp=ts(3))
+    events: list[Event] = [
+        ThreadStarted(thread_id=TID, created_at=T0),
+        MessageRecorded(message=msg),  # outside a turn: dropped, but its time counts
+        AgentTurnStarted(agent_id="a", started_at=ts(4)),
+        MessageRecorded(message=replace(msg, timestamp=ts(5))),
+        AgentTurnCompleted(),  # no time: updated_at stays the message's
+        AgentTurnCompleted(completed_at=ts(9)),  # none open: nothing folded, its time counts
+        AgentTurnStarted(agent_id="a", started_at=ts(10)),
+    ]
+    for cut in range(len(events) + 1):
+        f = Folder()
+        f.feed_all(events[:cut])
+        one = _fold_one_by_one(events[:cut])
+        assert to_builtins(f.result()) == to_builtins(one.result())
+        assert (f.seq, f.updated) == (one.seq, one.updated)
+    res = Folder()
+    res.feed_all(events[:5])
+    assert res.updated == ts(5) and len(res.turns) == 1 and res.current is None

@@ -680,9 +680,7 @@ class Store:
         head, events = _fork.thread_events(self, thread_id, after)
         if folder is None or head.status != "active" or folder.seq > head.version:
             folder = Folder()
-        feed_one = folder.feed
-        for ev in events:
-            feed_one(ev)
+        folder.feed_all(events)
         res = folder.result()
         if cache.budget and head.status == "active":
             cache.give(tk, folder)

@@ -89,6 +89,7 @@ CHUNK_BYTES: Final = (b"\x04", b"\x05")  #: a chunk row's first byte
 _BARRIERS: Final = (*CHUNK_BYTES, b"\x01", b"\x02")
 _crc32 = zlib.crc32
 _U64: Final = struct.Struct(">Q")
+_U32: Final = struct.Struct(">I")
 
 _raw_pair = msgspec.msgpack.Decoder(tuple[list[msgspec.Raw], list[msgspec.Raw]])
 _events_only = msgspec.msgpack.Decoder(tuple[msgspec.Raw, list[Event]])
@@ -226,8 +227,9 @@ def _merged(key: bytes, first: int, name: str | None, slots: list[Any], rest: li
             empty: Any = None) -> list[Any]:
     """The index section's bodies with each ``empty`` slot filled from the bodies section, in order."""
     it = iter(rest)
+    take = it.__next__
     try:
-        out = [x if x is not empty else next(it) for x in slots]
+        out = [x if x is not empty else take() for x in slots]
     except StopIteration:
         raise _undecodable(key, first, name, "fewer bodies than the index leaves out") from None
     if next(it, None) is not None:
@@ -235,26 +237,51 @@ def _merged(key: bytes, first: int, name: str | None, slots: list[Any], rest: li
     return out
 
 
-def _events5(codec: Codec, key: bytes, value: bytes, txn: Any, name: str | None,
-             headers: bool) -> tuple[int, list[Header] | None, list[Event]]:
+def _events5(codec: Codec, key: bytes, value: bytes, txn: Any,
+             name: str | None) -> tuple[int, list[Header], list[Event]]:
+    """(first seq, headers, events) of a format-5 chunk, every part verified."""
     first, index, others = _sections(codec, key, value, txn, name)
     try:
-        if headers:
-            hs, slots = _headers_events_or_nil.decode(index)
-        else:
-            hs, (_, slots) = None, _events_or_nil.decode(index)
+        hs, slots = _headers_events_or_nil.decode(index)
         rest = _event_list.decode(others)
     except _DECODE_ERRORS as exc:
         raise _undecodable(key, first, name, exc) from exc
-    if not _count_ok(key, first, slots, *([hs] if hs is not None else [])):
+    if not _count_ok(key, first, slots, hs):
         raise _undecodable(key, first, name, "wrong number of events")
     return first, hs, _merged(key, first, name, slots, rest)
+
+
+def _all_events5(codec: Codec, key: bytes, value: bytes, txn: Any, name: str | None) -> tuple[int, list[Event]]:
+    """(first seq, events) of a format-5 chunk, both sections verified, decompressed and
+    decoded: :func:`_events5` without the headers, its helpers inlined (a cold load of a
+    short thread is one chunk, and their calls were a tenth of it)."""
+    first = _first_seq(key, value, name)
+    mv = memoryview(value)
+    end = _PREFIX5 + _U32.unpack_from(value, 18)[0]
+    index: bytes | memoryview = mv[_PREFIX5:end]
+    others: bytes | memoryview = mv[end:-4]
+    flags = value[1]
+    if flags:
+        dict_id = _U32.unpack_from(value, 2)[0]
+        where = (name or key[:TKEY_SIZE].hex(), first)
+        if flags & 1:
+            index = codec.unpack(dict_id, index, txn, where=where)
+        if flags & 2:
+            others = codec.unpack(dict_id, others, txn, where=where)
+    try:
+        slots = _events_or_nil.decode(index)[1]
+        rest = _event_list.decode(others)
+    except _DECODE_ERRORS as exc:
+        raise _undecodable(key, first, name, exc) from exc
+    if len(slots) != from_u64(key, TKEY_SIZE) - first + 1:
+        raise _undecodable(key, first, name, "wrong number of events")
+    return first, _merged(key, first, name, slots, rest)
 
 
 def chunk_events(codec: Codec, key: bytes, value: bytes, txn: Any, name: str | None, after: int = 0) -> list[Event]:
     """The chunk's events with seq > ``after``, verified and decoded in one call (a section)."""
     if value[:1] == b"\x05":
-        first, _, events = _events5(codec, key, value, txn, name, False)
+        first, events = _all_events5(codec, key, value, txn, name)
     else:
         first, payload = _payload(codec, key, value, txn, name)
         _, events = _decode(_events_only, payload, key, first, name, (1,))
@@ -265,9 +292,7 @@ def chunk_recorded(codec: Codec, key: bytes, value: bytes, txn: Any,
                    name: str | None) -> tuple[int, list[Header], list[Event]]:
     """(first seq, headers, events) of a chunk, verified and decoded in one call (a section)."""
     if value[:1] == b"\x05":
-        first, hs, events = _events5(codec, key, value, txn, name, True)
-        assert hs is not None
-        return first, hs, events
+        return _events5(codec, key, value, txn, name)
     first, payload = _payload(codec, key, value, txn, name)
     headers, events = _decode(_headers_events, payload, key, first, name)
     return first, headers, events

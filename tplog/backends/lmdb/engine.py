@@ -507,6 +507,48 @@ class LmdbEngine:
                     return
             self._adopt_size()  # another process grew the map; adopt it, then retry
 
+    def snapshot(self, fn: Callable[[_LmdbRead], R]) -> R:
+        """``fn(txn)`` in a read transaction of its own, as ``with read() as txn: return fn(txn)``
+        (same snapshot, hold-off of map resizes, retry after another process grew the map, error
+        translation) without the two generator-based context managers, which cost a cold load of a
+        short thread more than its LMDB work does."""
+        self._check()
+        rw = self._rw
+        cond = rw._cond
+        while True:
+            cond.acquire()  # _RWLock.shared(), inline: wait out a resize, then count as a reader
+            try:
+                while rw._resizing:
+                    cond.wait()
+                rw._readers += 1
+            finally:
+                cond.release()
+            try:
+                try:
+                    raw = self._env.begin(buffers=False)
+                except lmdb.MapResizedError:
+                    raw = None
+                except lmdb.Error as exc:
+                    raise _translate(exc, self.path) from exc
+                if raw is not None:
+                    try:
+                        return fn(_LmdbRead(raw, self._dbs))
+                    except lmdb.Error as exc:  # a read of a damaged page
+                        raise _translate(exc, self.path) from exc
+                    except msgspec.DecodeError as exc:  # a row without a CRC of its own (heads, indexes)
+                        raise _undecodable(exc, self.path) from exc
+                    finally:
+                        raw.abort()
+            finally:  # the release half of _RWLock.shared(): the last reader out wakes a resizer
+                cond.acquire()
+                try:
+                    rw._readers -= 1
+                    if rw._readers == 0:
+                        cond.notify_all()
+                finally:
+                    cond.release()
+            self._adopt_size()  # another process grew the map; adopt it, then retry
+
     def run_write(self, fn: Callable[[WriteTxn], R]) -> R:
         """Run ``fn`` in one write transaction and commit; retried after map growth.
 

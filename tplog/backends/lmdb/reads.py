@@ -320,23 +320,29 @@ class LmdbReads:
         caller's fold is then of another life of the id). ``NotFoundError`` if unknown."""
         self._check_open()
         tk = tkey(thread_id, scope)
-        with self.engine.read() as txn:
-            raw = txn.get("heads", tk)
-            if raw is None:
-                raise NotFoundError(f"thread {thread_id} does not exist")
-            head = _head_dec.decode(raw)
-            if head.status != "active" or after > head.version:
-                after = 0
-            name = head.thread_id
-            codec = self.codec
-            decode = codec.decode_value
-            events: list[Any] = []
-            add = events.append
-            for k, v in txn.range("events", event_key(tk, after + 1), tk + b"\xff" * 8):
-                if chunks.is_chunk(v):  # one decompression and one decode for the chunk's events
-                    events.extend(chunks.chunk_events(codec, k, v, txn, name, after))
+        # engine.snapshot, not read(): a cold load of a short thread is one chunk row, and the
+        # generator-based context managers cost more than reading it
+        return self.engine.snapshot(lambda txn: self._events_of(txn, tk, thread_id, after))
+
+    def _events_of(self, txn: ReadTxn, tk: bytes, thread_id: str, after: int) -> tuple[ThreadHead, list[Any]]:
+        raw = txn.get("heads", tk)
+        if raw is None:
+            raise NotFoundError(f"thread {thread_id} does not exist")
+        head = _head_dec.decode(raw)
+        if head.status != "active" or after > head.version:
+            after = 0
+        name = head.thread_id
+        codec = self.codec
+        events: list[Any] = []
+        for k, v in txn.range("events", event_key(tk, after + 1), tk + b"\xff" * 8):
+            if v[:1] in chunks.CHUNK_BYTES:  # one decompression and one decode per section for the chunk's events
+                more = chunks.chunk_events(codec, k, v, txn, name, after)
+                if events:
+                    events += more
                 else:
-                    add(decode(k, v, txn, where=(name, from_u64(k, TKEY_SIZE))))
+                    events = more
+            else:
+                events.append(codec.decode_value(k, v, txn, where=(name, from_u64(k, TKEY_SIZE))))
         return head, events
 
     def items(self, thread_id: str, *, scope: str | None = None) -> list[Item]:
