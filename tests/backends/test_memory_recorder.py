@@ -249,10 +249,14 @@ def test_verify_of_a_restored_store_names_each_damaged_projection_and_thread(tmp
     good = lines_of(d)
     rows = good[-1]
     assert rows["links"] and not rows["children"]  # one referenced link, no parent/child rows
-    write_lines(d, [*good[:-1], {**rows, "links": []}])
-    assert MemoryRecorder.restore(str(d)).verify().problems == ["links: the live index differs from a rebuild"]
-    write_lines(d, [*good[:-1], {**rows, "states": []}])
-    assert MemoryRecorder.restore(str(d)).verify().problems == ["state: the live rows differ from a rebuild"]
+    for damaged, name in (("links", "links: the live index differs from a rebuild"),
+                          ("states", "state: the live rows differ from a rebuild")):
+        write_lines(d, [*good[:-1], {**rows, damaged: []}])
+        r = MemoryRecorder.restore(str(d))
+        assert r.verify().problems == [name]
+        # each projection's report names its own difference only
+        assert [rep.differences for rep in r.rebuild(["links", "state"], verify=True)] == [
+            [name] if damaged == "links" else [], [name] if damaged == "states" else []]
     thread = next(x for x in good if x["type"] == "thread" and x["head"][0] == a)
     del thread["events"][3]
     write_lines(d, good)

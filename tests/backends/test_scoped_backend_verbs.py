@@ -121,3 +121,36 @@ def test_log_of_a_scoped_thread_is_the_log_its_events_are_read_from(rec: Recorde
         assert rec.log_of(a, scope=S) == next(
             log for log in range(rec.logs) if any(x.thread_id == a for x in rec.read_log(log, scope=S)))
         assert e.position == rec.positions()[rec.log_of(a, scope=S)]
+
+
+def test_pages_within_a_scope_follow_the_scoped_keys(rec: Recorder) -> None:
+    # Fixed ids whose scoped keys sort otherwise than their unscoped ones (checked below), so a
+    # page bound keyed without the scope would cut the page elsewhere.
+    p = str(uuid.UUID(int=100))
+    kids = [str(uuid.UUID(int=i)) for i in range(1, 7)]
+    scoped_order = sorted(kids, key=lambda t: thread_key(t, S))
+    assert scoped_order != sorted(kids, key=thread_key)
+    append(rec, part(p, [started(p)], scope=S))
+    for k in kids:
+        append(rec, part(k, [started(k), link(p, "spawned_from")], scope=S))
+    assert rec.children(p, scope=S) == scoped_order
+    assert rec.incoming(p, scope=S) == [(k, "spawned_from") for k in scoped_order]
+    for i, k in enumerate(scoped_order):
+        assert rec.children(p, scope=S, after=k) == scoped_order[i + 1:]
+        assert rec.incoming(p, scope=S, after=(k, "spawned_from")) == [
+            (x, "spawned_from") for x in scoped_order[i + 1:]]
+
+
+def test_a_fork_of_a_fork_in_a_scope_inherits_its_grandparents_links_through_a_rebuild(
+        store: Store) -> None:  # noqa: F811
+    s = store.scoped(S)
+    x, p, f1, f2 = tid(), tid(), tid(), tid()
+    s.append(x, [started(x)])
+    s.append(p, [started(p), link(x), register(), user(), agent_start(), completed()])
+    s.fork(p, 6, new_thread_id=f1)
+    s.append(f1, [user(), agent_start(), completed()])
+    s.fork(f1, 9, new_thread_id=f2)
+    want = sorted([(t, "referenced") for t in (p, f1, f2)], key=lambda r: thread_key(r[0], S))
+    assert s.incoming(x) == want
+    store.rebuild("links")
+    assert s.incoming(x) == want and store.verify().problems == []
