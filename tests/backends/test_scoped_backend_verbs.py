@@ -141,16 +141,18 @@ def test_pages_within_a_scope_follow_the_scoped_keys(rec: Recorder) -> None:
             (x, "spawned_from") for x in scoped_order[i + 1:]]
 
 
-def test_a_fork_of_a_fork_in_a_scope_inherits_its_grandparents_links_through_a_rebuild(
+def test_forks_of_forks_in_a_scope_inherit_their_ancestors_links_through_a_rebuild(
         store: Store) -> None:  # noqa: F811
     s = store.scoped(S)
-    x, p, f1, f2 = tid(), tid(), tid(), tid()
+    x, p, f1, f2, f3 = tid(), tid(), tid(), tid(), tid()
     s.append(x, [started(x)])
     s.append(p, [started(p), link(x), register(), user(), agent_start(), completed()])
     s.fork(p, 6, new_thread_id=f1)
     s.append(f1, [user(), agent_start(), completed()])
     s.fork(f1, 9, new_thread_id=f2)
-    want = sorted([(t, "referenced") for t in (p, f1, f2)], key=lambda r: thread_key(r[0], S))
+    s.append(f2, [user(), agent_start(), completed()])
+    s.fork(f2, 12, new_thread_id=f3)  # three generations: each prefix read through its parent's
+    want = sorted([(t, "referenced") for t in (p, f1, f2, f3)], key=lambda r: thread_key(r[0], S))
     assert s.incoming(x) == want
     store.rebuild("links")
     assert s.incoming(x) == want and store.verify().problems == []
