@@ -1,7 +1,7 @@
 """Process CPU per append: one writer, one event per ``Store.append``, on tmpfs.
 
     python -m benchmarks.append_cpu [--quick] [--repeat N] [--threads T] [--dir D] [--json PATH]
-                                    [--no-profile] [--callgrind]
+                                    [--no-profile] [--callgrind] [--peers N [--writers W]]
 
 On a loaded shared machine wall time is mostly other processes; the CPU time this
 process spends per append is what decides the 16-writer rows (the writers are
@@ -20,6 +20,14 @@ cProfile and its time is split by phase (cumulative time of the functions named 
 for N = 3 and 8 (93 and 333 appends): the difference of the two runs' instruction
 totals ÷ 240 is the instructions per append (start-up and imports cancel out), which
 do not depend on the machine's load (system calls' kernel time is not counted).
+
+``--peers N``: instead, the CPU of ``benchmarks.peers``'s durable-append workload per
+message — its first N conversations, each pydantic-ai message mapped to events
+(``TplogSystem.events``) and appended in one call — by ``--writers`` threads (1 and
+16 by default, alternating, ``--repeat`` each), split by phase (``breakdown``: the
+thread CPU inside each wrapped function, summed over threads) beside the process CPU
+of an unwrapped run. Process CPU − the phases' sum is group commit's hand-over, lock
+waits and thread switches under the GIL.
 """
 
 from __future__ import annotations
@@ -110,6 +118,135 @@ def _profile(base: pathlib.Path, work: list[tuple[str, Any]]) -> dict[str, Any]:
     return out
 
 
+#: phase → (module, owner attribute or "", function attribute); nested phases follow their parent
+BREAKDOWN: list[tuple[str, str, str, str]] = [
+    ("mapping: pydantic-ai message → events", "benchmarks.peers", "TplogSystem", "events"),
+    ("Store.append (all)", "tplog.store", "Store", "append"),
+    ("  Store._encode (checks, msgpack, CRC)", "tplog.store", "Store", "_encode"),
+    ("  _Request (per-event rule checks)", "tplog.backends.lmdb.commit", "_Request", "__init__"),
+    ("  engine.run_write (txn build + commit)", "tplog.backends.lmdb.engine", "LmdbEngine", "run_write"),
+    ("    LmdbRecorder._apply (one append's rows)", "tplog.backends.lmdb.recorder", "LmdbRecorder", "_apply"),
+    ("      advance (order rules, state)", "tplog.backends.lmdb.recorder", "", "advance"),
+    ("      chunks.compact (turn end)", "tplog.backends.lmdb.chunks", "", "compact"),
+    ("      finder.reindex", "tplog.backends.lmdb.finder", "", "reindex"),
+]
+
+
+def _wrap_phases() -> tuple[dict[str, list[float]], Any]:
+    """Wrap BREAKDOWN's functions to add their thread CPU to per-phase lists (one list
+    element per thread, merged by the caller); returns (accumulators, undo)."""
+    import importlib
+    import threading
+
+    tls = threading.local()
+    acc: dict[str, list[float]] = {name: [] for name, *_ in BREAKDOWN}
+    undo: list[tuple[Any, str, Any]] = []
+    clock = time.thread_time
+
+    def slot(name: str) -> list[float]:
+        d = getattr(tls, "d", None)
+        if d is None:
+            d = tls.d = {}
+        cell = d.get(name)
+        if cell is None:
+            cell = d[name] = [0.0]
+            acc[name].append(cell)  # type: ignore[arg-type]
+        return cell
+
+    for name, mod, owner, attr in BREAKDOWN:
+        m = importlib.import_module(mod)
+        obj = getattr(m, owner) if owner else m
+        fn = getattr(obj, attr)
+
+        def wrapped(*a: Any, __fn: Any = fn, __name: str = name, **k: Any) -> Any:
+            cell = slot(__name)
+            t0 = clock()
+            try:
+                return __fn(*a, **k)
+            finally:
+                cell[0] += clock() - t0
+
+        undo.append((obj, attr, fn))
+        setattr(obj, attr, wrapped)
+
+    def restore() -> None:
+        for obj, attr, fn in reversed(undo):
+            setattr(obj, attr, fn)
+
+    return acc, restore
+
+
+def _peers_run(base: pathlib.Path, per_writer: list[list[Any]], phases: bool) -> tuple[float, dict[str, float]]:
+    """Process CPU seconds of one peers-style append run (and the phases' thread CPU if ``phases``)."""
+    from benchmarks import _baselines as B
+    from benchmarks.peers import TplogSystem
+
+    d = pathlib.Path(tempfile.mkdtemp(prefix="tplog-append-cpu-", dir=base))
+    acc, restore = _wrap_phases() if phases else ({}, lambda: None)
+    try:
+        sysm = TplogSystem(d)
+        try:
+            def go(convs: list[Any]) -> Any:
+                def run() -> None:
+                    app = sysm.append
+                    for c in convs:
+                        for i in range(len(c.msgs)):
+                            app(c, i)
+                return run
+
+            t0 = time.process_time()
+            if len(per_writer) == 1:
+                go(per_writer[0])()
+            else:
+                B.run_threads([go(w) for w in per_writer])
+            cpu = time.process_time() - t0
+        finally:
+            sysm.close()
+    finally:
+        restore()
+        shutil.rmtree(d, ignore_errors=True)
+    return cpu, {name: sum(c[0] for c in cells) for name, cells in acc.items()}  # type: ignore[index]
+
+
+def peers_breakdown(base: pathlib.Path, n: int, writers: list[int], repeat: int, seed: int) -> dict[str, Any]:
+    from benchmarks.peers import conversations, split
+
+    convs = conversations(n, seed)
+    msgs = sum(len(c.msgs) for c in convs)
+    _peers_run(base, [convs[:10]], False)  # warm-up
+    out: dict[str, Any] = {"conversations": len(convs), "messages": msgs, "writers": {}}
+    runs: dict[int, list[float]] = {w: [] for w in writers}
+    phased: dict[int, list[dict[str, float]]] = {w: [] for w in writers}
+    for _ in range(repeat):
+        for w in writers:
+            per = split(convs, w)
+            runs[w].append(_peers_run(base, per, False)[0] / msgs * 1e6)
+            cpu, ph = _peers_run(base, per, True)
+            phased[w].append({"process CPU (wrapped run)": cpu / msgs * 1e6,
+                              **{k: v / msgs * 1e6 for k, v in ph.items()}})
+    for w in writers:
+        best = min(range(repeat), key=lambda i: phased[w][i]["process CPU (wrapped run)"])
+        out["writers"][w] = {
+            "process_cpu_us_per_msg": {"best": round(min(runs[w]), 1), "median": round(statistics.median(runs[w]), 1),
+                                       "all": [round(x, 1) for x in runs[w]]},
+            "phases_us_per_msg (wrapped run with the least CPU)": {k: round(v, 1) for k, v in phased[w][best].items()},
+        }
+    return out
+
+
+def _print_breakdown(res: dict[str, Any], load: float) -> None:
+    print(f"peers workload: {res['messages']} messages of {res['conversations']} conversations, one message "
+          f"per append (load average {load:.1f}); µs of CPU per message")
+    for w, r in res["writers"].items():
+        pc = r["process_cpu_us_per_msg"]
+        print(f"\n{w} writer(s): process CPU best {pc['best']:.1f}, median {pc['median']:.1f} (unwrapped runs)")
+        ph = r["phases_us_per_msg (wrapped run with the least CPU)"]
+        for k, v in ph.items():
+            print(f"  {k:<52}{v:>8.1f}")
+        top = ph["mapping: pydantic-ai message → events"] + ph["Store.append (all)"]
+        print(f"  {'rest (hand-over, lock waits, thread switches)':<52}{ph['process CPU (wrapped run)'] - top:>8.1f}")
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m benchmarks.append_cpu", description=__doc__.split("\n")[0])
     p.add_argument("--quick", action="store_true", help="20 threads, 3 repeats")
@@ -120,8 +257,22 @@ def main(argv: list[str] | None = None) -> int:
                    help=f"results JSON (default benchmarks/results/{NAME}.json)")
     p.add_argument("--no-profile", action="store_true")
     p.add_argument("--callgrind", action="store_true", help="one relaxed pass only (run under valgrind)")
+    p.add_argument("--peers", type=int, default=None, metavar="N",
+                   help="the peers append workload's CPU breakdown over its first N conversations")
+    p.add_argument("--writers", default="1,16", help="with --peers: writer thread counts (default 1,16)")
+    p.add_argument("--seed", type=int, default=20250601)
     args = p.parse_args(argv)
     base = pathlib.Path(args.dir or ("/dev/shm" if os.path.isdir("/dev/shm") else tempfile.gettempdir()))
+    if args.peers:
+        res = peers_breakdown(base, args.peers, [int(w) for w in args.writers.split(",")], args.repeat or 3, args.seed)
+        load = os.getloadavg()
+        res.update(module=NAME, mode="peers", dir=str(base), loadavg=[round(x, 2) for x in load])
+        _print_breakdown(res, load[0])
+        out = pathlib.Path(args.json) if args.json else RESULTS_DIR / f"{NAME}_peers.json"
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(json.dumps(res, indent=1) + "\n")
+        print(f"wrote {out}")
+        return 0
     if args.callgrind:
         work = _appends(make_corpus(args.threads or 5).threads)
         cpu = _one(base, "relaxed", work)
