@@ -453,7 +453,9 @@ def _scan_keys(txn: ReadTxn, codec: Codec, after: bytes, limit: int, do_links: b
             return
         if kind == _K_DELETED:  # deleted before this snapshot: nothing of it is left to fold ...
             states.pop(tk, None)
-            if carry is not None and carry[0] == tk:  # ... but the chunk before folded its first events
+            # ... but the chunk before folded its first events (if it stopped inside this thread;
+            # not ``carry``, which is set only when the state projection is rebuilt too)
+            if after[:TKEY_SIZE] == tk:
                 chunk.dropped.append(tk)
             return
         facts = hdr.facts
