@@ -1,0 +1,117 @@
+"""The rebuild's catch-up pass and its bookkeeping (tplog/backends/lmdb/projections.py): the
+events it counts and the log position it reports, exactly; a thread started during the
+key-order pass with links declared in its ThreadStarted; and the message that refuses a
+second rebuild, word for word, in both of its forms."""
+
+from __future__ import annotations
+
+import os
+import re
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+import pytest
+from conftest import ToyStore as Store
+
+from tplog.backends.lmdb import projections as proj
+from tplog.errors import RebuildInProgressError
+from tplog.events import AgentTurnCompleted, AgentTurnStarted, LinkAdded, MessageRecorded, ThreadStarted
+from tplog.protocol import model as m
+
+T = "2025-01-20T10:00:00Z"
+
+
+def start(tid: str, *links: tuple[str, str]) -> ThreadStarted:
+    if not links:
+        return ThreadStarted(thread_id=tid, created_at=T)
+    rel = m.ThreadRelationships(links=[m.ThreadLink(thread_id=t, relation=r) for t, r in links])
+    return ThreadStarted(thread_id=tid, created_at=T, relationships=rel)
+
+
+def turn(call: str) -> list[Any]:
+    return [AgentTurnStarted(agent_id="a", started_at=T),
+            MessageRecorded(message=m.ResponseMessage(timestamp=T, agent_id="a", parts=[
+                m.ToolCallPart(tool_name="approve_me", tool_call_id=call, args={})])),
+            AgentTurnCompleted(completed_at=T, deferred={call: "approval"})]
+
+
+def populate(s: Store, n: int) -> list[str]:
+    tids = [str(uuid.uuid4()) for _ in range(n)]
+    for t in tids:
+        s.append(t, [start(t), LinkAdded(link=m.ThreadLink(thread_id=tids[0], relation="referenced")), *turn("c")])
+    return tids
+
+
+@pytest.mark.parametrize("names", [["links"], ["state"], ["links", "state"]])
+def test_the_report_counts_every_event_once_and_names_the_last_position(tmp_path: Path, names: list[str]) -> None:
+    """Events appended during the key-order pass are read by the catch-up: the report's count
+    is then every event of the log, and its position the log's last, whatever the chunking."""
+    with Store(tmp_path / "s") as s:
+        tids = populate(s, 6)
+        late = str(uuid.uuid4())
+        calls = 0
+
+        def progress(done: int, total: int) -> None:
+            nonlocal calls
+            calls += 1
+            if calls == 2:  # the key-order pass is under way: these come after its first snapshot
+                s.append(tids[0], turn("late"))
+                s.append(late, [start(late, (tids[1], "referenced"), (tids[2], "spawned_from"))])
+
+        [report] = proj.rebuild(s.engine, s.codec, names[:1], chunk=5, progress=progress) if len(names) == 1 \
+            else proj.rebuild(s.engine, s.codec, names, chunk=5, progress=progress)[:1]
+        assert calls > 3
+        assert report.events == s.stats()["events"] == 6 * 5 + 3 + 1
+        assert report.position == s.last_position
+        # A rebuild with nothing to catch up on (one snapshot held the whole log).
+        [again] = proj.rebuild(s.engine, s.codec, names[:1])
+        assert (again.events, again.position) == (6 * 5 + 3 + 1, s.last_position)
+        if "links" in names:  # the late thread's declared links were folded by the catch-up
+            assert (late, "referenced") in s.incoming(tids[1])
+            assert s.children(tids[2]) == [late]
+        if "state" in names:
+            assert [c.tool_call_id for c in s.pending(tids[0]).pending] == ["c", "late"]
+        assert all(r.differences == [] for r in s.rebuild(verify=True))
+
+
+def test_a_second_rebuild_is_refused_naming_the_first_ones_process_and_start(tmp_path: Path) -> None:
+    with Store(tmp_path / "s") as s:
+        populate(s, 3)
+        seen: list[str] = []
+        t0 = time.time()
+
+        def progress(done: int, total: int) -> None:
+            if not seen:
+                with pytest.raises(RebuildInProgressError) as exc:
+                    s.rebuild("state")
+                seen.append(str(exc.value))
+
+        proj.rebuild(s.engine, s.codec, ["state"], chunk=5, progress=progress)
+        pattern = (r"a rebuild of projection 'state' is already running \(process (\d+), started "
+                   r"(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ)\); wait for it to finish \(two rebuilds would fold the same "
+                   r"events into the same shadow rows\), or, if it is stuck, take its claim over with --force \(it "
+                   r"then stops without swapping anything in\)")
+        match = re.fullmatch(pattern, seen[0])
+        assert match is not None, seen[0]
+        assert int(match[1]) == os.getpid()
+        started = time.mktime(time.strptime(match[2], "%Y-%m-%dT%H:%M:%SZ")) - time.timezone
+        assert t0 - 2 <= started <= time.time() + 1
+
+
+def test_a_rebuild_whose_lock_is_held_before_its_claim_is_refused_saying_so(tmp_path: Path) -> None:
+    with Store(tmp_path / "s") as s:
+        populate(s, 2)
+        lock = s.engine.try_lock("rebuild-links")
+        assert lock is not None
+        try:
+            with pytest.raises(RebuildInProgressError) as exc:
+                s.rebuild("links")
+        finally:
+            lock.release()
+        assert str(exc.value) == (
+            "a rebuild of projection 'links' is already running (another process or thread is starting or "
+            "finishing one); wait for it to finish (two rebuilds would fold the same events into the same shadow "
+            "rows), or, if it is stuck, take its claim over with --force (it then stops without swapping anything in)")
+        assert [r.differences for r in s.rebuild(verify=True)] == [[], []]
