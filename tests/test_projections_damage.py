@@ -1,0 +1,81 @@
+"""Damage met while the links projection is computed (tplog/backends/lmdb/projections.py) is named
+by thread and seq, wherever it is read: a ThreadStarted declaring links (the key-order scan), and a
+fork's parent's prefix (read for the fork's inherited rows before the scan reaches the parent:
+the fork's key sorts first). Also: a ThreadStarted stored as a blob still has its links indexed."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from conftest import ToyStore as Store
+
+from tplog import Limits
+from tplog.backends.lmdb.keys import event_key, tkey
+from tplog.errors import CorruptionError
+from tplog.events import LinkAdded, ThreadStarted
+from tplog.protocol import model as m
+
+T = "2025-01-20T10:00:00Z"
+PARENT = "ffffffff-0000-4000-8000-000000000001"
+FORK = "00000000-0000-4000-8000-000000000001"
+X = "77777777-0000-4000-8000-000000000001"
+
+
+def start(tid: str, *links: tuple[str, str], title: str | None = None) -> ThreadStarted:
+    rel = m.ThreadRelationships(links=[m.ThreadLink(thread_id=t, relation=r) for t, r in links]) if links else None
+    return ThreadStarted(thread_id=tid, created_at=T, relationships=rel, title=title)
+
+
+def link(target: str, rel: str = "referenced") -> LinkAdded:
+    return LinkAdded(link=m.ThreadLink(thread_id=target, relation=rel))
+
+
+def damage(s: Store, tid: str, seq: int, at: int) -> None:
+    """Flip the bits of byte ``at`` (negative: from the end) of a single-row event."""
+    key = event_key(tkey(tid, None), seq)
+
+    def work(txn: object) -> None:
+        value = bytearray(txn.get("events", key))  # type: ignore[attr-defined]
+        assert value[:1] not in (b"\x04", b"\x05")  # a single row, not a chunk
+        value[at] ^= 0xFF
+        txn.put("events", key, bytes(value))  # type: ignore[attr-defined]
+
+    s.engine.run_write(work)
+
+
+@pytest.mark.parametrize("part", ["header", "body"])
+def test_damage_in_a_forks_parent_prefix_is_named_with_the_parents_thread_and_seq(tmp_path: Path,
+                                                                                  part: str) -> None:
+    with Store(tmp_path / "s") as s:
+        s.append(PARENT, [start(PARENT), link(X)])
+        assert s.fork(PARENT, 2, new_thread_id=FORK).thread_id == FORK
+        assert sorted(s.incoming(X)) == sorted([(FORK, "referenced"), (PARENT, "referenced")])
+        damage(s, PARENT, 2, 8 if part == "header" else -1)
+        with pytest.raises(CorruptionError) as exc:
+            s.rebuild("links")
+        assert (exc.value.thread_id, exc.value.seq) == (PARENT, 2), str(exc.value)
+        with pytest.raises(CorruptionError) as exc:
+            s.delete_thread(FORK)  # the deletion reads the inherited rows the same way
+        assert (exc.value.thread_id, exc.value.seq) == (PARENT, 2), str(exc.value)
+
+
+def test_a_damaged_thread_started_declaring_links_is_named(tmp_path: Path) -> None:
+    with Store(tmp_path / "s") as s:
+        s.append(PARENT, [start(PARENT, (X, "referenced"))])
+        damage(s, PARENT, 1, -1)
+        with pytest.raises(CorruptionError) as exc:
+            s.rebuild("links")
+        assert (exc.value.thread_id, exc.value.seq) == (PARENT, 1), str(exc.value)
+
+
+def test_links_declared_by_a_thread_started_stored_as_a_blob_are_rebuilt(tmp_path: Path) -> None:
+    with Store(tmp_path / "s", limits=Limits(blob_threshold=1024)) as s:
+        s.append(PARENT, [start(PARENT, (X, "referenced"), title="t" * 5000)])
+        s.append(FORK, [start(FORK), link(PARENT, "spawned_from"), link(X)])
+        with s.engine.read() as txn:
+            assert len(list(txn.range("blobs"))) == 1
+        assert [r.differences for r in s.rebuild(verify=True)] == [[], []]
+        s.rebuild("links")
+        assert sorted(s.incoming(X)) == sorted([(PARENT, "referenced"), (FORK, "referenced")])
+        assert s.children(PARENT) == [FORK]
