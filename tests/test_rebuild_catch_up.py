@@ -115,3 +115,47 @@ def test_a_rebuild_whose_lock_is_held_before_its_claim_is_refused_saying_so(tmp_
             "finishing one); wait for it to finish (two rebuilds would fold the same events into the same shadow "
             "rows), or, if it is stuck, take its claim over with --force (it then stops without swapping anything in)")
         assert [r.differences for r in s.rebuild(verify=True)] == [[], []]
+
+
+def test_a_rebuild_of_an_empty_store(tmp_path: Path) -> None:
+    with Store(tmp_path / "s") as s:
+        reports = s.rebuild()
+        assert [(r.projection, r.events, r.position, r.differences) for r in reports] == [
+            ("links", 0, 0, []), ("state", 0, 0, [])]
+        assert s.projections()["links"]["position"] == 0
+
+
+def test_the_catch_up_goes_on_past_events_a_later_snapshot_held(tmp_path: Path) -> None:
+    """After the first chunk (A's events), B (not yet scanned) then A (scanned) get an event: the
+    catch-up passes over B's (the second chunk's snapshot held it) and still folds A's."""
+    a, b = "00000000-0000-4000-8000-000000000001", "ffffffff-0000-4000-8000-000000000001"
+    with Store(tmp_path / "s") as s:
+        s.append(a, [start(a), *turn("a1")])
+        s.append(b, [start(b), *turn("b1")])
+        calls = 0
+
+        def progress(done: int, total: int) -> None:
+            nonlocal calls
+            calls += 1
+            if calls == 1:
+                s.append(b, turn("b2"))
+                s.append(a, turn("a2"))
+
+        [report] = proj.rebuild(s.engine, s.codec, ["state"], chunk=4, progress=progress)
+        assert report.events == s.stats()["events"] == 14
+        assert [c.tool_call_id for c in s.pending(a).pending] == ["a1", "a2"]
+        assert [c.tool_call_id for c in s.pending(b).pending] == ["b1", "b2"]
+        assert all(r.differences == [] for r in s.rebuild(verify=True))
+
+
+def test_a_rebuild_of_one_projection_leaves_no_shadow_rows(tmp_path: Path) -> None:
+    """Not even of the other projection: a fork's inherited link rows are folded only for links."""
+    p = str(uuid.uuid4())
+    with Store(tmp_path / "s") as s:
+        s.append(p, [start(p), LinkAdded(link=m.ThreadLink(thread_id=p, relation="referenced")), *turn("c")])
+        s.fork(p, 5)
+        for names in (["state"], ["links"], ["links", "state"]):
+            proj.rebuild(s.engine, s.codec, names, chunk=3)
+            with s.engine.read() as txn:
+                assert [bytes(k) for k, _ in txn.range("proj") if bytes(k).startswith(b"~")] == []
+        assert all(r.differences == [] for r in s.rebuild(verify=True))
