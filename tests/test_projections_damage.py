@@ -79,3 +79,19 @@ def test_links_declared_by_a_thread_started_stored_as_a_blob_are_rebuilt(tmp_pat
         s.rebuild("links")
         assert sorted(s.incoming(X)) == sorted([(PARENT, "referenced"), (FORK, "referenced")])
         assert s.children(PARENT) == [FORK]
+
+
+def test_a_forks_inherited_link_stored_as_a_blob_is_read_from_the_parent(tmp_path: Path) -> None:
+    """The parent's LinkAdded body is a blob: the fork's rows (written, deleted, rebuilt) read it
+    through the transaction's blob table, like the parent's own."""
+    big = m.ThreadLink(thread_id=X, relation="referenced", metadata={"note": "n" * 5000})
+    with Store(tmp_path / "s", limits=Limits(blob_threshold=1024)) as s:
+        s.append(PARENT, [start(PARENT), LinkAdded(link=big)])
+        s.fork(PARENT, 2, new_thread_id=FORK)
+        assert sorted(s.incoming(X)) == sorted([(FORK, "referenced"), (PARENT, "referenced")])
+        assert [r.differences for r in s.rebuild(verify=True)] == [[], []]
+        s.rebuild("links")
+        assert sorted(s.incoming(X)) == sorted([(FORK, "referenced"), (PARENT, "referenced")])
+        s.delete_thread(FORK)
+        assert s.incoming(X) == [(PARENT, "referenced")]
+        assert [r.differences for r in s.rebuild(verify=True)] == [[], []]
