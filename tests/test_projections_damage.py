@@ -95,3 +95,52 @@ def test_a_forks_inherited_link_stored_as_a_blob_is_read_from_the_parent(tmp_pat
         s.delete_thread(FORK)
         assert s.incoming(X) == [(PARENT, "referenced")]
         assert [r.differences for r in s.rebuild(verify=True)] == [[], []]
+
+
+def test_damage_the_key_order_scan_meets_is_named(tmp_path: Path) -> None:
+    """A LinkAdded row whose body fails its CRC, and a chunk (a closed turn) whose index section
+    does: the rebuild stops at each naming the thread (and the row's seq)."""
+    from tplog.events import AgentTurnCompleted, AgentTurnStarted
+
+    with Store(tmp_path / "s") as s:
+        s.append(PARENT, [start(PARENT), link(X)])
+        damage(s, PARENT, 2, -1)
+        with pytest.raises(CorruptionError) as exc:
+            s.rebuild("links")
+        assert (exc.value.thread_id, exc.value.seq) == (PARENT, 2), str(exc.value)
+    with Store(tmp_path / "c") as s:
+        s.append(PARENT, [start(PARENT), AgentTurnStarted(agent_id="a", started_at=T),
+                          AgentTurnCompleted(completed_at=T)])
+        with s.engine.read() as txn:
+            [key] = [bytes(k) for k, v in txn.range("events") if bytes(v)[:1] in (b"\x04", b"\x05")]
+
+        def hit(txn: object) -> None:
+            v = bytearray(txn.get("events", key))  # type: ignore[attr-defined]
+            v[len(v) // 2] ^= 0x10
+            txn.put("events", key, bytes(v))  # type: ignore[attr-defined]
+
+        s.engine.run_write(hit)
+        with pytest.raises(CorruptionError) as exc:
+            s.rebuild("state")
+        assert exc.value.thread_id == PARENT, str(exc.value)
+
+
+def test_damage_the_catch_up_meets_is_named(tmp_path: Path) -> None:
+    """A LinkAdded appended (and damaged) while the key-order pass runs is read by the catch-up."""
+    with Store(tmp_path / "s") as s:
+        s.append(FORK, [start(FORK)])
+        s.append(PARENT, [start(PARENT)])
+        calls = 0
+
+        def progress(done: int, total: int) -> None:
+            nonlocal calls
+            calls += 1
+            if calls == 1:
+                s.append(FORK, [link(X)])
+                damage(s, FORK, 2, -1)
+
+        from tplog.backends.lmdb import projections as proj
+
+        with pytest.raises(CorruptionError) as exc:
+            proj.rebuild(s.engine, s.codec, ["links"], chunk=1, progress=progress)
+        assert (exc.value.thread_id, exc.value.seq) == (FORK, 2), str(exc.value)
