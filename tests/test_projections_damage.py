@@ -125,7 +125,8 @@ def test_damage_the_key_order_scan_meets_is_named(tmp_path: Path) -> None:
         assert exc.value.thread_id == PARENT, str(exc.value)
 
 
-def test_damage_the_catch_up_meets_is_named(tmp_path: Path) -> None:
+@pytest.mark.parametrize("part", ["header", "body"])
+def test_damage_the_catch_up_meets_is_named(tmp_path: Path, part: str) -> None:
     """A LinkAdded appended (and damaged) while the key-order pass runs is read by the catch-up."""
     with Store(tmp_path / "s") as s:
         s.append(FORK, [start(FORK)])
@@ -137,10 +138,30 @@ def test_damage_the_catch_up_meets_is_named(tmp_path: Path) -> None:
             calls += 1
             if calls == 1:
                 s.append(FORK, [link(X)])
-                damage(s, FORK, 2, -1)
+                damage(s, FORK, 2, 8 if part == "header" else -1)
 
         from tplog.backends.lmdb import projections as proj
 
         with pytest.raises(CorruptionError) as exc:
             proj.rebuild(s.engine, s.codec, ["links"], chunk=1, progress=progress)
         assert (exc.value.thread_id, exc.value.seq) == (FORK, 2), str(exc.value)
+
+
+def test_a_link_stored_as_a_blob_and_appended_during_the_scan_is_caught_up_on(tmp_path: Path) -> None:
+    from tplog.backends.lmdb import projections as proj
+
+    big = m.ThreadLink(thread_id=X, relation="referenced", metadata={"note": "n" * 5000})
+    with Store(tmp_path / "s", limits=Limits(blob_threshold=1024)) as s:
+        s.append(FORK, [start(FORK)])
+        s.append(PARENT, [start(PARENT)])
+        calls = 0
+
+        def progress(done: int, total: int) -> None:
+            nonlocal calls
+            calls += 1
+            if calls == 1:  # FORK sorts first: its chunk is scanned, this is the catch-up's
+                s.append(FORK, [LinkAdded(link=big)])
+
+        proj.rebuild(s.engine, s.codec, ["links"], chunk=1, progress=progress)
+        assert s.incoming(X) == [(FORK, "referenced")]
+        assert [r.differences for r in s.rebuild(verify=True)] == [[], []]
