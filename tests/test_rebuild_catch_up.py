@@ -159,3 +159,21 @@ def test_a_rebuild_of_one_projection_leaves_no_shadow_rows(tmp_path: Path) -> No
             with s.engine.read() as txn:
                 assert [bytes(k) for k, _ in txn.range("proj") if bytes(k).startswith(b"~")] == []
         assert all(r.differences == [] for r in s.rebuild(verify=True))
+
+
+def test_the_refusal_dates_the_running_rebuild_from_its_claim(tmp_path: Path) -> None:
+    """The start time is the claim's (UTC, to the second), not the time of the refusal."""
+    import msgspec
+
+    with Store(tmp_path / "s") as s:
+        populate(s, 1)
+        lock = s.engine.try_lock("rebuild-state")
+        assert lock is not None
+        since = 1_577_934_245_678_000_000  # 2020-01-02T03:04:05.678Z
+        s.engine.run_write(lambda txn: txn.put("meta", b"rebuild:state", msgspec.msgpack.encode((4242, b"t" * 16, since))))
+        try:
+            with pytest.raises(RebuildInProgressError, match=r"already running \(process 4242, started "
+                                                             r"2020-01-02T03:04:05Z\); wait"):
+                s.rebuild("state")
+        finally:
+            lock.release()
