@@ -170,7 +170,8 @@ def test_the_refusal_dates_the_running_rebuild_from_its_claim(tmp_path: Path) ->
         lock = s.engine.try_lock("rebuild-state")
         assert lock is not None
         since = 1_577_934_245_678_000_000  # 2020-01-02T03:04:05.678Z
-        s.engine.run_write(lambda txn: txn.put("meta", b"rebuild:state", msgspec.msgpack.encode((4242, b"t" * 16, since))))
+        marker = msgspec.msgpack.encode((4242, b"t" * 16, since))
+        s.engine.run_write(lambda txn: txn.put("meta", b"rebuild:state", marker))
         try:
             with pytest.raises(RebuildInProgressError, match=r"already running \(process 4242, started "
                                                              r"2020-01-02T03:04:05Z\); wait"):
