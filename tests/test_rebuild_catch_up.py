@@ -126,9 +126,11 @@ def test_a_rebuild_of_an_empty_store(tmp_path: Path) -> None:
 
 
 def test_the_catch_up_goes_on_past_events_a_later_snapshot_held(tmp_path: Path) -> None:
-    """After the first chunk (A's events), B (not yet scanned) then A (scanned) get an event: the
-    catch-up passes over B's (the second chunk's snapshot held it) and still folds A's."""
-    a, b = "00000000-0000-4000-8000-000000000001", "ffffffff-0000-4000-8000-000000000001"
+    """After the first chunk (A's events), B (not yet scanned) then N (a new thread whose key sorts
+    before A's: in the range already scanned) get events: the catch-up passes over B's (the second
+    chunk's snapshot held them) and still folds N's."""
+    n, a, b = ("00000000-0000-4000-8000-000000000001", "00000000-0000-4000-8000-000000000010",
+               "ffffffff-0000-4000-8000-000000000001")
     with Store(tmp_path / "s") as s:
         s.append(a, [start(a), *turn("a1")])
         s.append(b, [start(b), *turn("b1")])
@@ -139,11 +141,11 @@ def test_the_catch_up_goes_on_past_events_a_later_snapshot_held(tmp_path: Path) 
             calls += 1
             if calls == 1:
                 s.append(b, turn("b2"))
-                s.append(a, turn("a2"))
+                s.append(n, [start(n), *turn("n1")])
 
         [report] = proj.rebuild(s.engine, s.codec, ["state"], chunk=4, progress=progress)
-        assert report.events == s.stats()["events"] == 14
-        assert [c.tool_call_id for c in s.pending(a).pending] == ["a1", "a2"]
+        assert report.events == s.stats()["events"] == 15
+        assert [c.tool_call_id for c in s.pending(n).pending] == ["n1"]
         assert [c.tool_call_id for c in s.pending(b).pending] == ["b1", "b2"]
         assert all(r.differences == [] for r in s.rebuild(verify=True))
 
