@@ -180,3 +180,28 @@ def test_the_refusal_dates_the_running_rebuild_from_its_claim(tmp_path: Path) ->
                 s.rebuild("state")
         finally:
             lock.release()
+
+
+@pytest.mark.parametrize("names", [["state"], ["links", "state"]])
+def test_a_thread_started_during_a_rebuild_keeps_its_state_row(tmp_path: Path, names: list[str]) -> None:
+    """Regression: a thread started while the state projection was rebuilt, with no event the fold
+    reads (a ThreadStarted alone), lost the state row its append wrote (the catch-up skipped the
+    ThreadStarted, so the swap deleted the row), and `tplog verify` then reported the difference."""
+    from tplog.verify import verify_store
+
+    first = "00000000-0000-4000-8000-0000000000ff"  # sorts first: the catch-up reads its events
+    with Store(tmp_path / "s") as s:
+        populate(s, 3)
+        calls = 0
+
+        def progress(done: int, total: int) -> None:
+            nonlocal calls
+            calls += 1
+            if calls == 1:
+                s.append(first, [start(first)])
+
+        proj.rebuild(s.engine, s.codec, names, chunk=5, progress=progress)
+        with s.engine.read() as txn:
+            assert txn.get("proj", proj.STATE_PREFIX + uuid.UUID(first).bytes) == proj.encode_state(
+                proj.decode_state(None))
+        assert verify_store(s).problems == []

@@ -348,7 +348,7 @@ def save_state(tables: _Tables, tk: bytes, st: ThreadState) -> None:
 
 def _items_in(
     txn: WriteTxn, codec: Codec, start: int, limit: int, covered: Callable[[bytes, int], bool] | None = None,
-    do_links: bool = True,
+    do_links: bool = True, do_state: bool = False,
 ) -> tuple[list[tuple[int, str, bytes, Item, str | None]], int, int, int]:
     """Up to ``limit`` log entries from position ``start``, as (position, thread id,
     thread key, item, scope); how many entries were scanned, how many of them were
@@ -358,13 +358,15 @@ def _items_in(
     the ``UNREAD_KINDS``, or a message whose header has no facts (no tool calls or returns,
     no spawned thread, not an aborted response: nothing any id-only fold uses), is
     recognised from the header's bytes and skipped without decoding. With ``do_links``
-    a ThreadStarted that may declare links is read (see :func:`started_event`)."""
+    a ThreadStarted that may declare links is read (see :func:`started_event`); with ``do_state``
+    every ThreadStarted is passed on, so that its thread gets its state row (as the key-order scan
+    gives every thread one) even when no other event of it is read."""
     out: list[tuple[int, str, bytes, Item, str | None]] = []
     names: dict[bytes, tuple[str, str | None]] = {}
     scanned = read = 0
     last = start - 1
     check, check_header, header = codec.check, codec.check_header, codec.header
-    skipped = SKIPPED_FOR_LINKS if do_links else SKIPPED
+    skipped = SKIPPED_FOR_LINKS if do_links or do_state else SKIPPED
     rows = EventRows(txn, codec)
     for pk, key in txn.range("global", u64(start)):
         if scanned >= limit:
@@ -392,7 +394,7 @@ def _items_in(
         hdr: Header = header(value, where=where)
         if hdr.kind == _K_STARTED:
             started = started_event(codec, txn, key, value, where) if do_links else None
-            if started is not None:
+            if started is not None or do_state:
                 out.append((last, name, tk, Item(seq, hdr.kind, None, started), scope))
             continue
         ev: Any = hdr.turn
@@ -691,7 +693,7 @@ def _rebuild(engine: Any, codec: Codec, names: list[str], verify: bool, chunk: i
 
     def catch_up_step(txn: WriteTxn) -> tuple[int, int, list[RebuildReport] | None]:
         _check_claim(txn, names, token)
-        batch, scanned, read, last = _items_in(txn, codec, cursor + 1, catch_up, covered, do_links)
+        batch, scanned, read, last = _items_in(txn, codec, cursor + 1, catch_up, covered, do_links, do_state)
         tables = _Tables(txn, shadow=True)
         states: dict[bytes, ThreadState] = {}
         for _pos, thread_id, tk, it, scope in batch:
