@@ -99,17 +99,19 @@ def test_a_forks_inherited_link_stored_as_a_blob_is_read_from_the_parent(tmp_pat
         assert [r.differences for r in s.rebuild(verify=True)] == [[], []]
 
 
-def test_damage_the_key_order_scan_meets_is_named(tmp_path: Path) -> None:
-    """A LinkAdded row whose body fails its CRC, and a chunk (a closed turn) whose index section
-    does: the rebuild stops at each naming the thread (and the row's seq)."""
+@pytest.mark.parametrize("at", [8, -1])  # the header, the body
+def test_damage_the_key_order_scan_meets_is_named(tmp_path: Path, at: int) -> None:
+    """A LinkAdded row whose header or body fails its CRC, and a chunk (a closed turn) whose index
+    section does: the rebuild stops at each naming the thread (and the row's seq)."""
     from tplog.events import AgentTurnCompleted, AgentTurnStarted
 
     with Store(tmp_path / "s") as s:
         s.append(PARENT, [start(PARENT), link(X)])
-        damage(s, PARENT, 2, -1)
-        with pytest.raises(CorruptionError) as exc:
-            s.rebuild("links")
-        assert (exc.value.thread_id, exc.value.seq) == (PARENT, 2), str(exc.value)
+        damage(s, PARENT, 2, at)
+        for names in ("links", "state"):
+            with pytest.raises(CorruptionError) as exc:
+                s.rebuild(names)
+            assert (exc.value.thread_id, exc.value.seq) == (PARENT, 2), str(exc.value)
     with Store(tmp_path / "c") as s:
         s.append(PARENT, [start(PARENT), AgentTurnStarted(agent_id="a", started_at=T),
                           AgentTurnCompleted(completed_at=T)])

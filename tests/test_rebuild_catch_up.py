@@ -50,6 +50,12 @@ def test_the_report_counts_every_event_once_and_names_the_last_position(tmp_path
     is then every event of the log, and its position the log's last, whatever the chunking."""
     with Store(tmp_path / "s") as s:
         tids = populate(s, 6)
+        for t in tids[:3]:  # rows of their own (the rest are chunks: closed turns): split by chunk=3 below
+            s.append(t, [LinkAdded(link=m.ThreadLink(thread_id=tids[5], relation="referenced"))] * 2)
+        with s.engine.read() as txn:
+            assert sum(1 for _, v in txn.range("events") if bytes(v)[:1] not in (b"\x04", b"\x05")) == 6
+        split = proj.rebuild(s.engine, s.codec, names, chunk=3)
+        assert [r.events for r in split] == [6 * 5 + 6] * len(names)
         late = "00000000-0000-4000-8000-0000000000ff"  # sorts first: in a chunk already scanned
         calls = 0
 
@@ -63,7 +69,7 @@ def test_the_report_counts_every_event_once_and_names_the_last_position(tmp_path
         [report] = proj.rebuild(s.engine, s.codec, names[:1], chunk=5, progress=progress) if len(names) == 1 \
             else proj.rebuild(s.engine, s.codec, names, chunk=5, progress=progress)[:1]
         assert calls > 3
-        assert report.events == s.stats()["events"] == 6 * 5 + 3 + 1
+        assert report.events == s.stats()["events"] == 6 * 5 + 6 + 3 + 1
         assert report.position == s.last_position
         if "links" in names:  # the late thread's declared links were folded by the catch-up
             assert (late, "referenced") in s.incoming(tids[1])
@@ -73,7 +79,7 @@ def test_the_report_counts_every_event_once_and_names_the_last_position(tmp_path
         assert all(r.differences == [] for r in s.rebuild(verify=True))
         # A rebuild with nothing to catch up on (one snapshot held the whole log).
         [again] = proj.rebuild(s.engine, s.codec, names[:1])
-        assert (again.events, again.position) == (6 * 5 + 3 + 1, s.last_position)
+        assert (again.events, again.position) == (6 * 5 + 6 + 3 + 1, s.last_position)
 
 
 def test_a_second_rebuild_is_refused_naming_the_first_ones_process_and_start(tmp_path: Path) -> None:
