@@ -211,3 +211,28 @@ def test_a_thread_started_during_a_rebuild_keeps_its_state_row(tmp_path: Path, n
             assert txn.get("proj", proj.STATE_PREFIX + uuid.UUID(first).bytes) == proj.encode_state(
                 proj.decode_state(None))
         assert verify_store(s).problems == []
+
+
+def test_the_rebuilds_arguments_are_checked(tmp_path: Path) -> None:
+    from tplog.errors import InvalidInputError
+
+    with Store(tmp_path / "s") as s:
+        tids = populate(s, 2)
+        for bad in (0, -1, True, "5", 2.0):
+            with pytest.raises(InvalidInputError) as exc:
+                proj.rebuild(s.engine, s.codec, ["links"], chunk=bad)  # type: ignore[arg-type]
+            assert str(exc.value) == f"chunk must be a positive number of events, not {bad!r}"
+        with pytest.raises(InvalidInputError, match=r"unknown projection 'link'; expected one of \['links', 'state'\]"):
+            proj.rebuild(s.engine, s.codec, ["link"])
+        [report] = proj.rebuild(s.engine, s.codec, "links", chunk=1)  # one name; one event per chunk
+        assert (report.projection, report.verify, report.events) == ("links", False, 10)
+        assert sorted(s.incoming(tids[0])) == sorted((t, "referenced") for t in tids)
+        lock = s.engine.try_lock("rebuild-links")
+        assert lock is not None
+        try:  # refused by default; ``force`` takes the claim over
+            with pytest.raises(RebuildInProgressError):
+                proj.rebuild(s.engine, s.codec, ["links"])
+            [forced] = proj.rebuild(s.engine, s.codec, ["links"], force=True)
+            assert forced.differences == []
+        finally:
+            lock.release()

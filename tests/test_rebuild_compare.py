@@ -131,6 +131,8 @@ def test_a_parent_deleted_after_the_scan_folded_it_leaves_no_rows(tmp_path: Path
         assert rows["links_in"] == {proj.link_key(P, "spawned_from", C1K, 2): [C1, P]}
         with pytest.raises(NotFoundError, match="no stored thread links to it"):  # P's link to X is gone
             s.incoming(X)
+        with s.engine.read() as txn:  # nor P's state row (the scan wrote one, then dropped it)
+            assert txn.get("proj", proj.STATE_PREFIX + PK) is None
         assert [r.differences for r in s.rebuild(verify=True)] == [[], []]
 
 
