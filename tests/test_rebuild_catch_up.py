@@ -58,10 +58,13 @@ def test_the_report_counts_every_event_once_and_names_the_last_position(tmp_path
         assert [r.events for r in split] == [6 * 5 + 6] * len(names)
         late = "00000000-0000-4000-8000-0000000000ff"  # sorts first: in a chunk already scanned
         calls = 0
+        entries = s.stats()["events"]
 
         def progress(done: int, total: int) -> None:
             nonlocal calls
             calls += 1
+            if calls == 1:  # the key-order pass's total: the log's entries
+                assert (done, total) == (5, entries)
             if calls == 2:  # the key-order pass is under way: these come after its first snapshot
                 s.append(tids[0], turn("late"))
                 s.append(late, [start(late, (tids[1], "referenced"), (tids[2], "spawned_from"))])
@@ -76,6 +79,8 @@ def test_the_report_counts_every_event_once_and_names_the_last_position(tmp_path
             assert s.children(tids[2]) == [late]
         if "state" in names:
             assert [c.tool_call_id for c in s.pending(tids[0]).pending] == ["c", "late"]
+        with s.engine.read() as txn:  # the catch-up wrote shadow rows of the rebuilt projections only
+            assert [bytes(k) for k, _ in txn.range("proj") if bytes(k).startswith(b"~")] == []
         assert all(r.differences == [] for r in s.rebuild(verify=True))
         # A rebuild with nothing to catch up on (one snapshot held the whole log).
         [again] = proj.rebuild(s.engine, s.codec, names[:1])
@@ -236,3 +241,22 @@ def test_the_rebuilds_arguments_are_checked(tmp_path: Path) -> None:
             assert forced.differences == []
         finally:
             lock.release()
+
+
+def test_links_appended_in_a_scope_during_the_scan_are_keyed_in_that_scope(tmp_path: Path) -> None:
+    first, target = "00000000-0000-4000-8000-0000000000ff", str(uuid.uuid4())
+    with Store(tmp_path / "s") as root:
+        s = root.scoped("tenant-a")
+        s.append(target, [start(target)])
+        populate(s, 2)
+        calls = 0
+
+        def progress(done: int, total: int) -> None:
+            nonlocal calls
+            calls += 1
+            if calls == 1:  # sorts first: the catch-up folds it
+                s.append(first, [start(first), LinkAdded(link=m.ThreadLink(thread_id=target, relation="referenced"))])
+
+        proj.rebuild(root.engine, root.codec, ["links"], chunk=3, progress=progress)
+        assert s.incoming(target) == [(first, "referenced")]
+        assert [r.differences for r in root.rebuild(verify=True)] == [[], []]
