@@ -288,3 +288,38 @@ def test_an_event_at_a_snapshots_last_position_is_folded_once(tmp_path: Path) ->
 
         proj.rebuild(s.engine, s.codec, ["state"], chunk=4, progress=progress)
         assert [r.differences for r in s.rebuild(verify=True)] == [[], []]
+
+
+def test_the_catch_up_folds_forks_spawns_and_deletions(tmp_path: Path) -> None:
+    """Appended while the key-order pass runs, in the range it already passed (keys sorting first):
+    a fork (its inherited link rows), a spawn message (the child's row), and a thread started and
+    deleted (no state row left)."""
+    from tplog.events import MessageRecorded
+
+    p, x, child = "00000000-0000-4000-8000-000000000010", str(uuid.uuid4()), str(uuid.uuid4())
+    f, g, h = ("00000000-0000-4000-8000-000000000001", "00000000-0000-4000-8000-000000000002",
+               "00000000-0000-4000-8000-000000000003")
+    with Store(tmp_path / "s") as s:
+        s.append(p, [start(p), LinkAdded(link=m.ThreadLink(thread_id=x, relation="referenced")), *turn("c")])
+        populate(s, 2)
+        calls = 0
+
+        def progress(done: int, total: int) -> None:
+            nonlocal calls
+            calls += 1
+            if calls == 1:
+                s.fork(p, 5, new_thread_id=f)
+                s.append(g, [start(g), AgentTurnStarted(agent_id="a", started_at=T),
+                             MessageRecorded(message=m.SystemMessage(
+                                 timestamp=T, event_type="data-tp-thread_spawn",
+                                 event_data={"spawned_thread_id": child})),
+                             AgentTurnCompleted(completed_at=T)])
+                s.append(h, [start(h), *turn("h")])
+                s.delete_thread(h)
+
+        proj.rebuild(s.engine, s.codec, ["links", "state"], chunk=5, progress=progress)
+        assert sorted(s.incoming(x)) == sorted([(p, "referenced"), (f, "referenced")])
+        assert s.children(g) == [child]
+        with s.engine.read() as txn:
+            assert txn.get("proj", proj.STATE_PREFIX + uuid.UUID(h).bytes) is None
+        assert [r.differences for r in s.rebuild(verify=True)] == [[], []]
