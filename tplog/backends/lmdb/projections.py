@@ -33,7 +33,8 @@ folding only the events no chunk's snapshot held (a thread deleted after pass 1
 folded it loses its link rows). The step that reaches the end of the log swaps
 shadow → live (or, with ``verify=True``, compares them and reports every
 difference) in that same transaction, while no append can interleave: no update
-is lost or applied twice. Memory is one chunk's worth, whatever the log's size.
+is lost or applied twice (the comparison: :mod:`tplog.backends.lmdb.compare`; the rows'
+layout: :mod:`tplog.backends.lmdb.projrows`). Memory is one chunk's worth, whatever the log's size.
 One rebuild of a projection runs at a time: it holds the engine's lock
 ``rebuild-<name>`` (see :meth:`Engine.try_lock`) for as long as it runs and claims
 the projection in ``meta``; the claim of a rebuild that died is taken over.
@@ -43,10 +44,9 @@ from __future__ import annotations
 
 import bisect
 import contextlib
-import itertools
 import os
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable
 from typing import Any, Final
 
 import msgspec
@@ -57,11 +57,20 @@ from tplog.backends.contract import PROJECTIONS as PROJECTIONS
 from tplog.backends.contract import STATE as STATE
 from tplog.backends.contract import VERSIONS as VERSIONS
 from tplog.backends.contract import RebuildReport as RebuildReport
-from tplog.backends.contract import ThreadHead, child_spelling
+from tplog.backends.contract import child_spelling
 from tplog.backends.contract import outgoing as outgoing
 from tplog.backends.lmdb.chunks import CHUNK_BYTES, EventRows, chunk_index, index_rows
+from tplog.backends.lmdb.compare import clear_shadow, describe, differences
 from tplog.backends.lmdb.engine import ReadTxn, WriteTxn
 from tplog.backends.lmdb.keys import TKEY_SIZE, from_u64, tkey, u64
+from tplog.backends.lmdb.projrows import C_LINK as C_LINK
+from tplog.backends.lmdb.projrows import C_SPAWN as C_SPAWN
+from tplog.backends.lmdb.projrows import SPAWNER_PREFIX as SPAWNER_PREFIX
+from tplog.backends.lmdb.projrows import STATE_PREFIX as STATE_PREFIX
+from tplog.backends.lmdb.projrows import child_dec as _child_dec
+from tplog.backends.lmdb.projrows import enc as _enc
+from tplog.backends.lmdb.projrows import head_dec as _head_dec
+from tplog.backends.lmdb.projrows import thread_deleted as _deleted
 from tplog.codec import (
     MSG_KIND,
     PEEK_FACTS,
@@ -90,8 +99,6 @@ __all__ = ["PROJECTIONS", "VERSIONS", "ProjectionInfo", "RebuildReport", "rebuil
 
 
 SPAWNED_FROM: Final = "spawned_from"
-C_LINK: Final = 1  # children flag: the child has a spawned_from link to the parent
-C_SPAWN: Final = 2  # children flag: the parent recorded a thread_spawn event naming the child
 _K_LINK = KIND_CODE[LinkAdded]
 _K_STARTED = KIND_CODE[ThreadStarted]
 #: The kinds whose body an id-only fold reads: links, and agent turn boundaries
@@ -109,18 +116,13 @@ UNREAD_FOR_LINKS: Final = UNREAD_KINDS - {_K_STARTED}
 #: with or without facts, and messages without facts (``_FOR_LINKS``: when links are folded).
 SKIPPED: Final = frozenset(UNREAD_KINDS | {k | PEEK_FACTS for k in UNREAD_KINDS} | {MSG_KIND})
 SKIPPED_FOR_LINKS: Final = frozenset(UNREAD_FOR_LINKS | {k | PEEK_FACTS for k in UNREAD_FOR_LINKS} | {MSG_KIND})
-STATE_PREFIX: Final = b"state\x00"
-SPAWNER_PREFIX: Final = b"spawner\x00"
 #: Events a rebuild folds per read snapshot and per write transaction: each chunk
 #: costs one durable commit, and bounds the rebuild's memory and an append's wait.
 CHUNK: Final = 20_000
 #: Log positions per catch-up step (pass 2), each inside the writer's transaction.
 CATCH_UP: Final = 5_000
 
-_enc = msgspec.msgpack.Encoder()
-_child_dec = msgspec.msgpack.Decoder(tuple[str, int])
 _state_dec = msgspec.msgpack.Decoder(ThreadState)
-_head_dec = msgspec.msgpack.Decoder(ThreadHead)
 
 
 class ProjectionInfo(msgspec.Struct, array_like=True):
@@ -213,11 +215,6 @@ def started_event(codec: Codec, txn: ReadTxn, key: bytes, value: bytes, where: t
     codec.check(key, value, where=where)
     body = bytes(codec.body_bytes(value, txn, where=where))
     return codec.decode_event(body, where=where) if b"relationships" in body else None
-
-
-def _deleted(txn: ReadTxn, tk: bytes) -> bool:
-    raw = txn.get("heads", tk)
-    return raw is not None and _head_dec.decode(raw).status == "deleted"
 
 
 def apply_links(tables: _Tables, thread_id: str, tk: bytes, seq: int, event: Any, spawned: Iterable[str],
@@ -351,7 +348,7 @@ def save_state(tables: _Tables, tk: bytes, st: ThreadState) -> None:
 
 def _items_in(
     txn: WriteTxn, codec: Codec, start: int, limit: int, covered: Callable[[bytes, int], bool] | None = None,
-    do_links: bool = True,
+    do_links: bool = True, do_state: bool = False,
 ) -> tuple[list[tuple[int, str, bytes, Item, str | None]], int, int, int]:
     """Up to ``limit`` log entries from position ``start``, as (position, thread id,
     thread key, item, scope); how many entries were scanned, how many of them were
@@ -361,13 +358,15 @@ def _items_in(
     the ``UNREAD_KINDS``, or a message whose header has no facts (no tool calls or returns,
     no spawned thread, not an aborted response: nothing any id-only fold uses), is
     recognised from the header's bytes and skipped without decoding. With ``do_links``
-    a ThreadStarted that may declare links is read (see :func:`started_event`)."""
+    a ThreadStarted that may declare links is read (see :func:`started_event`); with ``do_state``
+    every ThreadStarted is passed on, so that its thread gets its state row (as the key-order scan
+    gives every thread one) even when no other event of it is read."""
     out: list[tuple[int, str, bytes, Item, str | None]] = []
     names: dict[bytes, tuple[str, str | None]] = {}
     scanned = read = 0
     last = start - 1
     check, check_header, header = codec.check, codec.check_header, codec.header
-    skipped = SKIPPED_FOR_LINKS if do_links else SKIPPED
+    skipped = SKIPPED_FOR_LINKS if do_links or do_state else SKIPPED
     rows = EventRows(txn, codec)
     for pk, key in txn.range("global", u64(start)):
         if scanned >= limit:
@@ -395,7 +394,7 @@ def _items_in(
         hdr: Header = header(value, where=where)
         if hdr.kind == _K_STARTED:
             started = started_event(codec, txn, key, value, where) if do_links else None
-            if started is not None:
+            if started is not None or do_state:
                 out.append((last, name, tk, Item(seq, hdr.kind, None, started), scope))
             continue
         ev: Any = hdr.turn
@@ -456,7 +455,9 @@ def _scan_keys(txn: ReadTxn, codec: Codec, after: bytes, limit: int, do_links: b
             return
         if kind == _K_DELETED:  # deleted before this snapshot: nothing of it is left to fold ...
             states.pop(tk, None)
-            if carry is not None and carry[0] == tk:  # ... but the chunk before folded its first events
+            # ... but the chunk before folded its first events (if it stopped inside this thread;
+            # not ``carry``, which is set only when the state projection is rebuilt too)
+            if after[:TKEY_SIZE] == tk:
                 chunk.dropped.append(tk)
             return
         facts = hdr.facts
@@ -530,111 +531,6 @@ def _scan_keys(txn: ReadTxn, codec: Codec, after: bytes, limit: int, do_links: b
     return chunk
 
 
-def _upto(prefix: bytes) -> bytes:
-    """The first key after every key starting with ``prefix`` (which ends in NUL)."""
-    return prefix[:-1] + b"\x01"
-
-
-#: Each projection's rows: (table, first key, end key or None) ranges, in this order.
-_RANGES: Final = {
-    LINKS: (("links_in", b"", None), ("children", b"", None), ("proj", SPAWNER_PREFIX, _upto(SPAWNER_PREFIX))),
-    STATE: (("proj", STATE_PREFIX, _upto(STATE_PREFIX)),),
-}
-
-
-def _rows(txn: ReadTxn, name: str, shadow: bool, deleted: set[bytes]) -> Iterator[tuple[int, bytes, bytes]]:
-    """Projection ``name``'s rows, live or shadow, as (range index in ``_RANGES[name]``,
-    key, value) in that order: streamed, never all in memory. Shadow rows are filtered
-    by :func:`_without_deleted` (threads in ``deleted``, and deleted children)."""
-    for i, (table, lo, hi) in enumerate(_RANGES[name]):
-        if not shadow:
-            for k, v in txn.range(table, lo, hi):
-                yield i, bytes(k), bytes(v)
-            continue
-        prefix = b"~" + table.encode() + b"\x00"
-        for k, v in txn.range("proj", prefix + lo, prefix + hi if hi is not None else _upto(prefix)):
-            key = bytes(k[len(prefix):])
-            kept = _without_deleted(txn, table, key, bytes(v), deleted)
-            if kept is not None:
-                yield i, key, kept
-
-
-def _differences(txn: ReadTxn, name: str, deleted: set[bytes]) -> list[tuple[str, bytes, bytes | None, bytes | None]]:
-    """(table, key, live value, rebuilt value) for every row where the live projection and
-    the shadow rows disagree: a merge of the two sorted row streams, so memory is the
-    differences only (none when the rebuild confirms the live rows)."""
-    tables = [r[0] for r in _RANGES[name]]
-    out: list[tuple[str, bytes, bytes | None, bytes | None]] = []
-    live, fresh = _rows(txn, name, False, set()), _rows(txn, name, True, deleted)
-    a, b = next(live, None), next(fresh, None)
-    while a is not None or b is not None:
-        if b is None or (a is not None and (a[0], a[1]) < (b[0], b[1])):
-            assert a is not None
-            out.append((tables[a[0]], a[1], a[2], None))
-            a = next(live, None)
-        elif a is None or (b[0], b[1]) < (a[0], a[1]):
-            out.append((tables[b[0]], b[1], None, b[2]))
-            b = next(fresh, None)
-        else:
-            if a[2] != b[2]:
-                out.append((tables[a[0]], a[1], a[2], b[2]))
-            a, b = next(live, None), next(fresh, None)
-    return out
-
-
-def _clear_shadow(txn: WriteTxn, name: str) -> None:
-    for table, lo, hi in _RANGES[name]:
-        prefix = b"~" + table.encode() + b"\x00"
-        start, end = prefix + lo, prefix + hi if hi is not None else _upto(prefix)
-        while True:  # in batches: the keys are never all in memory
-            batch = [bytes(k) for k, _ in itertools.islice(txn.range("proj", start, end), 100)]
-            if not batch:
-                break
-            for k in batch:
-                txn.delete("proj", k)
-
-
-def _describe(name: str, table: str, key: bytes, live: bytes | None, fresh: bytes | None) -> str:
-    def show(v: bytes | None) -> str:
-        if v is None:
-            return "absent"
-        return "present" if not v else repr(msgspec.msgpack.decode(v))[:200]
-
-    if table == "proj" and key.startswith(SPAWNER_PREFIX):
-        k = key[len(SPAWNER_PREFIX):]
-        what = f"spawner[{k[:TKEY_SIZE].hex()} ← {k[TKEY_SIZE:].hex()}]"
-    elif table == "proj":
-        what = f"state of thread key {key[len(STATE_PREFIX):].hex()}"
-    elif table == "children":
-        what = f"children[{key[:TKEY_SIZE].hex()} → {key[TKEY_SIZE:].hex()}]"
-    else:
-        ordinal = from_u64(key, len(key) - 8)
-        at = f"declared link {ordinal & ~DECLARED}" if ordinal & DECLARED else f"seq {ordinal}"
-        what = f"links_in[{key[:TKEY_SIZE].hex()} … {key[-8 - TKEY_SIZE:-8].hex()} {at}]"
-    return f"{name}: {what}: live {show(live)}, rebuilt {show(fresh)}"
-
-
-def _without_deleted(txn: ReadTxn, table: str, key: bytes, value: bytes, deleted: set[bytes]) -> bytes | None:
-    """A shadow row without what deleted threads contributed (``None``: nothing left).
-    A thread in ``deleted`` (deleted after the key-order scan folded it) has rows in the
-    shadow, but a deleted thread has no links; and a deleted thread is nobody's child,
-    though its parents' spawn events (folded into the shadow) still name it."""
-    if table == "links_in":
-        return None if key[-8 - TKEY_SIZE : -8] in deleted else value
-    if table == "children":
-        parent, child_tk = key[:TKEY_SIZE], key[TKEY_SIZE:]
-        if child_tk in deleted or _deleted(txn, child_tk):
-            return None
-        child, flags = _child_dec.decode(value)
-        if parent in deleted:
-            flags &= ~C_SPAWN
-        return _enc.encode((child, flags)) if flags else None
-    if table == "proj" and key.startswith(SPAWNER_PREFIX):
-        child_tk, parent = key[len(SPAWNER_PREFIX):][:TKEY_SIZE], key[len(SPAWNER_PREFIX) + TKEY_SIZE:]
-        return None if child_tk in deleted or parent in deleted or _deleted(txn, child_tk) else value
-    return value
-
-
 def _write_chunk(txn: WriteTxn, found: _Chunk, names: list[str], token: bytes) -> None:
     """A key-order chunk's fold results into the shadow rows (if this rebuild still holds them)."""
     _check_claim(txn, names, token)
@@ -682,7 +578,7 @@ def _claim(txn: WriteTxn, names: list[str], token: bytes) -> None:
     is then one a dead rebuild left, or one being taken over."""
     for name in names:
         txn.put("meta", _marker_key(name), _enc.encode((os.getpid(), token, time.time_ns())))
-        _clear_shadow(txn, name)
+        clear_shadow(txn, name)
 
 
 def _check_claim(txn: WriteTxn, names: list[str], token: bytes) -> None:
@@ -797,7 +693,7 @@ def _rebuild(engine: Any, codec: Codec, names: list[str], verify: bool, chunk: i
 
     def catch_up_step(txn: WriteTxn) -> tuple[int, int, list[RebuildReport] | None]:
         _check_claim(txn, names, token)
-        batch, scanned, read, last = _items_in(txn, codec, cursor + 1, catch_up, covered, do_links)
+        batch, scanned, read, last = _items_in(txn, codec, cursor + 1, catch_up, covered, do_links, do_state)
         tables = _Tables(txn, shadow=True)
         states: dict[bytes, ThreadState] = {}
         for _pos, thread_id, tk, it, scope in batch:
@@ -824,10 +720,10 @@ def _rebuild(engine: Any, codec: Codec, names: list[str], verify: bool, chunk: i
         # The end of the log, inside the writer's transaction: finish here.
         out: list[RebuildReport] = []
         for name in names:
-            found = _differences(txn, name, deleted if name == LINKS else set())
+            found = differences(txn, name, deleted if name == LINKS else set())
             diffs: list[str] = []
             if verify:
-                diffs = [_describe(name, table, key, live, fresh) for table, key, live, fresh in found]
+                diffs = [describe(name, table, key, live, fresh) for table, key, live, fresh in found]
             else:
                 for table, key, _live, fresh in found:
                     if fresh is None:
@@ -836,7 +732,7 @@ def _rebuild(engine: Any, codec: Codec, names: list[str], verify: bool, chunk: i
                         txn.put(table, key, fresh)
                 end = txn.last("global")
                 write_info(txn, name, ProjectionInfo(VERSIONS[name], from_u64(end[0]) if end else 0, "live"))
-            _clear_shadow(txn, name)
+            clear_shadow(txn, name)
             txn.delete("meta", _marker_key(name))
             out.append(RebuildReport(projection=name, verify=verify, events=0, seconds=0.0, position=last,
                                      differences=diffs))
