@@ -26,7 +26,7 @@ message — its first N conversations, each pydantic-ai message mapped to events
 (``TplogSystem.events``) and appended in one call — by ``--writers`` threads (1 and
 16 by default, alternating, ``--repeat`` each), split by phase (``breakdown``: the
 thread CPU inside each wrapped function, summed over threads) beside the process CPU
-of an unwrapped run. Process CPU − the phases' sum is group commit's hand-over, lock
+of an unwrapped run. Process CPU minus the phases' sum is group commit's hand-over, lock
 waits and thread switches under the GIL.
 """
 
