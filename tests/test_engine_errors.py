@@ -18,8 +18,10 @@ import lmdb
 import pytest
 
 from tplog import CorruptionError, ReadOnlyError, StorageError, StorageFullError
-from tplog.backends.lmdb import engine as engine_mod
-from tplog.backends.lmdb.engine import _disk_nearly_full, _errno_of, _translate
+from tplog.backends.lmdb import failures as failures_mod
+from tplog.backends.lmdb.failures import disk_nearly_full as _disk_nearly_full
+from tplog.backends.lmdb.failures import errno_of as _errno_of
+from tplog.backends.lmdb.failures import translate as _translate
 
 P = "/stores/s"
 _Usage = namedtuple("_Usage", "total used free")
@@ -83,7 +85,7 @@ def test_an_io_error_is_a_full_disk_only_when_the_disk_is_nearly_full(monkeypatc
         asked.append(path)
         return _Usage(1 << 30, (1 << 30) - free, free)
 
-    monkeypatch.setattr(engine_mod.shutil, "disk_usage", disk_usage)
+    monkeypatch.setattr(failures_mod.shutil, "disk_usage", disk_usage)
     exc = _err(lmdb.Error, "mdb_txn_commit: Input/output error", code=errno.EIO)
     for free, kind in (((1 << 20) - 1, StorageFullError), (1 << 20, StorageError), (3 << 19, StorageError)):
         got = _translate(exc, P)
@@ -99,7 +101,7 @@ def test_disk_nearly_full_is_under_one_mib_free(tmp_path: Path, monkeypatch: pyt
     assert _disk_nearly_full(str(tmp_path)) is (shutil.disk_usage(tmp_path).free < 1 << 20)
     assert _disk_nearly_full(str(tmp_path / "missing")) is False  # cannot tell: not full
     usage: dict[str, int] = {}
-    monkeypatch.setattr(engine_mod.shutil, "disk_usage", lambda p: _Usage(1 << 30, 0, usage[p]))
+    monkeypatch.setattr(failures_mod.shutil, "disk_usage", lambda p: _Usage(1 << 30, 0, usage[p]))
     for free, full in (((1 << 20) - 1, True), (1 << 20, False), ((1 << 21) - 1, False), (0, True)):
         usage[str(tmp_path)] = free
         assert _disk_nearly_full(str(tmp_path)) is full, free

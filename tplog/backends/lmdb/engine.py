@@ -1,6 +1,7 @@
 """The storage contract and its embedded default, LMDB.
 
-This is the only module that imports :mod:`lmdb`. Everything above it sees a
+This module (with :mod:`~tplog.backends.lmdb.failures`, which turns LMDB's errors into tplog's)
+is where :mod:`lmdb` is used. Everything above it sees a
 small contract: named, ordered key/value tables, read transactions that see a
 consistent snapshot, and write transactions run as a function that may be
 retried (:meth:`Engine.run_write`). Another engine only has to provide the
@@ -49,7 +50,6 @@ import contextlib
 import errno
 import fcntl
 import os
-import shutil
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -58,14 +58,15 @@ from typing import Any, Protocol, TypeVar
 import lmdb
 import msgspec
 
+from tplog.backends.lmdb.failures import errno_of as _errno_of
+from tplog.backends.lmdb.failures import translate as _translate
+from tplog.backends.lmdb.failures import undecodable as _undecodable
 from tplog.errors import (
-    CorruptionError,
     InvalidInputError,
     ReadOnlyError,
     StorageError,
     StorageFullError,
     StoreClosedError,
-    TplogError,
 )
 
 __all__ = ["TABLES", "Engine", "LmdbEngine", "ReadTxn", "WriteTxn", "open_engine"]
@@ -258,49 +259,6 @@ class _LmdbWrite(_LmdbRead):
         return self._txn.delete(key, db=self._dbs[table])
 
 
-def _disk_nearly_full(path: str) -> bool:
-    try:
-        return shutil.disk_usage(path).free < 1 << 20
-    except OSError:  # pragma: no cover
-        return False
-
-
-# LMDB's errors for a file it cannot trust; MDB_BAD_TXN is what a transaction answers after one of them.
-_DAMAGE = (lmdb.CorruptedError, lmdb.PageNotFoundError, lmdb.InvalidError, lmdb.VersionMismatchError,
-           lmdb.IncompatibleError, lmdb.BadTxnError)
-
-
-def _undecodable(exc: msgspec.DecodeError, path: str) -> CorruptionError:
-    return CorruptionError(f"{path}: a stored row does not decode ({exc}); run `tplog verify`, or restore a backup")
-
-
-def _errno_of(exc: lmdb.Error) -> int | None:
-    """The errno of an LMDB error: py-lmdb keeps it in ``.code``; before 1.5 it raised a bare
-    ``lmdb.Error`` for EROFS/EACCES without it, so match the message's strerror then."""
-    code = getattr(exc, "errno", None) or getattr(exc, "code", None)
-    if isinstance(code, int):
-        return code
-    text = str(exc)
-    return next((e for e in (errno.EACCES, errno.EROFS) if os.strerror(e) in text), None)
-
-
-def _translate(exc: lmdb.Error, path: str) -> TplogError:
-    if isinstance(exc, _DAMAGE):
-        return CorruptionError(f"{path}: the store's LMDB file is damaged or not an LMDB file ({exc}); "
-                               "restore it from a backup")
-    code = getattr(exc, "errno", None) or getattr(exc, "code", None)  # py-lmdb keeps the errno in .code
-    # py-lmdb < 1.5 raises a bare lmdb.Error for EROFS/EACCES, without the errno: match its text
-    text = str(exc)
-    if isinstance(exc, lmdb.ReadonlyError) or code in (errno.EROFS, errno.EACCES) or any(
-        os.strerror(e) in text for e in (errno.EROFS, errno.EACCES)
-    ):
-        return ReadOnlyError(f"{path}: the store or its disk is read-only ({exc}); open it with readonly=True, "
-                             "or on a writable disk")
-    if code == errno.ENOSPC or "No space left" in str(exc) or (code == errno.EIO and _disk_nearly_full(path)):
-        return StorageFullError(errno.ENOSPC, f"{path}: the disk is full; free space, nothing was written ({exc})")
-    return StorageError(f"{path}: LMDB failed: {exc}")
-
-
 class LmdbEngine:
     """One LMDB environment holding every table.
 
@@ -483,18 +441,22 @@ class LmdbEngine:
 
     # ------------------------------------------------------------------ transactions
 
+    def _begin(self) -> lmdb.Transaction[bytes] | None:
+        """A read transaction, or None when another process grew the map (adopt it, then retry)."""
+        try:
+            return self._env.begin(buffers=False)
+        except lmdb.MapResizedError:
+            return None
+        except lmdb.Error as exc:
+            raise _translate(exc, self.path) from exc
+
     @contextmanager
     def read(self) -> Iterator[_LmdbRead]:
         """A read transaction: a consistent snapshot; never blocked by writers."""
         self._check()
         while True:
             with self._rw.shared():
-                try:
-                    txn = self._env.begin(buffers=False)
-                except lmdb.MapResizedError:
-                    txn = None
-                except lmdb.Error as exc:
-                    raise _translate(exc, self.path) from exc
+                txn = self._begin()
                 if txn is not None:
                     try:
                         yield _LmdbRead(txn, self._dbs)
@@ -524,12 +486,7 @@ class LmdbEngine:
             finally:
                 cond.release()
             try:
-                try:
-                    raw = self._env.begin(buffers=False)
-                except lmdb.MapResizedError:
-                    raw = None
-                except lmdb.Error as exc:
-                    raise _translate(exc, self.path) from exc
+                raw = self._begin()
                 if raw is not None:
                     try:
                         return fn(_LmdbRead(raw, self._dbs))
