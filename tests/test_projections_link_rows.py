@@ -8,44 +8,15 @@ from __future__ import annotations
 
 import uuid
 from pathlib import Path
-from typing import Any
 
-import msgspec
 import pytest
 from conftest import ToyStore as Store
+from test_rebuild_compare import link, spawn_turn, start
+from test_rebuild_compare import link_rows as rows
 
 from tplog.backends.lmdb import projections as proj
 from tplog.backends.lmdb.keys import tkey
 from tplog.errors import NotFoundError
-from tplog.events import AgentTurnCompleted, AgentTurnStarted, LinkAdded, MessageRecorded, ThreadStarted
-from tplog.protocol import model as m
-
-T = "2025-01-20T10:00:00Z"
-
-
-def start(tid: str) -> ThreadStarted:
-    return ThreadStarted(thread_id=tid, created_at=T)
-
-
-def link(target: str, rel: str = "spawned_from") -> LinkAdded:
-    return LinkAdded(link=m.ThreadLink(thread_id=target, relation=rel))
-
-
-def spawn_turn(child: str) -> list[Any]:
-    return [AgentTurnStarted(agent_id="a", started_at=T),
-            MessageRecorded(message=m.SystemMessage(timestamp=T, event_type="data-tp-thread_spawn",
-                                                    event_data={"spawned_thread_id": child})),
-            AgentTurnCompleted(completed_at=T)]
-
-
-def rows(s: Store) -> dict[str, dict[bytes, Any]]:
-    with s.engine.read() as txn:
-        return {
-            "links_in": {bytes(k): msgspec.msgpack.decode(v) for k, v in txn.range("links_in")},
-            "children": {bytes(k): msgspec.msgpack.decode(v) for k, v in txn.range("children")},
-            "spawner": {bytes(k): bytes(v) for k, v in txn.range("proj", proj.SPAWNER_PREFIX,
-                                                                 proj.SPAWNER_PREFIX[:-1] + b"\x01")},
-        }
 
 
 def no_drift(s: Store) -> None:
