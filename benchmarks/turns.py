@@ -13,7 +13,7 @@ Workloads:
    ``Store.load(tid)`` (read + CRC + decompress + typed decode + fold into the
    ThreadProtocol document and the open turn) vs ``Store.read`` (no fold), raw LMDB
    range read + typed decode, SQLite read-by-index + ``orjson.loads`` into dicts
-   (goal: tplog ≥ 1.5x), JSONL + orjson.
+   (goal: tplog ≥ 1x), JSONL + orjson.
 2. load turns, one 10,000-event thread — the same systems on one long thread,
    loaded several times per measurement. The goal row loads from the log every
    time (``fold_cache=0``); a second tplog row keeps the fold cache on.
@@ -198,9 +198,11 @@ def main(argv: list[str] | None = None) -> int:
 
         tp = "tplog Store.load (typed turns, folded)"
         sq = "SQLite by index + orjson into dicts"
+        # Issue 24 moved the load goal to ≥ 1x SQLite + orjson cold (peers measures it on pydantic-ai
+        # conversations); Store.load also folds the turns, so these rows hold it to more than that goal.
         goals = [
-            report.goal("load turns, short threads: tplog ÷ SQLite + orjson", 1.5, (W1, tp), (W1, sq)),
-            report.goal("load turns, 10,000-event thread: tplog ÷ SQLite + orjson", 1.5, (W2, tp), (W2, sq)),
+            report.goal("load turns, short threads: tplog ÷ SQLite + orjson", 1.0, (W1, tp), (W1, sq)),
+            report.goal("load turns, 10,000-event thread: tplog ÷ SQLite + orjson", 1.0, (W2, tp), (W2, sq)),
         ]
         if w3:
             a, b = report.find(W3, w3[0][0]), report.find(W3, sq)
