@@ -53,7 +53,7 @@ import os
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import Any, Protocol, TypeVar
+from typing import Any, TypeVar
 
 import lmdb
 import msgspec
@@ -61,6 +61,7 @@ import msgspec
 from tplog.backends.lmdb.failures import errno_of as _errno_of
 from tplog.backends.lmdb.failures import translate as _translate
 from tplog.backends.lmdb.failures import undecodable as _undecodable
+from tplog.backends.lmdb.txn import Engine, FileLock, Held, LmdbRead, LmdbWrite, ReadTxn, RWLock, WriteTxn
 from tplog.errors import (
     InvalidInputError,
     ReadOnlyError,
@@ -69,7 +70,7 @@ from tplog.errors import (
     StoreClosedError,
 )
 
-__all__ = ["TABLES", "Engine", "LmdbEngine", "ReadTxn", "WriteTxn", "open_engine"]
+__all__ = ["TABLES", "Engine", "Held", "LmdbEngine", "ReadTxn", "WriteTxn", "open_engine"]
 
 R = TypeVar("R")
 
@@ -90,173 +91,6 @@ TABLES = (
 )
 #: Tables a store written by an older tplog may lack (a read-only open goes on without them).
 OPTIONAL_TABLES = ("finder",)
-
-
-class ReadTxn(Protocol):
-    def get(self, table: str, key: bytes) -> bytes | None: ...
-
-    def range(
-        self, table: str, start: bytes = b"", end: bytes | None = None, *, reverse: bool = False
-    ) -> Iterator[tuple[bytes, bytes]]: ...
-
-    def last(self, table: str) -> tuple[bytes, bytes] | None: ...
-
-
-class WriteTxn(ReadTxn, Protocol):
-    def put(self, table: str, key: bytes, value: bytes) -> None: ...
-
-    def id(self) -> int:
-        """This transaction's id: one more than the last committed write
-        transaction's (of any process); a retried transaction gets the same id."""
-        ...
-
-    def delete(self, table: str, key: bytes) -> bool: ...
-
-
-class Engine(Protocol):
-    """The storage contract. Keys sort as unsigned bytes; ``range`` is [start, end)."""
-
-    path: str
-    readonly: bool
-
-    def read(self) -> Any: ...  # context manager yielding a ReadTxn
-
-    def run_write(self, fn: Callable[[WriteTxn], R]) -> R: ...
-
-    def sync(self) -> None: ...
-
-    def close(self) -> None: ...
-
-    def backup(self, dest: str, *, compact: bool = True) -> None: ...
-
-    def info(self) -> dict[str, Any]: ...
-
-    def try_lock(self, name: str) -> Held | None:
-        """Take the advisory lock ``name`` if no one (this process included) holds
-        it; ``None`` if someone does. Held until released or the holder dies."""
-        ...
-
-
-class Held(Protocol):
-    """An advisory lock taken with :meth:`Engine.try_lock`."""
-
-    def release(self) -> None: ...
-
-
-class _FileLock:
-    """``flock`` on a file of its own: per open file description, so a second
-    ``try_lock`` in the same process conflicts with the first, and released by the
-    kernel when the process exits or is killed."""
-
-    def __init__(self, fd: int) -> None:
-        self._fd: int | None = fd
-
-    def release(self) -> None:
-        if self._fd is not None:
-            fd, self._fd = self._fd, None
-            os.close(fd)  # drops the flock
-
-
-class _RWLock:
-    """Many readers or one resizer. Readers never wait for writers, only for a resize."""
-
-    def __init__(self) -> None:
-        self._cond = threading.Condition(threading.Lock())
-        self._readers = 0
-        self._resizing = False
-
-    @contextmanager
-    def shared(self) -> Iterator[None]:
-        with self._cond:
-            while self._resizing:
-                self._cond.wait()
-            self._readers += 1
-        try:
-            yield
-        finally:
-            with self._cond:
-                self._readers -= 1
-                if self._readers == 0:
-                    self._cond.notify_all()
-
-    @contextmanager
-    def exclusive(self) -> Iterator[None]:
-        with self._cond:
-            while self._resizing:
-                self._cond.wait()
-            self._resizing = True
-            while self._readers:
-                self._cond.wait()
-        try:
-            yield
-        finally:
-            with self._cond:
-                self._resizing = False
-                self._cond.notify_all()
-
-
-class _LmdbRead:
-    __slots__ = ("_dbs", "_txn")
-
-    def __init__(self, txn: lmdb.Transaction[bytes], dbs: dict[str, Any]) -> None:
-        self._txn = txn
-        self._dbs = dbs
-
-    def get(self, table: str, key: bytes) -> bytes | None:
-        return self._txn.get(key, db=self._dbs[table])
-
-    def range(
-        self, table: str, start: bytes = b"", end: bytes | None = None, *, reverse: bool = False
-    ) -> Iterator[tuple[bytes, bytes]]:
-        cur = self._txn.cursor(db=self._dbs[table])
-        if reverse:
-            return self._backward(cur, start, end)
-        if not cur.set_range(start):
-            return iter(())
-        if end is None:  # the cursor's own iterator (from its position): no generator per row
-            return iter(cur)
-        return self._forward(cur, end)
-
-    @staticmethod
-    def _forward(cur: Any, end: bytes) -> Iterator[tuple[bytes, bytes]]:
-        for k, v in cur:
-            if k >= end:
-                return
-            yield k, v
-
-    @staticmethod
-    def _backward(cur: Any, start: bytes, end: bytes | None) -> Iterator[tuple[bytes, bytes]]:
-        # Position on the last key < end (or the last key), walk back to start.
-        if end is None:
-            ok = cur.last()
-        else:
-            ok = cur.set_range(end)
-            ok = cur.prev() if ok else cur.last()
-        while ok:
-            k = cur.key()
-            if k < start:
-                return
-            yield k, cur.value()
-            ok = cur.prev()
-
-    def last(self, table: str) -> tuple[bytes, bytes] | None:
-        cur = self._txn.cursor(db=self._dbs[table])
-        if cur.last():
-            return cur.key(), cur.value()
-        return None
-
-
-class _LmdbWrite(_LmdbRead):
-    __slots__ = ()
-
-    def put(self, table: str, key: bytes, value: bytes) -> None:
-        self._txn.put(key, value, db=self._dbs[table])
-
-    def id(self) -> int:
-        return self._txn.id()
-
-    def delete(self, table: str, key: bytes) -> bool:
-        return self._txn.delete(key, db=self._dbs[table])
 
 
 class LmdbEngine:
@@ -289,7 +123,7 @@ class LmdbEngine:
         self._pid = os.getpid()
         self._closed = False
         self._users = 1  # Stores sharing this engine (open_engine); the last close closes it
-        self._rw = _RWLock()
+        self._rw = RWLock()
         self._write_lock = threading.Lock()
         self._wfd: int | None = None  # writer.lck (writable stores): queues the processes' write transactions
         try:
@@ -451,7 +285,7 @@ class LmdbEngine:
             raise _translate(exc, self.path) from exc
 
     @contextmanager
-    def read(self) -> Iterator[_LmdbRead]:
+    def read(self) -> Iterator[LmdbRead]:
         """A read transaction: a consistent snapshot; never blocked by writers."""
         self._check()
         while True:
@@ -459,7 +293,7 @@ class LmdbEngine:
                 txn = self._begin()
                 if txn is not None:
                     try:
-                        yield _LmdbRead(txn, self._dbs)
+                        yield LmdbRead(txn, self._dbs)
                     except lmdb.Error as exc:  # a read of a damaged page, in the caller's block
                         raise _translate(exc, self.path) from exc
                     except msgspec.DecodeError as exc:  # a row without a CRC of its own (heads, indexes)
@@ -469,7 +303,7 @@ class LmdbEngine:
                     return
             self._adopt_size()  # another process grew the map; adopt it, then retry
 
-    def snapshot(self, fn: Callable[[_LmdbRead], R]) -> R:
+    def snapshot(self, fn: Callable[[LmdbRead], R]) -> R:
         """``fn(txn)`` in a read transaction of its own, as ``with read() as txn: return fn(txn)``
         (same snapshot, hold-off of map resizes, retry after another process grew the map, error
         translation) without the two generator-based context managers, which cost a cold load of a
@@ -478,7 +312,7 @@ class LmdbEngine:
         rw = self._rw
         cond = rw._cond
         while True:
-            cond.acquire()  # _RWLock.shared(), inline: wait out a resize, then count as a reader
+            cond.acquire()  # RWLock.shared(), inline: wait out a resize, then count as a reader
             try:
                 while rw._resizing:
                     cond.wait()
@@ -489,14 +323,14 @@ class LmdbEngine:
                 raw = self._begin()
                 if raw is not None:
                     try:
-                        return fn(_LmdbRead(raw, self._dbs))
+                        return fn(LmdbRead(raw, self._dbs))
                     except lmdb.Error as exc:  # a read of a damaged page
                         raise _translate(exc, self.path) from exc
                     except msgspec.DecodeError as exc:  # a row without a CRC of its own (heads, indexes)
                         raise _undecodable(exc, self.path) from exc
                     finally:
                         raw.abort()
-            finally:  # the release half of _RWLock.shared(): the last reader out wakes a resizer
+            finally:  # the release half of RWLock.shared(): the last reader out wakes a resizer
                 cond.acquire()
                 try:
                     rw._readers -= 1
@@ -523,7 +357,7 @@ class LmdbEngine:
                         try:
                             txn = self._env.begin(write=True)
                             try:
-                                result = fn(_LmdbWrite(txn, self._dbs))
+                                result = fn(LmdbWrite(txn, self._dbs))
                                 txn.commit()
                             except BaseException:
                                 txn.abort()  # before another process may go for LMDB's lock
@@ -628,7 +462,7 @@ class LmdbEngine:
             "tables": tables,
         }
 
-    def try_lock(self, name: str) -> _FileLock | None:
+    def try_lock(self, name: str) -> FileLock | None:
         """``flock`` on ``<store>/<name>.lock`` (created if missing), not blocking."""
         self._check()
         if not name or not all(c.isascii() and (c.isalnum() or c in "-_") for c in name):
@@ -647,7 +481,7 @@ class LmdbEngine:
         except OSError as exc:
             os.close(fd)
             raise StorageError(f"{self.path}: cannot lock {name}.lock: {exc}") from exc
-        return _FileLock(fd)
+        return FileLock(fd)
 
     # ------------------------------------------------------------------ short scans (links queries)
 
@@ -658,15 +492,15 @@ class LmdbEngine:
         end: bytes,
         *,
         limit: int | None = None,
-        check: Callable[[_LmdbRead], object] | None = None,
-        txn: _LmdbRead | None = None,
+        check: Callable[[LmdbRead], object] | None = None,
+        txn: LmdbRead | None = None,
     ) -> list[tuple[bytes, bytes]]:
         """The rows of ``table`` with ``start <= key < end``, in key order, at most ``limit``.
 
         ``check(txn)``, if given, runs first in the same transaction (e.g. "is this
         projection live?"). In ``txn`` (from :meth:`read`) if given, else in a read
         transaction of its own: the same snapshot, the same hold-off of map resizes
-        (the read side of ``_RWLock``) and the same retry after another process grew
+        (the read side of ``RWLock``) and the same retry after another process grew
         the map as :meth:`read`, but without a generator-based context manager or a
         row generator. For short scans done once per query (children, incoming
         links) that machinery cost several times the LMDB work itself.
@@ -677,7 +511,7 @@ class LmdbEngine:
         own = txn is None
         raw: Any
         while True:
-            if own:  # _RWLock.shared(), inline: wait out a resize, then count as a reader
+            if own:  # RWLock.shared(), inline: wait out a resize, then count as a reader
                 cond.acquire()
                 try:
                     while rw._resizing:
@@ -696,7 +530,7 @@ class LmdbEngine:
                 if raw is not None:
                     try:
                         if check is not None:
-                            check(_LmdbRead(raw, self._dbs) if own else txn)  # type: ignore[arg-type]
+                            check(LmdbRead(raw, self._dbs) if own else txn)  # type: ignore[arg-type]
                         cur = raw.cursor(db=self._dbs[table])
                         out: list[tuple[bytes, bytes]] = []
                         if cur.set_range(start):
@@ -715,7 +549,7 @@ class LmdbEngine:
             except msgspec.DecodeError as exc:
                 raise _undecodable(exc, self.path) from exc
             finally:
-                if own:  # the release half of _RWLock.shared(): the last reader out wakes a resizer
+                if own:  # the release half of RWLock.shared(): the last reader out wakes a resizer
                     cond.acquire()
                     try:
                         rw._readers -= 1
