@@ -1219,7 +1219,7 @@ def test_deep_nesting_in_a_scalar_field_is_refused(open_store: Callable[..., Sto
 def test_generated_event_ids_are_uuid7_and_unique_across_threads_and_fork() -> None:
     """Ids draw their random bits from a per-thread os.urandom buffer: threads never
     share one, and a forked child gets fresh bytes instead of replaying its parent's."""
-    from tplog.store import new_event_id
+    from tplog.ids import new_event_id
 
     first = new_event_id()  # this thread's buffer now holds unused random bytes
     r, w = os.pipe()

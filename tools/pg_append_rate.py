@@ -29,7 +29,7 @@ from tplog.backends.contract import ThreadAppend
 from tplog.backends.postgres import PostgresRecorder
 from tplog.codec import Codec
 from tplog.events import UserTurnSubmitted
-from tplog.store import new_event_id
+from tplog.ids import new_event_id
 
 codec = Codec()
 

@@ -14,9 +14,7 @@ from __future__ import annotations
 import copy
 import logging
 import os
-import threading
 import time
-from collections import OrderedDict
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any, Final, Literal, Unpack, cast
 
@@ -41,10 +39,13 @@ from tplog.backends.contract import (
     outgoing,
     thread_key,
 )
-from tplog.backends.lmdb import LmdbOptions, LmdbRecorder  # the default backend, imported with the facade
+from tplog.backends.lmdb import LmdbOptions
+from tplog.backends.urls import MEMORY, open_backend
 from tplog.codec import Codec, Encoded, Header
 from tplog.errors import InvalidInputError, NotFoundError, ThreadDeletedError, TplogError
 from tplog.events import KIND_CODE, Event, LinkAdded, RecordedEvent, ThreadDeleted, ThreadStarted
+from tplog.foldcache import FoldCache
+from tplog.ids import new_event_id
 from tplog.lifecycle import check_filter
 from tplog.pipeline import Pipeline
 from tplog.projections.fold import (
@@ -71,7 +72,6 @@ _EVENT_CLASSES = tuple(KIND_CODE)
 _LINKING = (LinkAdded, ThreadStarted)  # the events that may record links (outgoing)
 MAX_RELATION_BYTES: Final = 400  # keeps LMDB's link keys under its 511-byte key limit
 CHUNK: Final = 20_000  # events a rebuild folds per snapshot and per commit (see Store.rebuild)
-MEMORY: Final = "memory:"
 
 
 log = logging.getLogger("tplog.store")
@@ -88,45 +88,6 @@ def _log_refused(thread_id: str, exc: TplogError) -> None:
     log.info("append refused: %s", exc, extra={"thread_id": thread_id, "error": type(exc).__name__})
 
 
-class _FoldCache:
-    """Folders of recently loaded threads (LRU), bounded by the events they cover.
-
-    Shared by a store and its scoped views (keys are scoped thread keys). An
-    entry is taken out while a load extends it, so two loads of one thread never
-    feed the same folder."""
-
-    def __init__(self, budget: int) -> None:
-        self.budget = budget
-        self.events = 0
-        self.entries: OrderedDict[bytes, Folder] = OrderedDict()
-        self.lock = threading.Lock()
-        self.hits = 0  # takes that found the thread's fold (/metrics: tplog_fold_cache_hits_total)
-        self.misses = 0
-
-    def take(self, tk: bytes) -> Folder | None:
-        with self.lock:
-            f = self.entries.pop(tk, None)
-            if f is not None:
-                self.events -= f.seq
-                self.hits += 1
-            else:
-                self.misses += 1
-            return f
-
-    def give(self, tk: bytes, f: Folder) -> None:
-        if f.seq > self.budget:
-            return
-        with self.lock:
-            old = self.entries.pop(tk, None)
-            if old is not None:
-                self.events -= old.seq
-            self.entries[tk] = f
-            self.events += f.seq
-            while self.events > self.budget:
-                _, out = self.entries.popitem(last=False)
-                self.events -= out.seq
-
-
 def _check_page_limit(limit: object) -> None:
     if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 0):
         raise InvalidInputError(f"limit must be None or an int ≥ 0, not {limit!r}")
@@ -141,82 +102,7 @@ def _now_ns() -> int:
     return time.time_ns()
 
 
-def open_backend(target: str | os.PathLike[str], **options: Any) -> Recorder:
-    """The backend a store path or URL names: ``"memory:"`` → the reference backend
-    (``"memory:DIR"``: loaded from a memory store's backup in DIR), ``postgresql://…`` →
-    PostgreSQL (``tplog[postgres]``), ``lmdb:///dir`` or a directory path → LMDB (options
-    pass through)."""
-    if isinstance(target, str) and target.startswith(MEMORY):
-        from tplog.backends.memory import MemoryRecorder
-
-        if options.get("readonly"):
-            raise InvalidInputError("a memory: store cannot be opened read-only: it lives in this process only")
-        source = target[len(MEMORY):]
-        if source:  # memory:DIR: a copy of what a memory store's backup wrote into DIR
-            return MemoryRecorder.restore(source, limits=options.get("limits"))
-        return MemoryRecorder(limits=options.get("limits"))
-    if isinstance(target, str) and target.startswith(("postgresql://", "postgres://")):
-        if options.get("readonly"):
-            raise InvalidInputError("a PostgreSQL store cannot be opened read-only (use a read-only role instead)")
-        try:
-            from tplog.backends.postgres import PostgresRecorder
-        except ImportError as exc:
-            raise InvalidInputError(f"{target.split('://')[0]}:// stores need psycopg: pip install 'tplog[postgres]'"
-                                    f" ({exc})") from exc
-        return PostgresRecorder(target, limits=options.get("limits"))
-    path = os.fspath(target)
-    if isinstance(path, str) and path.startswith("lmdb://"):
-        path = path[len("lmdb://"):]
-        if not path:
-            raise InvalidInputError("an lmdb:// URL needs a directory: lmdb:///path/to/store")
-    elif isinstance(path, str) and "://" in path:
-        raise InvalidInputError(f"{path!r}: unknown store URL scheme (known: lmdb://, postgresql://, memory:)")
-    return LmdbRecorder(path, **options)
-
-
-class _Entropy(threading.local):
-    """Per-thread random bytes from ``os.urandom``, drawn 4 KB at a time: each
-    ``os.urandom`` call releases the GIL, and with many appending threads every
-    release is a thread switch (measured: benchmarks/RESULTS.md). Refilled, never
-    shared, and dropped in a forked child."""
-
-    def __init__(self) -> None:
-        self.buf = b""
-        self.at = 0
-
-    def take(self, n: int) -> bytes:
-        if self.at + n > len(self.buf):
-            self.buf, self.at = os.urandom(4096), 0
-        self.at += n
-        return self.buf[self.at - n : self.at]
-
-
-_entropy = _Entropy()
 _head_dec = msgspec.msgpack.Decoder(ThreadHead)  # a stored head, as the LMDB backend writes it
-
-
-def _fresh_entropy() -> None:  # a child must not reuse its parent's random bytes
-    global _entropy
-    _entropy = _Entropy()
-
-
-os.register_at_fork(after_in_child=_fresh_entropy)
-
-
-def new_event_id() -> str:
-    """A new event id: a UUIDv7 (RFC 9562) string, time-ordered, so that new ids
-    land at the end of the ``eventids`` index (a random UUIDv4 dirties a random
-    leaf page per event, which made each commit's fsync measurably longer). Its
-    12 ``rand_a`` bits carry the time below the millisecond (RFC 9562 §6.2,
-    method 3: ~244 ns steps), so the ids of one millisecond are in order too and
-    fill the index's pages (LMDB splits a page in the middle unless the new key
-    goes last: ids in random order within a millisecond left it about half
-    full). Its 62 random bits come from ``os.urandom`` (see :class:`_Entropy`)."""
-    ms, sub = divmod(time.time_ns(), 1_000_000)
-    r = int.from_bytes(_entropy.take(8), "big")
-    n = (ms & 0xFFFF_FFFF_FFFF) << 80 | 0x7 << 76 | (sub * 4096 // 1_000_000) << 64 | 0b10 << 62 | (r >> 2)
-    h = f"{n:032x}"
-    return f"{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:]}"
 
 
 class Store:
@@ -271,7 +157,7 @@ class Store:
         if isinstance(self.path, str) and self.path.startswith("lmdb://"):
             self.path = self.path[len("lmdb://"):]
         self.codec: Codec = self.backend.codec
-        self._folds = _FoldCache(fold_cache)
+        self._folds = FoldCache(fold_cache)
         self.readonly = options.get("readonly", False)
         self.check_rules = check_rules
         self._scope: str | None = None

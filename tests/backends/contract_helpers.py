@@ -20,7 +20,7 @@ from tplog.backends.lmdb import LmdbRecorder
 from tplog.backends.memory import MemoryRecorder
 from tplog.codec import Codec, Encoded
 from tplog.events import Event, ThreadDeleted
-from tplog.store import new_event_id
+from tplog.ids import new_event_id
 
 _codec = Codec()
 
