@@ -9,10 +9,12 @@ asserts the exact model objects, error messages and JSON paths.
 from __future__ import annotations
 
 import json
-from typing import Any
+import sys
+from typing import Any, Union
 
 import msgspec
 import pytest
+from msgspec import UNSET, UnsetType
 
 from tplog.errors import InvalidInputError, LimitExceededError
 from tplog.protocol import json as pj
@@ -134,8 +136,10 @@ def test_the_converters_are_built_once_per_struct_and_reused() -> None:
     assert set(built) >= {m.Thread, m.AgentConfig, m.UserTurn, m.AgentTurn, m.ResponseMessage, m.TextPart,
                           m.BinaryContent, m.ImageUrl, m.Usage, m.ContentRef, m.ThreadLink}
     assert m.ExtensionPart not in built and m.ExtensionContent not in built
+    assert all(callable(v) for v in built.values())
     assert from_builtins(FULL, m.Thread) == from_builtins(FULL, m.Thread)
     assert all(pj._compiled[k] is v for k, v in built.items())
+    assert pj._struct_converter(m.TextPart) is built[m.TextPart]
 
 
 # --------------------------------------------------------------------------- type errors name the JSON type
@@ -392,3 +396,101 @@ def test_to_json_is_compact_unless_told_to_indent() -> None:
     assert to_json(part, indent=2) == b'{\n  "part_kind": "text",\n  "content": "c",\n  "id": "i"\n}'
     assert to_json({"a": [1]}, indent=1) == b'{\n "a": [\n  1\n ]\n}'
     assert to_json([part]) == b'[{"part_kind":"text","content":"c","id":"i"}]'
+
+
+def test_a_conversion_that_runs_out_of_stack_is_a_limit_error() -> None:
+    """Under a recursion limit raised step by step from just above the caller's depth, from_json
+    first fails decoding, then converting (Python calls, about two a level), then succeeds."""
+    doc = json.dumps(FULL)
+    depth, frame = 0, sys._getframe()
+    while frame is not None:
+        depth, frame = depth + 1, frame.f_back
+    limit = sys.getrecursionlimit()
+    seen: list[str] = []
+    try:
+        for headroom in range(5, 300):
+            try:
+                sys.setrecursionlimit(depth + headroom)
+            except RecursionError:  # below the current depth (not every frame is a Python frame)
+                continue
+            try:
+                from_json(doc)
+            except RecursionError:  # so low that raising the typed error overflowed too
+                continue
+            except LimitExceededError as exc:
+                if isinstance(exc.__cause__, RecursionError):
+                    seen.append(str(exc))
+                    continue
+                raise
+            break
+    finally:
+        sys.setrecursionlimit(limit)
+    assert "JSON nests too deeply to convert" in seen
+    assert set(seen) <= {"JSON nests too deeply to decode", "JSON nests too deeply to convert"}
+    assert seen == sorted(seen, key=lambda s: s.endswith("convert"))
+
+
+# --------------------------------------------------------------------------- Structs other than the model's
+# from_builtins converts any msgspec Struct. The model has no field of these shapes (a bare list or
+# dict of leaves, a union without a leaf member, ...): these pin what the converter does with them.
+
+
+class _A(msgspec.Struct, kw_only=True):
+    a: int
+
+
+class _Tagged(msgspec.Struct, tag_field="t", tag="x", kw_only=True):
+    b: int
+
+
+class _Shapes(msgspec.Struct, kw_only=True):
+    tags: list[str] = []
+    counts: dict[str, int] = {}
+    one: Union[int, UnsetType] = UNSET
+    either: Union[list[_A], _A, UnsetType] = UNSET
+    content: Union[m.ImageUrl, m.AudioUrl, m.VideoUrl, m.DocumentUrl, m.BinaryContent, m.ExtensionContent,
+                   UnsetType] = UNSET
+    tagged: Union[_Tagged, None, UnsetType] = UNSET
+
+
+def test_bare_lists_and_dicts_of_leaves_are_converted_by_msgspec_whole() -> None:
+    got = from_builtins({"tags": ["a"], "counts": {"k": 1}}, _Shapes)
+    assert (got.tags, got.counts) == (["a"], {"k": 1})
+    err = _refused({"tags": 5}, _Shapes)
+    assert (str(err), err.path) == ("Expected `array`, got `int` (at $.tags)", "$.tags")
+    err = _refused({"tags": ["a", 1]}, _Shapes)
+    assert (str(err), err.path) == ("Expected `str`, got `int` (at $.tags[1])", "$.tags[1]")
+    err = _refused({"counts": 5}, _Shapes)
+    assert (str(err), err.path) == ("Expected `object`, got `int` (at $.counts)", "$.counts")
+    err = _refused({"counts": {"k": "1"}}, _Shapes)
+    assert (str(err), err.path) == ("Expected `int`, got `str` (at $.counts[...])", "$.counts[...]")
+
+
+def test_a_union_with_a_single_member_converts_as_that_member() -> None:
+    assert from_builtins({"one": 3}, _Shapes).one == 3
+    err = _refused({"one": "3"}, _Shapes)
+    assert (str(err), err.path) == ("Expected `int`, got `str` (at $.one)", "$.one")
+
+
+def test_a_union_of_structures_only_picks_by_shape_and_else_names_the_first() -> None:
+    assert from_builtins({"either": {"a": 1}}, _Shapes).either == _A(a=1)
+    assert from_builtins({"either": [{"a": 2}]}, _Shapes).either == [_A(a=2)]
+    err = _refused({"either": 5}, _Shapes)
+    assert (str(err), err.path) == ("Expected `array`, got `integer` (at $.either)", "$.either")
+    err = _refused({"either": [{"a": "x"}]}, _Shapes)
+    assert err.path == "$.either[0].a"
+
+
+def test_a_union_of_exactly_the_content_kinds_dispatches_on_kind() -> None:
+    got = from_builtins({"content": {"kind": "binary", "data": "AA==", "media_type": "a/b"}}, _Shapes)
+    assert got.content == m.BinaryContent(data="AA==", media_type="a/b")
+    got = from_builtins({"content": {"kind": "custom:k", "v": 1}}, _Shapes)
+    assert got.content == m.ExtensionContent(kind_="custom:k", data={"v": 1})
+    assert from_builtins({"content": "s"}, _Shapes).content == "s"
+
+
+def test_an_optional_tagged_struct_must_name_its_tag() -> None:
+    assert from_builtins({"tagged": {"t": "x", "b": 1}}, _Shapes).tagged == _Tagged(b=1)
+    assert from_builtins({"tagged": None}, _Shapes).tagged is None
+    err = _refused({"tagged": {"b": 1}}, _Shapes)
+    assert (str(err), err.path) == ("Object missing required field `t` (at $.tagged)", "$.tagged")
