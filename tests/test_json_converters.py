@@ -450,7 +450,7 @@ class _Shapes(msgspec.Struct, kw_only=True):
     either: Union[list[_A], _A, UnsetType] = UNSET
     content: Union[m.ImageUrl, m.AudioUrl, m.VideoUrl, m.DocumentUrl, m.BinaryContent, m.ExtensionContent,
                    UnsetType] = UNSET
-    tagged: Union[_Tagged, None, UnsetType] = UNSET
+    tagged: Union[_Tagged, UnsetType, None] = UNSET
 
 
 def test_bare_lists_and_dicts_of_leaves_are_converted_by_msgspec_whole() -> None:
