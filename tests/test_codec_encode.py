@@ -6,16 +6,20 @@ Every value here is encoded by the codec under test and read back with its own r
 
 from __future__ import annotations
 
+import hashlib
+import random
+import string
 from typing import Any
 
 import msgspec
 import pytest
-from conftest import T, agent_start, response
+import zstandard
+from conftest import T, agent_start, response, spawn_message
 
 from tplog import codec
 from tplog.codec import Codec, Limits, turn_facts_of
 from tplog.errors import CorruptionError, InvalidInputError, LimitExceededError
-from tplog.events import AgentTurnInterrupted, AgentTurnStarted, MessageRecorded
+from tplog.events import AgentTurnInterrupted, AgentTurnStarted, MessageRecorded, UserTurnSubmitted
 from tplog.protocol import model as m
 
 KEY = b"k" * 16
@@ -178,3 +182,107 @@ def test_a_header_that_does_not_decode_names_the_event() -> None:
     with pytest.raises(CorruptionError) as info:
         c.header(bytes(value))
     assert (info.value.thread_id, info.value.seq) == (None, None)
+
+
+# --------------------------------------------------------------------------- what encode reports and stores
+
+
+def test_encoded_carries_the_facts_and_the_raw_body_size() -> None:
+    c = Codec()
+    event = spawn_message("child-1")
+    enc = c.encode(event, "ev-3", 5)
+    assert enc.facts is not None and enc.facts == codec.facts_of(event)
+    assert enc.facts.spawned == ["child-1"]
+    assert enc.size == len(c.encode_body(event))
+    assert (enc.event, enc.event_id, enc.kind) == (event, "ev-3", codec.MSG_KIND)
+    assert c.header(enc.finish(KEY)).facts == enc.facts
+
+
+def _saving(body: bytes) -> int:
+    return len(body) - len(zstandard.ZstdCompressor(level=Limits().level, write_content_size=True).compress(body))
+
+
+def _events_saving(wanted: set[int]) -> dict[int, MessageRecorded]:
+    """Events whose body zstd makes exactly 3, 4 or 5 bytes shorter: random letters, then a run of x."""
+    found: dict[int, MessageRecorded] = {}
+    c = Codec()
+    for seed in range(40):
+        rng = random.Random(seed)
+        text = "".join(rng.choice(string.ascii_letters + string.digits) for _ in range(120))
+        for run in range(40):
+            event = response(text + "x" * run)
+            s = _saving(c.encode_body(event))
+            if s in wanted and s not in found:
+                found[s] = event
+        if set(found) == wanted:
+            return found
+    raise AssertionError(f"no event found for savings {wanted - set(found)}")
+
+
+def test_a_body_is_stored_compressed_only_when_that_saves_more_than_4_bytes() -> None:
+    c = Codec()
+    for saving, event in sorted(_events_saving({3, 4, 5}).items()):
+        enc = c.encode(event, "ev-1", 1)
+        value = enc.finish(KEY)
+        body = c.encode_body(event)
+        assert len(body) >= Limits().compress_min_bytes
+        compressed = saving > 4
+        assert (enc.prefix_flags, value[1]) == ((codec.F_COMPRESSED,) * 2 if compressed else (0, 0)), saving
+        assert int.from_bytes(value[2:6], "big") == 0 == enc.dict_id
+        assert len(codec.stored_body(value)) == len(body) - (saving if compressed else 0)
+        assert c.decode_value(KEY, value) == event
+
+
+def test_compress_min_bytes_is_the_smallest_body_compressed() -> None:
+    event = response("lorem ipsum " * 20)
+    size = len(Codec().encode_body(event))
+    at = Codec(Limits(compress_min_bytes=size)).encode(event, "ev-1", 1)
+    assert at.prefix_flags == codec.F_COMPRESSED
+    above = Codec(Limits(compress_min_bytes=size + 1)).encode(event, "ev-1", 1)
+    assert (above.prefix_flags, above.head_and_body[-size:]) == (0, Codec().encode_body(event))
+
+
+def test_blob_threshold_is_the_largest_body_stored_inline() -> None:
+    event = response("lorem ipsum " * 20)
+    body = Codec().encode_body(event)
+    inline = Codec(Limits(blob_threshold=len(body))).encode(event, "ev-1", 1)
+    assert inline.blob is None and not inline.prefix_flags & codec.F_BLOB
+    c = Codec(Limits(blob_threshold=len(body) - 1))
+    enc = c.encode(event, "ev-1", 1)
+    value = enc.finish(KEY)
+    assert enc.blob is not None and enc.blob[0] == hashlib.sha256(body).digest()
+    assert (value[1], int.from_bytes(value[2:6], "big"), enc.dict_id) == (codec.F_BLOB, 0, 0)
+    assert bytes(codec.stored_body(value)) == enc.blob[0]
+    assert c.decode_value(KEY, value, _Blobs(enc.blob)) == event
+
+
+class _Blobs:
+    """A read transaction holding one blob (``get(table, key)``, as the codec reads it)."""
+
+    def __init__(self, blob: tuple[bytes, bytes]) -> None:
+        self.blob = blob
+
+    def get(self, table: str, key: bytes) -> bytes | None:
+        return self.blob[1] if (table, key) == ("blobs", self.blob[0]) else None
+
+
+# --------------------------------------------------------------------------- max_parts
+
+
+def test_max_parts_counts_the_parts_of_a_message_and_of_a_user_turn() -> None:
+    c = Codec(Limits(max_parts=3))
+
+    def message(n: int) -> MessageRecorded:
+        return MessageRecorded(message=m.ResponseMessage(
+            timestamp=T, agent_id="a1", parts=[m.TextPart(content=str(i)) for i in range(n)]))
+
+    def turn(n: int) -> UserTurnSubmitted:
+        return UserTurnSubmitted(turn=m.UserTurn(submitted_at=T, parts=[m.UserPromptPart(content=str(i))
+                                                                        for i in range(n)]))
+
+    for make in (message, turn):
+        assert _round_trip(c, make(3)) == make(3)
+        with pytest.raises(LimitExceededError) as info:
+            c.encode(make(4), "ev-1", 1)
+        assert str(info.value) == "4 parts in one message; the limit (max_parts) is 3"
+    assert _round_trip(Codec(Limits(max_parts=0)), agent_start()) == agent_start()
