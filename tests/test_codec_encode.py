@@ -286,3 +286,38 @@ def test_max_parts_counts_the_parts_of_a_message_and_of_a_user_turn() -> None:
             c.encode(make(4), "ev-1", 1)
         assert str(info.value) == "4 parts in one message; the limit (max_parts) is 3"
     assert _round_trip(Codec(Limits(max_parts=0)), agent_start()) == agent_start()
+
+
+# --------------------------------------------------------------------------- Codec.pack (the chunk rows' compression)
+
+
+def test_pack_compresses_exactly_as_a_body_is_stored() -> None:
+    c = Codec()
+    for saving, event in sorted(_events_saving({3, 4, 5}).items()):
+        body = c.encode_body(event)
+        flags, dict_id, stored = c.pack(body)
+        assert (flags, dict_id) == ((codec.F_COMPRESSED, 0) if saving > 4 else (0, 0)), saving
+        assert len(stored) == len(body) - (saving if saving > 4 else 0)
+    body = c.encode_body(response("lorem ipsum " * 20))
+    at = Codec(Limits(compress_min_bytes=len(body)))
+    assert at.pack(body)[:2] == (codec.F_COMPRESSED, 0)
+    assert Codec(Limits(compress_min_bytes=len(body) + 1)).pack(body) == (0, 0, body)
+
+
+def test_pack_uses_the_dictionary_it_is_given_or_else_the_current_one() -> None:
+    def samples(word: str) -> list[bytes]:
+        return [msgspec.msgpack.encode(response(f"{word} {i} " + f"{word} lorem ipsum " * (i % 5 + 1)))
+                for i in range(200)]
+
+    c = Codec()
+    first, second = Codec.train(samples("alpha"), 4096), Codec.train(samples("omega"), 4096)
+    c.add_dictionary(1, first)
+    c.add_dictionary(2, second)
+    assert c.current_dict == 2
+    data = msgspec.msgpack.encode(response("alpha beta " * 30))
+    for given, dictionary in [(None, second), (1, first), (2, second)]:
+        flags, dict_id, stored = c.pack(data, given)
+        assert (flags, dict_id) == (codec.F_COMPRESSED, 2 if given is None else given)
+        frame_dict = zstandard.get_frame_parameters(stored).dict_id
+        assert frame_dict == zstandard.ZstdCompressionDict(dictionary).dict_id() != 0
+        assert bytes(c.unpack(dict_id, stored)) == data
