@@ -8,15 +8,17 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import Any
 
 import pytest
 from conftest import ToyStore as Store
-from conftest import agent_start, completed, response, started, user
+from conftest import T, agent_start, completed, link, response, started, user
 from contract_helpers import encode
 
 from tplog.backends.lmdb import LmdbRecorder
 from tplog.backends.lmdb import projections as proj
-from tplog.errors import HasForksError, InvalidInputError, NotFoundError, ThreadDeletedError
+from tplog.backends.lmdb.keys import eid_key, event_key, tkey
+from tplog.errors import CorruptionError, HasForksError, InvalidInputError, NotFoundError, ThreadDeletedError
 
 
 def test_each_refused_deletion_names_the_thread_and_why(tmp_path: Path) -> None:
@@ -112,3 +114,118 @@ def test_backup_compacts_unless_told_not_to(tmp_path: Path) -> None:
     for d in ("default", "compact", "plain"):
         with Store(tmp_path / d, readonly=True) as s:
             assert [h.thread_id for h in s.threads().threads] == ["keep"]
+
+
+# --------------------------------------------------------------------------- deleting a damaged or large thread
+
+
+def _flip_header(txn: Any, key: bytes) -> None:
+    """A header its CRC accepts (rewritten with it) but no decoder does."""
+    import zlib
+
+    from tplog.codec import HEADER_CRC_SEED
+
+    v = bytearray(txn.get("events", key))
+    hl = int.from_bytes(v[10:12], "big")
+    v[12:12 + hl] = b"\xc1" * hl
+    crc = zlib.crc32(key, zlib.crc32(bytes(v[12:12 + hl]), zlib.crc32(v[10:12], HEADER_CRC_SEED[3])))
+    v[6:10] = crc.to_bytes(4, "big")
+    txn.put("events", key, bytes(v))
+
+
+def _declaring(tid: str, target: str, **kw: Any) -> Any:
+    from tplog.protocol import model as m
+
+    return started(tid, relationships=m.ThreadRelationships(
+        links=[m.ThreadLink(thread_id=target, relation="referenced")]), **kw)
+
+
+def test_deleting_a_thread_with_a_damaged_row_names_its_thread_and_seq(tmp_path: Path) -> None:
+    with Store(tmp_path / "s") as s:
+        s.append("t", [started("t"), user("q"), agent_start(), response("r"), completed()])  # a chunk
+        s.append("t", [user("open"), link("u")])  # seqs 6, 7: single rows
+        s.engine.run_write(lambda txn: _flip_header(txn, event_key(tkey("t"), 7)))
+        with pytest.raises(CorruptionError) as exc:
+            s.delete_thread("t")
+        assert (exc.value.thread_id, exc.value.seq) == ("t", 7)
+        # a ThreadStarted declaring links (read for them) whose body fails its CRC
+        s.append("d", [_declaring("d", "u")])
+
+        def body(txn: Any) -> None:
+            key = event_key(tkey("d"), 1)
+            v = bytearray(txn.get("events", key))
+            v[-6] ^= 0x01
+            txn.put("events", key, bytes(v))
+
+        s.engine.run_write(body)
+        with pytest.raises(CorruptionError) as exc:
+            s.delete_thread("d")
+        assert (exc.value.thread_id, exc.value.seq) == ("d", 1)
+        # a LinkAdded (read for its link) whose body is a blob that fails its CRC
+        from tplog.events import LinkAdded
+        from tplog.protocol import model as m
+
+        s.append("b", [started("b"), LinkAdded(link=m.ThreadLink(
+            thread_id="v", relation="referenced", metadata={"pad": "x" * (300 << 10)}), at=T)])
+
+        def blob(txn: Any) -> None:
+            [(k, v)] = list(txn.range("blobs"))
+            w = bytearray(v)
+            w[-10] ^= 0x01
+            txn.put("blobs", bytes(k), bytes(w))
+
+        s.engine.run_write(blob)
+        with pytest.raises(CorruptionError) as exc:
+            s.delete_thread("b")
+        assert (exc.value.thread_id, exc.value.seq) == ("b", 2)
+        assert s.head("t").status == s.head("d").status == s.head("b").status == "active"
+
+
+def test_deleting_a_thread_with_a_damaged_chunk_names_the_thread(tmp_path: Path) -> None:
+    with Store(tmp_path / "s") as s:
+        s.append("t", [started("t"), user("q"), agent_start(), response("r"), completed()])  # a chunk
+
+        def damage(txn: Any) -> None:
+            [(k, v)] = list(txn.range("events", tkey("t"), tkey("t") + b"\xff" * 8))
+            w = bytearray(v)
+            w[len(w) // 2] ^= 0x01
+            txn.put("events", bytes(k), bytes(w))
+
+        s.engine.run_write(damage)
+        with pytest.raises(CorruptionError) as exc:
+            s.delete_thread("t")
+        assert exc.value.thread_id == "t"
+        assert "thread t" in str(exc.value)
+
+
+def test_deleting_a_thread_whose_start_and_link_are_blobs_drops_their_links_and_blobs(tmp_path: Path) -> None:
+    big = {"pad": "x" * (300 << 10)}  # over the blob threshold (256 KiB)
+    with Store(tmp_path / "s") as s:
+        s.append("t", [_declaring("t", "u", metadata=big), user("q"), link("v", "referenced")])
+        s.append("t", [link("w", "referenced")])
+        from tplog.events import LinkAdded
+        from tplog.protocol import model as m
+
+        s.append("t", [LinkAdded(link=m.ThreadLink(thread_id="v2", relation="referenced", metadata=big), at=T)])
+        assert s.incoming("u") == [("t", "referenced")] and s.incoming("v2") == [("t", "referenced")]
+        with s.engine.read() as txn:
+            assert len(list(txn.range("blobs"))) == 2
+        s.delete_thread("t")
+        with s.engine.read() as txn:
+            assert list(txn.range("blobs")) == []
+            assert list(txn.range("links_in")) == []  # u, v, w and v2 are now unknown to the store
+        assert s.verify().problems == []
+
+
+def test_deleting_a_scoped_thread_removes_its_event_ids_not_those_of_the_same_ids_elsewhere(tmp_path: Path) -> None:
+    with Store(tmp_path / "s") as s:
+        team = s.scoped("team")
+        s.append("u", [started("u"), user()], event_ids=["e1", "e2"])
+        team.append("t", [started("t"), user()], event_ids=["e1", "e2"])
+        res = team.delete_thread("t")
+        with s.engine.read() as txn:
+            assert {bytes(k) for k, _ in txn.range("eventids")} == {
+                eid_key("e1", None), eid_key("e2", None), eid_key(res.event_ids[0], "team")}
+        assert s.verify().problems == []
+        team.append("t2", [started("t2"), user()], event_ids=["e1", "e2"])  # the ids are free in the scope again
+        assert [e.event_id for e in team.read("t2")] == ["e1", "e2"]
