@@ -11,8 +11,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import ToyStore as Store
 from conftest import T, agent_start, completed, link, response, started, user
+from conftest import ToyStore as Store
 from contract_helpers import encode
 
 from tplog.backends.lmdb import LmdbRecorder
