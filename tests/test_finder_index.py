@@ -131,3 +131,29 @@ def test_a_filter_by_agent_and_status_reads_only_that_pairs_entries(tmp_path: Pa
                 thread_key("done"), thread_key("rare")]
             assert len(keys(ThreadFilter(status=("active",)))) == 7
             assert keys(ThreadFilter(agent="rare-agent")) == [thread_key("done"), thread_key("rare")]
+
+
+def test_a_store_without_finder_entries_gets_them_at_its_next_writable_open(tmp_path: Path) -> None:
+    """A store written before the finder table existed (no entries, no done mark): the next
+    writable open writes every head's entries, scoped and deleted heads too, and the mark."""
+    path = tmp_path / "s"
+    threads: dict[str | None, list[str]] = {None: ["a", "b", "gone"], "team": ["c"]}
+    with Store(path) as s:
+        s.append("a", [started("a"), user(), agent_start("a1"), response("r", "a1")])
+        s.append("b", [started("b")])
+        s.append("gone", [started("gone")])
+        s.delete_thread("gone")
+        s.scoped("team").append("c", [started("c"), user(), agent_start("a2"), response("r", "a2"), completed()])
+
+        def unbuilt(txn: Any) -> None:
+            assert txn.delete("meta", finder.DONE)
+            for k, _ in list(txn.range("finder")):
+                txn.delete("finder", k)
+
+        s.engine.run_write(unbuilt)
+        assert _table(s) == {}
+    with Store(path) as s:
+        _check(s, threads)
+        with s.engine.read() as txn:
+            assert txn.get("meta", finder.DONE) is not None
+        assert [h.thread_id for h in s.scoped("team").threads(agent="a2", status="idle").threads] == ["c"]

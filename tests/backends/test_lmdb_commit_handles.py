@@ -102,3 +102,13 @@ def test_a_page_limit_of_zero_is_an_empty_page(rec: LmdbRecorder) -> None:
     assert rec.incoming("p", limit=0) == []
     assert rec.children("p", limit=1) == ["c"]
     assert rec.incoming("p", limit=1) == [("s", "referenced")]
+
+
+def test_stats_count_this_process_group_commits_from_zero(rec: LmdbRecorder) -> None:
+    assert rec.stats()["group_commit"] == {"commits": 0, "appends": 0, "mean_group": 0.0}
+    h1 = rec.submit([part("a", [started("a")], expected="no_stream")])
+    h2 = rec.submit([part("b", [started("b")], expected="no_stream")])  # queued behind the first: one group
+    h1.result()
+    h2.result()
+    rec.submit([part("a", [user()], expected=1)]).result()
+    assert rec.stats()["group_commit"] == {"commits": 2, "appends": 3, "mean_group": 1.5}
