@@ -1,7 +1,8 @@
 """The LMDB backend's maintenance verbs (tplog/backends/lmdb/maintenance.py) where mutation
 testing found them unpinned (tests/MUTANTS.md): what each refused deletion says (thread and
 reason), ``tracking()`` of an empty store, of a projection an older tplog left behind and of a
-store without projection info (opened read-only), and ``backup`` compacting unless told not to.
+store without projection info (opened read-only), ``backup`` compacting unless told not to,
+deleting damaged, blob-holding and scoped threads, and ``stats()``'s keys and group-commit counts.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from typing import Any
 import pytest
 from conftest import T, agent_start, completed, link, response, started, user
 from conftest import ToyStore as Store
-from contract_helpers import encode
+from contract_helpers import encode, part
 
 from tplog.backends.lmdb import LmdbRecorder
 from tplog.backends.lmdb import projections as proj
@@ -229,3 +230,21 @@ def test_deleting_a_scoped_thread_removes_its_event_ids_not_those_of_the_same_id
         assert s.verify().problems == []
         team.append("t2", [started("t2"), user()], event_ids=["e1", "e2"])  # the ids are free in the scope again
         assert [e.event_id for e in team.read("t2")] == ["e1", "e2"]
+
+
+def test_stats_name_what_they_count(tmp_path: Path) -> None:
+    with Store(tmp_path / "s", auto_dictionary=0) as s:
+        st = s.backend.stats()
+        assert (st["events"], st["threads"], st["last_position"], st["dictionaries"], st["logs"]) == (0, 0, 0, 0, 1)
+        assert st["group_commit"] == {"commits": 0, "appends": 0, "mean_group": 0.0}
+        s.append("a", [started("a"), user()])
+        s.append("b", [started("b")])
+        gc = s.backend._gc
+        h1 = s.backend.submit([part("a", [user()], expected=2)])
+        h2 = s.backend.submit([part("b", [user()], expected=1)])  # queued behind the first: one group of two
+        h1.result()
+        h2.result()
+        st = s.backend.stats()
+        assert (st["events"], st["threads"], st["last_position"]) == (5, 2, 5)
+        assert (gc.commits, gc.appends) == (3, 4)
+        assert st["group_commit"] == {"commits": 3, "appends": 4, "mean_group": 1.33}

@@ -1,0 +1,87 @@
+"""Dictionary training of the LMDB backend (tplog/backends/lmdb/maintenance.py) where
+mutation testing found them unpinned (tests/MUTANTS.md): which bodies a dictionary is trained on
+(the newest ``samples`` stored bodies of at most 64 KiB, blobs read through the transaction;
+the background trainer takes 500), the background trainer a named daemon thread that adopts a
+dictionary another handle trained meanwhile.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from conftest import ToyStore as Store
+from conftest import started, user
+from test_dictionary import _events
+
+from tplog.backends.lmdb import chunks
+from tplog.codec import Codec
+
+
+def _newest_bodies(s: Store, samples: int) -> list[bytes]:
+    """What a dictionary is trained on: stored bodies newest first, those over 64 KiB left out."""
+    out: list[bytes] = []
+    with s.engine.read() as txn:
+        rows = chunks.EventRows(txn, s.codec)
+        for _pk, key in txn.range("global", b"", None, reverse=True):
+            v = rows.get(key)
+            assert v is not None
+            b = bytes(s.codec.body_bytes(v, txn))
+            if len(b) <= 64 << 10:
+                out.append(b)
+            if len(out) >= samples:
+                break
+    return out
+
+
+def _dict(s: Store, i: int) -> bytes:
+    with s.engine.read() as txn:
+        raw = txn.get("dicts", i.to_bytes(8, "big"))
+        assert raw is not None
+        return bytes(raw)
+
+
+def test_a_dictionary_is_trained_on_the_newest_bodies_up_to_64_kib(tmp_path: Path) -> None:
+    with Store(tmp_path / "s", auto_dictionary=0) as s:
+        s.append("old", _events(120, "old"))
+        s.append("big", [started("big"), user("m" + os.urandom(50 << 10).hex()),  # 100 KiB: left out
+                         user("b" + os.urandom(150 << 10).hex())])  # 300 KiB: a blob, left out
+        s.append("new", _events(40, "new"))
+        with s.engine.read() as txn:
+            assert len(list(txn.range("blobs"))) == 1
+        want = _newest_bodies(s, 64)
+        assert len(want) == 64 and all(len(b) < 64 << 10 for b in want)
+        assert s.train_dictionary(samples=64, size=16 << 10) == 1
+        assert _dict(s, 1) == Codec.train(want, 16 << 10)
+
+
+def test_the_background_trainer_takes_the_newest_500_bodies_in_a_named_daemon_thread(tmp_path: Path) -> None:
+    with Store(tmp_path / "s", auto_dictionary=600) as s:
+        s.append("t", _events(640, "t"))
+        trainer = s.backend._gc.trainer
+        assert trainer is not None
+        assert (trainer.name, trainer.daemon) == ("tplog-dictionary", True)
+        trainer.join(60)
+        assert s.codec.current_dict == 1
+        assert _dict(s, 1) == Codec.train(_newest_bodies(s, 500), 64 << 10)
+
+
+def test_the_background_trainer_adopts_a_dictionary_another_handle_trained(tmp_path: Path) -> None:
+    """Two handles on one directory: ``a`` trains the first dictionary; ``b``, opened before it,
+    crosses its threshold next and uses that one instead of training a second."""
+    path = tmp_path / "s"
+    a = Store(path, auto_dictionary=0)
+    b = Store(path, auto_dictionary=200)
+    try:
+        a.append("t1", _events(150, "t1"))
+        assert a.train_dictionary(samples=100) == 1
+        assert b.codec.current_dict == 0
+        b.append("t2", _events(100, "t2"))  # crosses 200
+        trainer = b.backend._gc.trainer
+        assert trainer is not None
+        trainer.join(60)
+        assert b.codec.current_dict == 1
+        assert b.stats()["dictionaries"] == 1
+    finally:
+        b.close()
+        a.close()
