@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 from conftest import T, agent_start, completed, link, response, started, user
 from conftest import ToyStore as Store
-from contract_helpers import encode, part
+from contract_helpers import encode, part, tombstone
 
 from tplog.backends.lmdb import LmdbRecorder
 from tplog.backends.lmdb import projections as proj
@@ -97,7 +97,7 @@ def test_backup_compacts_unless_told_not_to(tmp_path: Path) -> None:
     backend's default is to compact (the facade passes it on)."""
     r = LmdbRecorder(tmp_path / "lmdb", auto_dictionary=0)
     try:
-        from contract_helpers import append, part, tombstone
+        from contract_helpers import append
 
         append(r, part("keep", [started("keep")]))
         for i in range(4):
@@ -248,3 +248,50 @@ def test_stats_name_what_they_count(tmp_path: Path) -> None:
         assert (st["events"], st["threads"], st["last_position"]) == (5, 2, 5)
         assert (gc.commits, gc.appends) == (3, 4)
         assert st["group_commit"] == {"commits": 3, "appends": 4, "mean_group": 1.33}
+
+
+def test_a_deleted_head_and_the_deletion_result_say_what_the_tombstone_is(tmp_path: Path) -> None:
+    """The thread deleted with its turn open: the head drops the open turn, moves to the
+    tombstone's position, and the ``updated`` index holds one entry per thread, values empty."""
+    from tplog.backends.lmdb.keys import scope_tag, u64
+
+    with Store(tmp_path / "s") as s:
+        s.append("o", [started("o")])
+        s.append("t", [started("t"), user(), agent_start("a1"), response("r", "a1")])
+        assert (s.head("t").open_turn_agent, s.head("t").open_turn_seq) == ("a1", 3)
+        enc = tombstone("done")
+        res = s.backend.delete_thread("t", enc).result()
+        assert (res.thread_id, res.first_seq, res.last_seq, res.first_position, res.last_position,
+                res.event_ids) == ("t", 5, 5, 6, 6, [enc.event_id])
+        head = s.head("t")
+        assert (head.status, head.version, head.last_position, head.open_turn_agent, head.open_turn_seq,
+                head.stored_bytes) == ("deleted", 5, 6, None, 0, 0)
+        with s.engine.read() as txn:
+            got = {bytes(k): bytes(v) for k, v in txn.range("updated")}
+        assert got == {scope_tag(None) + u64(s.head(t).updated_ns) + tkey(t): b"" for t in ("o", "t")}
+
+
+def test_the_backend_checks_projection_names_and_passes_its_options_on(tmp_path: Path) -> None:
+    with Store(tmp_path / "s") as s:
+        for i in range(3):
+            s.append(f"t{i}", [started(f"t{i}"), user(), link("x")])
+        with pytest.raises(InvalidInputError) as err:
+            s.backend.rebuild(["links", "nope"])
+        assert str(err.value) == "unknown projection 'nope'; known: links, state"
+        [rep] = s.backend.rebuild(["links"])
+        assert (rep.projection, rep.verify, rep.events) == ("links", False, 9)
+        calls: list[tuple[int, int]] = []
+        [rep] = s.backend.rebuild(["links"], chunk=2, progress=lambda done, total: calls.append((done, total)))
+        assert [c[0] for c in calls[:4]] == [2, 4, 6, 8] and calls[-1][0] == 9
+        assert sorted(s.incoming("x")) == [("t0", "referenced"), ("t1", "referenced"), ("t2", "referenced")]
+
+
+def test_verify_checks_the_projections_unless_told_not_to(tmp_path: Path) -> None:
+    with Store(tmp_path / "s") as s:
+        s.append("t", [started("t"), user(), link("x")])
+        s.engine.run_write(lambda txn: proj.write_info(
+            txn, proj.LINKS, proj.ProjectionInfo(proj.VERSIONS[proj.LINKS], 3, "stale")))
+        default = s.backend.verify().problems
+        assert default and default == s.backend.verify(projections=True).problems
+        assert any("links" in p for p in default)
+        assert s.backend.verify(projections=False).problems == []
