@@ -18,20 +18,34 @@ from tplog.backends.lmdb import chunks
 from tplog.codec import Codec
 
 
-def _newest_bodies(s: Store, samples: int) -> list[bytes]:
-    """What a dictionary is trained on: stored bodies newest first, those over 64 KiB left out."""
+def _stored_bodies(s: Store) -> list[bytes]:
+    """Every stored body, newest first."""
     out: list[bytes] = []
     with s.engine.read() as txn:
         rows = chunks.EventRows(txn, s.codec)
         for _pk, key in txn.range("global", b"", None, reverse=True):
             v = rows.get(key)
             assert v is not None
-            b = bytes(s.codec.body_bytes(v, txn))
-            if len(b) <= 64 << 10:
-                out.append(b)
-            if len(out) >= samples:
-                break
+            out.append(bytes(s.codec.body_bytes(v, txn)))
     return out
+
+
+def _newest_bodies(s: Store, samples: int) -> list[bytes]:
+    """What a dictionary is trained on: stored bodies newest first, those over 64 KiB left out."""
+    return [b for b in _stored_bodies(s) if len(b) <= 64 << 10][:samples]
+
+
+def _text_for_body(path: Path, size: int) -> str:
+    """A user message whose stored body is exactly ``size`` bytes (measured on a store of its own)."""
+    text = "y" * (size - 200)
+    for _ in range(4):
+        with Store(path / str(len(text))) as p:
+            p.append("p", [started("p"), user(text)])
+            got = len(_stored_bodies(p)[0])
+        if got == size:
+            return text
+        text = "y" * (len(text) + size - got)
+    raise AssertionError(f"no message of body size {size}")
 
 
 def _dict(s: Store, i: int) -> bytes:
@@ -44,20 +58,27 @@ def _dict(s: Store, i: int) -> bytes:
 def test_a_dictionary_is_trained_on_the_newest_bodies_up_to_64_kib(tmp_path: Path) -> None:
     with Store(tmp_path / "s", auto_dictionary=0) as s:
         s.append("old", _events(120, "old"))
-        s.append("big", [started("big"), user("m" + os.urandom(50 << 10).hex()),  # 100 KiB: left out
+        edge = _text_for_body(tmp_path / "probe", 64 << 10)  # exactly 64 KiB: taken
+        over = _text_for_body(tmp_path / "probe", (64 << 10) + 500)  # just over: left out
+        s.append("big", [started("big"), user(edge.replace("y", "e")), user(over.replace("y", "o")),
+                         user("m" + os.urandom(50 << 10).hex()),  # 100 KiB: left out
                          user("b" + os.urandom(150 << 10).hex())])  # 300 KiB: a blob, left out
         s.append("new", _events(40, "new"))
         with s.engine.read() as txn:
             assert len(list(txn.range("blobs"))) == 1
         want = _newest_bodies(s, 64)
-        assert len(want) == 64 and all(len(b) < 64 << 10 for b in want)
+        assert len(want) == 64 and (64 << 10) in [len(b) for b in want]
         assert s.train_dictionary(samples=64, size=16 << 10) == 1
         assert _dict(s, 1) == Codec.train(want, 16 << 10)
 
 
 def test_the_background_trainer_takes_the_newest_500_bodies_in_a_named_daemon_thread(tmp_path: Path) -> None:
     with Store(tmp_path / "s", auto_dictionary=600) as s:
-        s.append("t", _events(640, "t"))
+        s.append("old", _events(139, "old"))
+        s.append("odd", [started("odd"), user("zqxjkv wyfgpb " * 200)])  # its message: the 501st newest
+        newest = _events(500, "t")[:500]  # its last turn left open
+        assert len(newest) == 500
+        s.append("t", newest)  # crosses 600: the newest 500 bodies are these
         trainer = s.backend._gc.trainer
         assert trainer is not None
         assert (trainer.name, trainer.daemon) == ("tplog-dictionary", True)
