@@ -8,7 +8,9 @@ dictionary another handle trained meanwhile.
 from __future__ import annotations
 
 import os
+import random
 from pathlib import Path
+from typing import Any
 
 from conftest import ToyStore as Store
 from conftest import started, user
@@ -48,6 +50,14 @@ def _text_for_body(path: Path, size: int) -> str:
     raise AssertionError(f"no message of body size {size}")
 
 
+def _diverse(n: int, seed: int) -> list[Any]:
+    """``n`` user messages of 600 seeded random letters: bodies varied enough that the trained
+    dictionary depends on every sample and on its size limit (similar bodies give one dictionary
+    whatever is added)."""
+    r = random.Random(seed)
+    return [user("".join(r.choice("abcdefghijklmnopqrstuvwxyz ") for _ in range(600))) for _ in range(n)]
+
+
 def _dict(s: Store, i: int) -> bytes:
     with s.engine.read() as txn:
         raw = txn.get("dicts", i.to_bytes(8, "big"))
@@ -57,13 +67,15 @@ def _dict(s: Store, i: int) -> bytes:
 
 def test_a_dictionary_is_trained_on_the_newest_bodies_up_to_64_kib(tmp_path: Path) -> None:
     with Store(tmp_path / "s", auto_dictionary=0) as s:
-        s.append("old", _events(120, "old"))
+        s.append("old", [started("old"), *_diverse(120, 1)])
         edge = _text_for_body(tmp_path / "probe", 64 << 10)  # exactly 64 KiB: taken
         over = _text_for_body(tmp_path / "probe", (64 << 10) + 500)  # just over: left out
-        s.append("big", [started("big"), user(edge.replace("y", "e")), user(over.replace("y", "o")),
+        r = random.Random(2)
+        s.append("big", [started("big"), user("".join(r.choice("0123456789") for _ in edge)),
+                         user("".join(r.choice("0123456789") for _ in over)),
                          user("m" + os.urandom(50 << 10).hex()),  # 100 KiB: left out
                          user("b" + os.urandom(150 << 10).hex())])  # 300 KiB: a blob, left out
-        s.append("new", _events(40, "new"))
+        s.append("new", [started("new"), *_diverse(40, 3)])
         with s.engine.read() as txn:
             assert len(list(txn.range("blobs"))) == 1
         want = _newest_bodies(s, 64)
@@ -74,11 +86,7 @@ def test_a_dictionary_is_trained_on_the_newest_bodies_up_to_64_kib(tmp_path: Pat
 
 def test_the_background_trainer_takes_the_newest_500_bodies_in_a_named_daemon_thread(tmp_path: Path) -> None:
     with Store(tmp_path / "s", auto_dictionary=600) as s:
-        s.append("old", _events(139, "old"))
-        s.append("odd", [started("odd"), user("zqxjkv wyfgpb " * 200)])  # its message: the 501st newest
-        newest = _events(500, "t")[:500]  # its last turn left open
-        assert len(newest) == 500
-        s.append("t", newest)  # crosses 600: the newest 500 bodies are these
+        s.append("t", [started("t"), *_diverse(640, 4)])  # crosses 600: training starts
         trainer = s.backend._gc.trainer
         assert trainer is not None
         assert (trainer.name, trainer.daemon) == ("tplog-dictionary", True)
@@ -106,3 +114,10 @@ def test_the_background_trainer_adopts_a_dictionary_another_handle_trained(tmp_p
     finally:
         b.close()
         a.close()
+
+
+def test_a_dictionary_is_trained_on_2000_bodies_unless_told(tmp_path: Path) -> None:
+    with Store(tmp_path / "s", auto_dictionary=0) as s:
+        s.append("t", [started("t"), *_diverse(2010, 5)])
+        assert s.train_dictionary() == 1
+        assert _dict(s, 1) == Codec.train(_newest_bodies(s, 2000), 64 << 10)
