@@ -12,6 +12,7 @@ import random
 from pathlib import Path
 from typing import Any
 
+import pytest
 from conftest import ToyStore as Store
 from conftest import started, user
 from test_dictionary import _events
@@ -58,6 +59,20 @@ def _diverse(n: int, seed: int) -> list[Any]:
     return [user("".join(r.choice("abcdefghijklmnopqrstuvwxyz ") for _ in range(600))) for _ in range(n)]
 
 
+def _spy(monkeypatch: pytest.MonkeyPatch) -> list[list[bytes]]:
+    """``Codec.train`` wrapped to record the samples it is given (the real one runs): zstd returns the
+    same dictionary for 500 or 501 such bodies, so the bytes alone cannot tell the counts apart."""
+    seen: list[list[bytes]] = []
+    real = Codec.train
+
+    def train(samples: list[bytes], size: int = 64 << 10) -> bytes:
+        seen.append([bytes(b) for b in samples])
+        return real(samples, size)
+
+    monkeypatch.setattr(Codec, "train", staticmethod(train))
+    return seen
+
+
 def _dict(s: Store, i: int) -> bytes:
     with s.engine.read() as txn:
         raw = txn.get("dicts", i.to_bytes(8, "big"))
@@ -65,7 +80,8 @@ def _dict(s: Store, i: int) -> bytes:
         return bytes(raw)
 
 
-def test_a_dictionary_is_trained_on_the_newest_bodies_up_to_64_kib(tmp_path: Path) -> None:
+def test_a_dictionary_is_trained_on_the_newest_bodies_up_to_64_kib(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     with Store(tmp_path / "s", auto_dictionary=0) as s:
         s.append("old", [started("old"), *_diverse(120, 1)])
         edge = _text_for_body(tmp_path / "probe", 64 << 10)  # exactly 64 KiB: taken
@@ -80,11 +96,15 @@ def test_a_dictionary_is_trained_on_the_newest_bodies_up_to_64_kib(tmp_path: Pat
             assert len(list(txn.range("blobs"))) == 1
         want = _newest_bodies(s, 64)
         assert len(want) == 64 and (64 << 10) in [len(b) for b in want]
+        seen = _spy(monkeypatch)
         assert s.train_dictionary(samples=64, size=16 << 10) == 1
+        assert seen == [want]
         assert _dict(s, 1) == Codec.train(want, 16 << 10)
 
 
-def test_the_background_trainer_takes_the_newest_500_bodies_in_a_named_daemon_thread(tmp_path: Path) -> None:
+def test_the_background_trainer_takes_the_newest_500_bodies_in_a_named_daemon_thread(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    seen = _spy(monkeypatch)
     with Store(tmp_path / "s", auto_dictionary=600) as s:
         s.append("t", [started("t"), *_diverse(640, 4)])  # crosses 600: training starts
         trainer = s.backend._gc.trainer
@@ -92,6 +112,7 @@ def test_the_background_trainer_takes_the_newest_500_bodies_in_a_named_daemon_th
         assert (trainer.name, trainer.daemon) == ("tplog-dictionary", True)
         trainer.join(60)
         assert s.codec.current_dict == 1
+        assert seen == [_newest_bodies(s, 500)]
         assert _dict(s, 1) == Codec.train(_newest_bodies(s, 500), 64 << 10)
 
 
@@ -116,8 +137,10 @@ def test_the_background_trainer_adopts_a_dictionary_another_handle_trained(tmp_p
         a.close()
 
 
-def test_a_dictionary_is_trained_on_2000_bodies_unless_told(tmp_path: Path) -> None:
+def test_a_dictionary_is_trained_on_2000_bodies_unless_told(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    seen = _spy(monkeypatch)
     with Store(tmp_path / "s", auto_dictionary=0) as s:
         s.append("t", [started("t"), *_diverse(2010, 5)])
         assert s.train_dictionary() == 1
+        assert seen == [_newest_bodies(s, 2000)]
         assert _dict(s, 1) == Codec.train(_newest_bodies(s, 2000), 64 << 10)
