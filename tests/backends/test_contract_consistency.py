@@ -5,6 +5,7 @@ which items of ``items`` carry their event.
 
 from __future__ import annotations
 
+import inspect
 import itertools
 import threading
 import time
@@ -18,6 +19,8 @@ from conftest import agent_start, completed, link, register, response, started, 
 from contract_helpers import FACTORIES, append, part
 
 from tplog.backends.contract import FOLD_KINDS, Recorder
+from tplog.backends.lmdb import LmdbRecorder
+from tplog.backends.memory import MemoryRecorder
 from tplog.codec import TurnFacts
 from tplog.errors import InvalidInputError
 from tplog.events import (
@@ -129,3 +132,16 @@ def test_items_carry_the_event_exactly_for_the_kinds_a_fold_reads(rec: Recorder)
     reason = stop.reason if isinstance(stop, TurnFacts) else stop.interruption.reason
     assert reason == "user_cancel"
     assert added == evs[7] and isinstance(added, LinkAdded)
+
+
+@pytest.mark.parametrize("cls", [MemoryRecorder, LmdbRecorder], ids=["memory", "lmdb"])
+def test_every_verb_takes_the_contracts_parameters_and_defaults(cls: type) -> None:
+    # The Protocol's signatures document the defaults (its bodies never run): each backend keeps
+    # them. (PostgreSQL's reads are wrapped by a retry without a signature, so not compared.)
+    verbs = [n for n, v in vars(Recorder).items() if callable(v) and not n.startswith("_")]
+    assert len(verbs) == 28
+    for name in verbs:
+        got = inspect.signature(getattr(cls, name)).parameters
+        for p in inspect.signature(getattr(Recorder, name)).parameters.values():
+            q = got.get(p.name)
+            assert q is not None and (q.kind, q.default) == (p.kind, p.default), (name, p, q)
