@@ -116,9 +116,13 @@ def test_a_checked_append_to_an_unchecked_thread_folds_the_rules_values_first(re
     head = rec.head(a)
     assert head is not None and (head.rules, head.agents) == (1, ["a1"])
     # and the registry it folded is what the rules check against: an unregistered agent is refused
-    with pytest.raises(InvalidEventError) as e:
-        append(rec, part(a, [agent_start("nobody")], check_rules=True))
-    assert e.value.seq == 4 and e.value.thread_id == a
+    refusal = (rf"^thread {a}, events\[1\] \(would be seq 5\): agent 'nobody' is not in the thread's agent "
+               r"registry \(registered: a1, a2\).*\[v3.3-agent-ref\]")
+    with pytest.raises(InvalidEventError, match=refusal) as e:
+        append(rec, part(a, [register("a2"), agent_start("nobody")], check_rules=True))
+    assert (e.value.seq, e.value.thread_id, e.value.rule) == (5, a, "v3.3-agent-ref")
+    head = rec.head(a)
+    assert head is not None and (head.version, head.agents) == (3, ["a1"])
 
 
 def test_an_append_with_several_threads_names_the_refused_one(rec: Recorder) -> None:
