@@ -18,6 +18,7 @@ import pytest
 from conftest import agent_start, completed, link, register, response, started, user
 from contract_helpers import FACTORIES, append, part
 
+from tplog import Store
 from tplog.backends.contract import FOLD_KINDS, Recorder
 from tplog.backends.lmdb import LmdbRecorder
 from tplog.backends.memory import MemoryRecorder
@@ -61,11 +62,11 @@ def test_a_threads_limit_of_one_is_still_a_page(rec: Recorder) -> None:
     assert [h.thread_id for h in page.threads] == [b] and page.cursor is not None
 
 
-@pytest.mark.parametrize("bad", [(), [0], (-1,), ("0",), (True,), (0.0,), None, 0, "0"])
+@pytest.mark.parametrize("bad", [(), [0], ("0",), (True,), (0.0,), None, 0, "0"])
 def test_wait_refuses_a_cursor_that_is_not_positions_with_a_typed_error(rec: Recorder, bad: Any) -> None:
     # memory raised a bare ValueError (zip's strict), LMDB an IndexError or TypeError, PostgreSQL
     # waited out the timeout on () or raised a TypeError
-    with pytest.raises(InvalidInputError, match=r"^cursor must be a tuple of 1 to \d+ ints ≥ 0 "
+    with pytest.raises(InvalidInputError, match=r"^cursor must be a tuple of 1 to \d+ ints "
                                                  r"\(a position per log\), not ") as e:
         rec.wait(bad, 0.0)
     assert str(e.value).endswith(f"not {bad!r}")
@@ -73,7 +74,7 @@ def test_wait_refuses_a_cursor_that_is_not_positions_with_a_typed_error(rec: Rec
 
 def test_wait_refuses_a_cursor_longer_than_the_logs(rec: Recorder) -> None:
     too_long = (0,) * (rec.logs + 1)
-    with pytest.raises(InvalidInputError, match=rf"^cursor must be a tuple of 1 to {rec.logs} ints ≥ 0 .*"
+    with pytest.raises(InvalidInputError, match=rf"^cursor must be a tuple of 1 to {rec.logs} ints .*"
                                                  rf"not \({', '.join(['0'] * (rec.logs + 1))}\)$"):
         rec.wait(too_long, 0.0)
 
@@ -81,6 +82,7 @@ def test_wait_refuses_a_cursor_longer_than_the_logs(rec: Recorder) -> None:
 def test_wait_takes_every_log_or_the_first_logs_only(rec: Recorder) -> None:
     a = tid()
     assert rec.wait(rec.positions(), 0.0) == rec.positions()
+    assert rec.wait((-1,), 30.0) == rec.positions()  # before position 0: at once
     append(rec, part(a, [started(a)]))
     now = rec.positions()
     log = rec.log_of(a)
@@ -93,6 +95,15 @@ def test_wait_takes_every_log_or_the_first_logs_only(rec: Recorder) -> None:
     t0 = time.monotonic()
     assert rec.wait((now[0],), 0.2) == now
     assert time.monotonic() - t0 >= 0.15
+
+
+@pytest.mark.parametrize("backend", ["memory:", "lmdb"])
+def test_waiting_for_position_zero_returns_at_once(tmp_path: Path, backend: str) -> None:
+    # Store.wait_for_position(0) passes the cursor (-1,) to a backend without its own wait_for_position
+    with Store(backend if backend == "memory:" else tmp_path / "s") as s:
+        t0 = time.monotonic()
+        assert s.wait_for_position(0, timeout=30) == 0
+        assert time.monotonic() - t0 < 10
 
 
 def test_wait_on_the_first_log_only_wakes_on_its_append(rec: Recorder) -> None:

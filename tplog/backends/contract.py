@@ -662,13 +662,11 @@ def outgoing(seq: int, event: Any) -> list[tuple[int, m.ThreadLink]]:
 
 
 def check_cursor(cursor: object, logs: int) -> None:
-    """What :meth:`Recorder.wait` accepts: a tuple of ints ≥ 0, one per log, or fewer (the first
-    logs' only: ``Store.wait_for_position`` passes log 0's alone). Anything else is the caller's
-    bug, answered alike on every backend."""
-    if (not isinstance(cursor, tuple) or not 1 <= len(cursor) <= logs
-            or any(type(p) is not int or p < 0 for p in cursor)):
-        raise InvalidInputError(f"cursor must be a tuple of 1 to {logs} ints ≥ 0 (a position per log), "
-                                f"not {cursor!r}")
+    """What :meth:`Recorder.wait` accepts: a tuple of int positions, one per log, or fewer (the first
+    logs' only: ``Store.wait_for_position`` passes log 0's alone, -1 for position 0). Anything else
+    is the caller's bug, answered alike on every backend."""
+    if not isinstance(cursor, tuple) or not 1 <= len(cursor) <= logs or any(type(p) is not int for p in cursor):
+        raise InvalidInputError(f"cursor must be a tuple of 1 to {logs} ints (a position per log), not {cursor!r}")
 
 
 #: The kinds whose event :meth:`Recorder.items` hands out: what the id-only folds read (agent turn
