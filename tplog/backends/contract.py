@@ -43,6 +43,7 @@ import msgspec
 from tplog.codec import Codec, Encoded, facts_of
 from tplog.errors import InvalidEventError, InvalidInputError
 from tplog.events import (
+    KIND_CODE,
     AgentRegistered,
     AgentTurnCompleted,
     AgentTurnInterrupted,
@@ -71,6 +72,7 @@ __all__ = [
     "Cursor",
     "Direction",
     "ExpectedVersion",
+    "FOLD_KINDS",
     "ForkSeed",
     "Inherited",
     "Handle",
@@ -88,7 +90,9 @@ __all__ = [
     "apply_fork",
     "check_append",
     "check_fork_parent",
+    "check_cursor",
     "child_spelling",
+    "fold_item",
     "inherited",
     "own_seqs",
     "outgoing",
@@ -460,7 +464,8 @@ class Recorder(Protocol):
 
     def wait(self, cursor: Cursor, timeout: float | None = None) -> Cursor:
         """Block until some log's last position passes ``cursor`` (or the timeout
-        passes); returns :meth:`positions`."""
+        passes); returns :meth:`positions`. ``cursor`` as :func:`check_cursor` accepts it
+        (``InvalidInputError`` otherwise)."""
         ...
 
     def threads(
@@ -524,7 +529,7 @@ class Recorder(Protocol):
 
     def items(self, thread_id: str, *, scope: str | None = None) -> list[Item]:
         """The thread's events as the id-only folds see them (kind, facts, and the
-        event only where a fold reads it), in seq order. ``NotFoundError`` if unknown."""
+        event only where a fold reads it: :func:`fold_item`), in seq order. ``NotFoundError`` if unknown."""
         ...
 
     def descendants(self, thread_id: str, *, scope: str | None = None,
@@ -654,6 +659,26 @@ def outgoing(seq: int, event: Any) -> list[tuple[int, m.ThreadLink]]:
         if isinstance(rel, m.ThreadRelationships) and isinstance(rel.links, list):
             return [(DECLARED | i, lk) for i, lk in enumerate(rel.links)]
     return []
+
+
+def check_cursor(cursor: object, logs: int) -> None:
+    """What :meth:`Recorder.wait` accepts: a tuple of int positions, one per log, or fewer (the first
+    logs' only: ``Store.wait_for_position`` passes log 0's alone, -1 for position 0). Anything else
+    is the caller's bug, answered alike on every backend."""
+    if not isinstance(cursor, tuple) or not 1 <= len(cursor) <= logs or any(type(p) is not int for p in cursor):
+        raise InvalidInputError(f"cursor must be a tuple of 1 to {logs} ints (a position per log), not {cursor!r}")
+
+
+#: The kinds whose event :meth:`Recorder.items` hands out: what the id-only folds read (agent turn
+#: boundaries, as the event or its header's TurnFacts; links). Every other item's event is None.
+FOLD_KINDS: Final = frozenset(KIND_CODE[c] for c in (AgentTurnStarted, AgentTurnCompleted, AgentTurnInterrupted,
+                                                     LinkAdded))
+
+
+def fold_item(seq: int, kind: int, facts: Any, event: Any) -> Item:
+    """An item of :meth:`Recorder.items`: ``event`` kept for :data:`FOLD_KINDS` only, as LMDB,
+    which reads no other body, hands it out."""
+    return Item(seq, kind, facts, event if kind in FOLD_KINDS else None)
 
 
 def check_append(append: Append) -> None:

@@ -39,8 +39,10 @@ from tplog.backends.contract import (
     advance,
     apply_fork,
     check_append,
+    check_cursor,
     check_fork_parent,
     child_spelling,
+    fold_item,
     inherited,
     outgoing,
     own_seqs,
@@ -400,9 +402,10 @@ class MemoryRecorder:
             return tuple(self._last)
 
     def wait(self, cursor: Cursor, timeout: float | None = None) -> Cursor:
+        check_cursor(cursor, self.logs)
         deadline = None if timeout is None else time.monotonic() + timeout
         with self._lock:
-            while all(a <= b for a, b in zip(self._last, cursor, strict=True)) and not self._closed:
+            while all(a <= b for a, b in zip(self._last, cursor, strict=False)) and not self._closed:
                 left = None if deadline is None else deadline - time.monotonic()
                 if left is not None and left <= 0:
                     break
@@ -515,7 +518,7 @@ class MemoryRecorder:
             t = self._threads.get(thread_key(thread_id, scope))
             if t is None:
                 raise NotFoundError(f"thread {thread_id} does not exist")
-            return [item_of(s.seq, s.kind, s.facts, s.event) for s in t.events]
+            return [fold_item(s.seq, s.kind, s.facts, s.event) for s in t.events]
 
     def descendants(self, thread_id: str, *, scope: str | None = None,
                     max_depth: int | None = None) -> list[tuple[str, int]]:

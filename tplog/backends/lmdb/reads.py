@@ -9,7 +9,7 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
-from tplog.backends.contract import Cursor, Direction, ThreadHead, ThreadPage
+from tplog.backends.contract import Cursor, Direction, ThreadHead, ThreadPage, check_cursor
 from tplog.backends.lmdb import chunks, finder
 from tplog.backends.lmdb import projections as proj
 from tplog.backends.lmdb.commit import _check_page_limit, _child_dec, _GroupCommit, _head_dec, _ids_dec
@@ -162,6 +162,7 @@ class LmdbReads:
         return (self.last_position,)
 
     def wait(self, cursor: Cursor, timeout: float | None = None) -> Cursor:
+        check_cursor(cursor, 1)  # one log
         return (self.wait_for_position(cursor[0] + 1, timeout),)
 
     def wait_for_position(self, position: int, timeout: float | None = None, *, poll: float = 0.05) -> int:
@@ -185,7 +186,7 @@ class LmdbReads:
                 include_deleted: bool = False, where: ThreadFilter | None = None) -> ThreadPage:
         self._check_open()
         cursor = after
-        if limit <= 0:
+        if isinstance(limit, bool) or not isinstance(limit, int) or limit <= 0:  # as the other backends
             raise InvalidInputError("limit must be > 0")
         tag = scope_tag(scope)
         hi = b"\xff" * 8

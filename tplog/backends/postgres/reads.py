@@ -19,6 +19,8 @@ from tplog.backends.contract import (
     Inherited,
     ThreadHead,
     ThreadPage,
+    check_cursor,
+    fold_item,
     inherited,
     outgoing,
     thread_key,
@@ -37,7 +39,7 @@ from tplog.codec import facts_of
 from tplog.errors import InvalidInputError, NotFoundError, RebuildRequiredError
 from tplog.events import KIND_CODE, RecordedEvent
 from tplog.lifecycle import ACTIVITY_CODE, ThreadFilter, matches
-from tplog.projections.fold import Item, ThreadState, item_of
+from tplog.projections.fold import Item, ThreadState
 
 __all__ = ["PgReads"]
 
@@ -107,6 +109,7 @@ class PgReads(PgConnections):
     def wait(self, cursor: Cursor, timeout: float | None = None) -> Cursor:
         """Commits of this process wake waiters at once; other processes' through
         LISTEN/NOTIFY (one log) or a short poll (several logs)."""
+        check_cursor(cursor, self.logs)
         deadline = None if timeout is None else time.monotonic() + timeout
         if self.logs == 1:
             self._listen()
@@ -336,7 +339,7 @@ class PgReads(PgConnections):
             return head, [self._event(conn, head.thread_id, log, tk, *r).event for r in rows]
 
     def items(self, thread_id: str, *, scope: str | None = None) -> list[Item]:
-        return [item_of(e.seq, KIND_CODE[type(e.event)], facts_of(e.event), e.event)
+        return [fold_item(e.seq, KIND_CODE[type(e.event)], facts_of(e.event), e.event)
                 for e in self.read_thread(thread_id, scope=scope)]
 
     @_retried
