@@ -127,3 +127,61 @@ def test_links_name_a_link_whose_body_does_not_decode(tmp_path: Path) -> None:
         with pytest.raises(CorruptionError) as exc:
             s.links("t")
         assert (exc.value.thread_id, exc.value.seq) == ("t", 7)
+
+
+# --------------------------------------------------------------------------- children, a pair's neighbour, closed
+
+
+def test_a_page_of_incoming_takes_the_rest_of_its_pair_and_no_neighbours_links(tmp_path: Path) -> None:
+    """Two sources whose keys differ in their last byte only: the page of the first pair ends
+    where that pair's links do (the pair is the key less its 8-byte seq)."""
+    a, b = "00000000-0000-4000-8000-0000000000a1", "00000000-0000-4000-8000-0000000000a2"
+    with Store(tmp_path / "s") as s:
+        s.append(TARGET, [started(TARGET)])
+        for src in (a, b):
+            s.append(src, [started(src), link(TARGET), link(TARGET), link(TARGET)])
+        assert tkey(a)[:-1] == tkey(b)[:-1]
+        assert s.incoming(TARGET, limit=1) == [(a, "referenced")] * 3
+        assert s.incoming(TARGET, limit=1, after=(a, "referenced")) == [(b, "referenced")] * 3
+
+
+@pytest.mark.parametrize("limit", [-1, True])
+def test_the_backends_children_refuses_a_limit_that_is_no_count(tmp_path: Path, limit: Any) -> None:
+    with Store(tmp_path / "s") as s:
+        _linked(s)
+        with pytest.raises(InvalidInputError) as exc:
+            s.backend.children(TARGET, limit=limit)
+        assert str(exc.value) == f"limit must be None or an int ≥ 0, not {limit!r}"
+
+
+@pytest.mark.parametrize("scope", [None, "tenant-a"])
+def test_children_pages_in_a_scope_start_after_the_scopes_child_key(tmp_path: Path, scope: str | None) -> None:
+    from conftest import spawn_message
+
+    with Store(tmp_path / "s") as root:
+        s = root if scope is None else root.scoped(scope)
+        s.append(TARGET, [started(TARGET), user(), agent_start(), *[spawn_message(c) for c in SOURCES], completed()])
+        everything = s.children(TARGET)
+        assert everything == sorted(SOURCES, key=lambda t: tkey(t, scope))
+        pages: list[str] = []
+        after = None
+        for _ in range(len(SOURCES) + 1):  # bounded: a page that starts too early would repeat forever
+            page = s.children(TARGET, limit=3, after=after)
+            if not page:
+                break
+            pages += page
+            after = page[-1]
+        assert pages == everything
+
+
+def test_the_backends_link_reads_refuse_a_closed_store_naming_it(tmp_path: Path) -> None:
+    from tplog.errors import StoreClosedError
+
+    s = Store(tmp_path / "s")
+    _linked(s)
+    s.close()
+    for call in (lambda: s.backend.incoming(TARGET), lambda: s.backend.children(TARGET),
+                 lambda: s.backend.thread_events(TARGET)):
+        with pytest.raises(StoreClosedError) as exc:
+            call()
+        assert str(exc.value) == f"{s.path}: cannot use the store, as it has been closed"
