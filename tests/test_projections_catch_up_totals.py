@@ -95,3 +95,32 @@ def test_a_fork_made_in_a_scope_during_the_scan_inherits_its_parents_links_in_th
         with pytest.raises(NotFoundError):  # unscoped, the target is no thread and nothing links to it
             root.incoming(target)
         assert [r.differences for r in root.rebuild(verify=True)] == [[], []]
+
+
+@pytest.mark.parametrize("names", [["links"], ["state"]])
+def test_the_catch_up_goes_on_past_an_event_it_skips_unread(tmp_path: Path, names: list[str]) -> None:
+    """A ThreadInfoChanged (no id-only fold reads it: recognised from its header bytes and
+    skipped) then a link and a tool call, in one catch-up step: the step goes on past it."""
+    from tplog.events import ThreadInfoChanged
+
+    target = str(uuid.uuid4())
+    with Store(tmp_path / "s") as s:
+        s.append(target, [start(target)])
+        populate(s, 2)
+        calls = 0
+
+        def progress(done: int, total: int) -> None:
+            nonlocal calls
+            calls += 1
+            if calls == 1:
+                s.append(FIRST, [start(FIRST), ThreadInfoChanged(title="renamed"),
+                                 LinkAdded(link=m.ThreadLink(thread_id=target, relation="referenced")), *turn("c")])
+
+        [report] = proj.rebuild(s.engine, s.codec, names, chunk=100, progress=progress)
+        assert calls == 2  # one key-order chunk, one catch-up step
+        assert (report.events, report.position) == (s.last_position, s.last_position)
+        assert [r.differences for r in s.rebuild(verify=True)] == [[], []]
+        if names == ["links"]:
+            assert s.incoming(target) == [(FIRST, "referenced")]
+        else:
+            assert [c.tool_call_id for c in s.pending(FIRST).pending] == ["c"]
