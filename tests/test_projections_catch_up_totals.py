@@ -25,12 +25,14 @@ from tplog.protocol import model as m
 FIRST = "00000000-0000-4000-8000-000000000001"  # its key sorts before every uuid4's: a range already scanned
 
 
+@pytest.mark.parametrize("k", [9, 10])
 @pytest.mark.parametrize("names", [["links"], ["state"], ["links", "state"]])
 def test_each_catch_up_step_reports_the_events_done_and_the_positions_left(tmp_path: Path,
-                                                                            names: list[str]) -> None:
-    """Ten positions appended after the first snapshot, in a thread whose key the scan has
+                                                                            names: list[str], k: int) -> None:
+    """``k`` positions appended after the first snapshot, in a thread whose key the scan has
     passed: the catch-up reads them 3 at a time (chunk=3), each step's total is the events done
-    plus the positions not yet caught up on, and the last step's total is its count."""
+    plus the positions not yet caught up on (none after a step that ends exactly at the log's
+    end: the next, empty, step finishes), and the last step's total is its count."""
     with Store(tmp_path / "s") as s:
         populate(s, 4)
         p0 = s.last_position
@@ -39,13 +41,15 @@ def test_each_catch_up_step_reports_the_events_done_and_the_positions_left(tmp_p
         def progress(done: int, total: int) -> None:
             calls.append((done, total))
             if len(calls) == 1:
-                s.append(FIRST, [start(FIRST), *turn("x"), *turn("y"), *turn("z")])
-                assert s.last_position == p0 + 10
+                s.append(FIRST, [start(FIRST), *turn("x"), *turn("y"), *turn("z")][:k])
+                assert s.last_position == p0 + k
 
         reports = proj.rebuild(s.engine, s.codec, names, chunk=3, progress=progress)
-        assert calls[-5:] == [(p0, p0), (p0 + 3, p0 + 10), (p0 + 6, p0 + 10), (p0 + 9, p0 + 10),
-                              (p0 + 10, p0 + 10)]
-        assert [(r.events, r.position) for r in reports] == [(p0 + 10, p0 + 10)] * len(names)
+        steps = [(p0 + min(3 * i, k), p0 + k) for i in range(1, (k + 2) // 3 + 1)]
+        if k % 3 == 0:
+            steps.append((p0 + k, p0 + k))
+        assert calls[-len(steps) - 1:] == [(p0, p0), *steps]
+        assert [(r.events, r.position) for r in reports] == [(p0 + k, p0 + k)] * len(names)
 
 
 def test_a_swapped_in_projection_is_live_at_the_logs_last_position(tmp_path: Path) -> None:
@@ -124,3 +128,15 @@ def test_the_catch_up_goes_on_past_an_event_it_skips_unread(tmp_path: Path, name
             assert s.incoming(target) == [(FIRST, "referenced")]
         else:
             assert [c.tool_call_id for c in s.pending(FIRST).pending] == ["c"]
+
+
+def test_a_projection_rebuilt_from_an_empty_log_is_live_at_position_0(tmp_path: Path) -> None:
+    with Store(tmp_path / "s") as s:
+        s.engine.run_write(lambda txn: [proj.write_info(txn, n, proj.ProjectionInfo(proj.VERSIONS[n], 5, "stale"))
+                                        for n in ("links", "state")])
+        reports = proj.rebuild(s.engine, s.codec, ["links", "state"])
+        assert [(r.events, r.position) for r in reports] == [(0, 0), (0, 0)]
+        with s.engine.read() as txn:
+            got = [proj.read_info(txn, n) for n in ("links", "state")]
+        assert [(i.version, i.position, i.status) for i in got if i is not None] == [
+            (proj.VERSIONS["links"], 0, "live"), (proj.VERSIONS["state"], 0, "live")]
