@@ -18,17 +18,19 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+import msgspec
 import psycopg
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "backends"))
 from conftest import started, user
 from contract_helpers import append, encode, part, tombstone
+from test_backend_contract import fork_part
 from test_rules import _agent_turn, _new_thread_events, _user_answer
 
 from tplog.backends.contract import ThreadAppend
 from tplog.backends.postgres import LockTimeoutError, PostgresRecorder
-from tplog.errors import InvalidEventError, InvalidInputError, ThreadDeletedError
+from tplog.errors import HasForksError, IdempotencyError, InvalidEventError, InvalidInputError, ThreadDeletedError
 from tplog.events import Event
 from tplog.store import Store
 
@@ -120,6 +122,32 @@ def test_a_tombstone_that_is_no_thread_deleted_event_is_refused(open_rec: Callab
     with pytest.raises(InvalidInputError, match=rf"^thread {a}: a deletion's tombstone must be a ThreadDeleted event$"):
         rec.delete_thread(a, encode([user()])[0]).result(timeout=30)
     head = rec.head(a)
+    assert head is not None and head.status == "active"
+
+
+def test_a_scoped_parent_with_a_live_fork_is_not_deleted(open_rec: Callable[..., PostgresRecorder]) -> None:
+    rec = open_rec()
+    p, f = tid(), tid()
+    append(rec, part(p, [started(p), user()], scope="s1"))
+    append(rec, msgspec.structs.replace(fork_part(f, p, 2), scope="s1"))
+    with pytest.raises(HasForksError) as exc:
+        rec.delete_thread(p, tombstone(), scope="s1").result(timeout=30)
+    assert str(exc.value) == (f"thread {p} has live forks that read its events: {[f]}; delete them first "
+                              "(Store.delete_thread(..., cascade=True))")
+    assert exc.value.forks == [f]
+    head = rec.head(p, scope="s1")
+    assert head is not None and head.status == "active"
+
+
+def test_a_tombstone_reusing_a_stored_event_id_is_refused(open_rec: Callable[..., PostgresRecorder]) -> None:
+    rec = open_rec()
+    a, b = tid(), tid()
+    append(rec, part(a, [started(a)], ids=["taken"]))
+    append(rec, part(b, [started(b)]))
+    tomb = msgspec.structs.replace(tombstone(), event_id="taken")
+    with pytest.raises(IdempotencyError, match=r"^event id 'taken' is already stored$"):
+        rec.delete_thread(b, tomb).result(timeout=30)
+    head = rec.head(b)
     assert head is not None and head.status == "active"
 
 
