@@ -23,14 +23,21 @@ import psycopg
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "backends"))
-from conftest import started, user
+from conftest import link, started, user
 from contract_helpers import append, encode, part, tombstone
 from test_backend_contract import fork_part
 from test_rules import _agent_turn, _new_thread_events, _user_answer
 
 from tplog.backends.contract import ThreadAppend
 from tplog.backends.postgres import LockTimeoutError, PostgresRecorder
-from tplog.errors import HasForksError, IdempotencyError, InvalidEventError, InvalidInputError, ThreadDeletedError
+from tplog.errors import (
+    HasForksError,
+    IdempotencyError,
+    InvalidEventError,
+    InvalidInputError,
+    NotFoundError,
+    ThreadDeletedError,
+)
 from tplog.events import Event
 from tplog.store import Store
 
@@ -113,6 +120,21 @@ def test_a_scoped_deletion_deletes_the_thread_of_that_scope_only(open_rec: Calla
     assert [e.seq for e in rec.read_thread(a)] == [1, 2]
     with pytest.raises(ThreadDeletedError, match=rf"^thread {a} is already deleted$"):
         rec.delete_thread(a, tombstone(), scope="s1").result(timeout=30)
+
+
+@pytest.mark.parametrize("logs", [1, 2])
+def test_a_deletion_removes_its_link_rows_from_every_log(open_rec: Callable[..., PostgresRecorder], logs: int) -> None:
+    """Link rows live in their target's log: the deleted source's rows go from each."""
+    rec = open_rec(logs=logs)
+    a = tid()
+    targets = [tid() for _ in range(8)]
+    append(rec, part(a, [started(a), *(link(t) for t in targets)]))
+    assert len({rec.log_of(t) for t in targets}) == logs  # (8 random ids fall in both logs but for 1 in 2^7)
+    assert all(rec.incoming(t) == [(a, "referenced")] for t in targets)
+    rec.delete_thread(a, tombstone()).result(timeout=30)
+    for t in targets:  # no row names it any more: a thread nobody links to
+        with pytest.raises(NotFoundError, match=rf"^thread {t} does not exist, and no stored thread links to it$"):
+            rec.incoming(t)
 
 
 def test_a_tombstone_that_is_no_thread_deleted_event_is_refused(open_rec: Callable[..., PostgresRecorder]) -> None:

@@ -24,7 +24,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "backends"))
 from conftest import started
-from contract_helpers import append, part
+from contract_helpers import append, part, tombstone
 
 from tplog.backends.postgres import PostgresRecorder
 
@@ -127,11 +127,14 @@ def test_one_log_listens_on_one_session_and_its_notifications_wake_the_waiters(
         time.sleep(0.05)
     assert sessions == [("idle",)]  # LISTEN committed: notifications are delivered
     a = tid()
-    append(writer, part(a, [started(a)]))
-    deadline = time.monotonic() + 20
-    while time.monotonic() < deadline and f"tplog-pg-listen-{schema}" not in woken:
-        time.sleep(0.05)
-    assert f"tplog-pg-listen-{schema}" in woken
+    for commit in (lambda: append(writer, part(a, [started(a)])),
+                   lambda: writer.delete_thread(a, tombstone()).result(timeout=30)):  # a deletion notifies too
+        del woken[:]
+        commit()
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline and f"tplog-pg-listen-{schema}" not in woken:
+            time.sleep(0.05)
+        assert f"tplog-pg-listen-{schema}" in woken
 
 
 def test_several_logs_start_no_listener(open_rec: Callable[..., PostgresRecorder]) -> None:
