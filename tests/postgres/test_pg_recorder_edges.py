@@ -278,17 +278,22 @@ def test_a_lock_timeout_names_the_threads_of_the_append(pg_dsn: str, schema: str
                                                        open_rec: Callable[..., PostgresRecorder]) -> None:
     rec = open_rec(lock_timeout=0.3)
     names = sorted(tid() for _ in range(7))
+    d = tid()
+    append(rec, part(d, [started(d)]))
     with psycopg.connect(pg_dsn, autocommit=True, options=f"-c search_path={schema}") as stall, stall.transaction():
         stall.execute("UPDATE logs SET position = position WHERE log_id = 0")  # a writer stalled before COMMIT
         with pytest.raises(LockTimeoutError) as exc:
             append(rec, *(part(t, [started(t)]) for t in names))
         with pytest.raises(LockTimeoutError) as one:
             append(rec, part(names[0], [started(names[0])]))
+        with pytest.raises(LockTimeoutError) as deletion:
+            rec.delete_thread(d, tombstone()).result(timeout=30)
+    assert str(deletion.value).startswith(f"PostgreSQL {rec.url}: appending to thread {d} waited longer")
     shown = ", ".join(names[:5])
     assert str(exc.value).startswith(
         f"PostgreSQL {rec.url}: appending to thread {shown} and 2 more waited longer than lock_timeout for a lock "
         "(another writer holds the thread or its log): ")
     assert str(one.value).startswith(f"PostgreSQL {rec.url}: appending to thread {names[0]} waited longer")
-    assert rec.positions() == (0,) and rec.head(names[0]) is None
+    assert rec.positions() == (1,) and rec.head(names[0]) is None
     append(rec, part(names[0], [started(names[0])]))  # the writer goes on
-    assert rec.positions() == (1,)
+    assert rec.positions() == (2,)
