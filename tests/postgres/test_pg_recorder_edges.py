@@ -201,23 +201,30 @@ def test_a_scoped_threads_rules_read_its_own_history(open_rec: Callable[..., Pos
     assert (res.first_seq, res.last_seq) == (7, 7)
 
 
-def test_a_forks_rules_read_its_parents_prefix_up_to_the_fork_point(pg_dsn: str, schema: str) -> None:
+@pytest.mark.parametrize("scope", [None, "s1"])
+def test_a_forks_rules_read_its_parents_prefix_up_to_the_fork_point(pg_dsn: str, schema: str,
+                                                                     scope: str | None) -> None:
     """A fork's history is its ThreadStarted, its parent's events 2..at, then its own: a tool call
-    the parent made before the fork point is answerable in the fork, one made after it is not."""
+    the parent made before the fork point is answerable in the fork, one made after it is not, and
+    the fork's own calls are."""
     url = f"{pg_dsn}?schema={schema}"
     p = tid()
-    with Store(url, check_rules=False) as raw:
+    with Store(url, check_rules=False) as opened:
+        raw = opened if scope is None else opened.scoped(scope)
         raw.append(p, [*_new_thread_events(p), *_turn(10, "c1"), *_turn(20, "c2")])  # c1's turn ends at seq 6
-    with Store(url) as store:
-        f = store.fork(p, 6).thread_id
+        f = raw.fork(p, 6).thread_id
+        raw.append(f, _turn(30, "c3"))  # the fork's own turn (unchecked: the rules' values are folded later)
+    with Store(url) as opened:
+        store = opened if scope is None else opened.scoped(scope)
         before = store.head(f).version
         with pytest.raises(InvalidEventError) as exc:
-            store.append(f, [_user_answer("c2", 30)])
-        assert (exc.value.rule, exc.value.thread_id, exc.value.path) == (
-            "v3.2-tool-call-id", f, "$.turn.parts[0].tool_call_id")
+            store.append(f, [_user_answer("c2", 40)])
+        assert (exc.value.rule, exc.value.thread_id, exc.value.seq, exc.value.path) == (
+            "v3.2-tool-call-id", f, before + 1, "$.turn.parts[0].tool_call_id")
         assert store.head(f).version == before
-        store.append(f, [_user_answer("c1", 30)])
-        assert store.head(f).version == before + 1
+        store.append(f, [_user_answer("c1", 40)])
+        store.append(f, [_user_answer("c3", 41)])
+        assert store.head(f).version == before + 2
 
 
 # --------------------------------------------------------------------------- the constructor's refusals
