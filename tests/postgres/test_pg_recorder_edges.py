@@ -295,6 +295,11 @@ def test_a_lock_timeout_names_the_threads_of_the_append(pg_dsn: str, schema: str
             append(rec, part(names[0], [started(names[0])]))
         with pytest.raises(LockTimeoutError) as deletion:
             rec.delete_thread(d, tombstone()).result(timeout=30)
+        for n, more in ((5, ""), (6, " and 1 more")):  # the list's edge: five names shown
+            with pytest.raises(LockTimeoutError) as edge:
+                append(rec, *(part(t, [started(t)]) for t in names[:n]))
+            assert str(edge.value).startswith(f"PostgreSQL {rec.url}: appending to thread {', '.join(names[:5])}{more} "
+                                              "waited longer")
     assert str(deletion.value).startswith(f"PostgreSQL {rec.url}: appending to thread {d} waited longer")
     shown = ", ".join(names[:5])
     assert str(exc.value).startswith(
