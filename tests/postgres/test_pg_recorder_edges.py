@@ -26,7 +26,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "backends"))
 from conftest import link, started, user
 from contract_helpers import append, encode, part, tombstone
 from test_backend_contract import fork_part
-from test_rules import _agent_turn, _new_thread_events, _user_answer
+from test_rules import _agent_turn, _new_thread_events, _user_answer, ts
+from test_validate import A1
 
 from tplog.backends.contract import ThreadAppend
 from tplog.backends.postgres import LockTimeoutError, PostgresRecorder
@@ -38,7 +39,8 @@ from tplog.errors import (
     NotFoundError,
     ThreadDeletedError,
 )
-from tplog.events import Event
+from tplog.events import AgentTurnStarted, Event, UserTurnSubmitted
+from tplog.protocol import model as m
 from tplog.store import Store
 
 from .proxy import CommitLosingProxy
@@ -225,6 +227,35 @@ def test_a_forks_rules_read_its_parents_prefix_up_to_the_fork_point(pg_dsn: str,
         store.append(f, [_user_answer("c1", 40)])
         store.append(f, [_user_answer("c3", 41)])
         assert store.head(f).version == before + 2
+
+
+def test_a_fork_of_a_forks_rules_read_the_prefix_through_both_parents(pg_dsn: str, schema: str) -> None:
+    url = f"{pg_dsn}?schema={schema}"
+    p = tid()
+    with Store(url, check_rules=False) as raw:
+        raw.append(p, [*_new_thread_events(p), *_turn(10, "c1"), *_turn(20, "c2")])  # seqs 1..10
+        f1 = raw.fork(p, 10).thread_id
+        raw.append(f1, _turn(30, "c3"))  # f1's seqs 11..14
+        f2 = raw.fork(f1, 6).thread_id  # f2 holds p's seqs 2..6 (c1's turn) through f1
+    with Store(url) as store:
+        with pytest.raises(InvalidEventError) as exc:
+            store.append(f2, [_user_answer("c3", 40)])
+        assert (exc.value.rule, exc.value.thread_id) == ("v3.2-tool-call-id", f2)
+        with pytest.raises(InvalidEventError):
+            store.append(f2, [_user_answer("c2", 40)])
+        store.append(f2, [_user_answer("c1", 40)])
+
+
+def test_a_rules_history_holding_a_blob_stored_body_is_read(open_rec: Callable[..., PostgresRecorder]) -> None:
+    rec = open_rec()
+    a = tid()
+    text = os.urandom(200_000).hex()  # past the codec's blob threshold
+    big = UserTurnSubmitted(turn=m.UserTurn(submitted_at=ts(5), parts=[m.UserPromptPart(content=text)]))
+    append(rec, part(a, [*_new_thread_events(a), big]))  # unchecked: the rules' values are folded from the log
+    exc = _refused(rec, part(a, [AgentTurnStarted(agent_id=A1, started_at=ts(4))], check_rules=True))
+    assert (exc.rule, exc.thread_id, exc.seq) == ("v3.4-turn-overlap", a, 4)
+    [res] = append(rec, part(a, [AgentTurnStarted(agent_id=A1, started_at=ts(5))], check_rules=True))
+    assert res.first_seq == 4
 
 
 # --------------------------------------------------------------------------- the constructor's refusals
