@@ -44,7 +44,13 @@ _schemas = itertools.count()
 def pg_dsn() -> str:
     """One real PostgreSQL server for the whole test run (tests/postgres/pg_server.py), started on first use.
 
-    Without the server binaries: a skip, or under ``CI=true`` a failure."""
+    Without the server binaries: a skip, or under ``CI=true`` a failure. ``TPLOG_TEST_PG_DSN``: that
+    running server instead (tests/postgres/pg_server.py's ``shared_dsn``)."""
+    from postgres.pg_server import shared_dsn
+
+    shared = shared_dsn()
+    if shared:
+        return shared
     if not _pg:
         import pytest
         from postgres.pg_server import INSTALL_HINT, PostgresServer, find_bindir
@@ -59,7 +65,9 @@ def pg_dsn() -> str:
     return _pg[0]
 
 
-_free_schemas: dict[int, list[str]] = {}  # per P: emptied schemas, ready for the next recorder (cheaper than new)
+# per (process, P): emptied schemas, ready for the next recorder (cheaper than new); per process, as
+# mutmut's forked children inherit the list and would otherwise share a schema
+_free_schemas: dict[tuple[int, int], list[str]] = {}
 
 
 def _postgres(path: Path, clock: Callable[[], int], logs: int = 1) -> Recorder:
@@ -79,9 +87,9 @@ def _postgres(path: Path, clock: Callable[[], int], logs: int = 1) -> Recorder:
                         c.execute(f"DELETE FROM {table}".encode())
                     c.execute("UPDATE logs SET position = 0")
                     c.execute("UPDATE tracking SET status = 'live'")
-                _free_schemas.setdefault(self.logs, []).append(self.schema)
+                _free_schemas.setdefault((os.getpid(), self.logs), []).append(self.schema)
 
-    free = _free_schemas.get(logs)
+    free = _free_schemas.get((os.getpid(), logs))
     schema = free.pop() if free else f"t{os.getpid()}_{next(_schemas)}"
     # Durability is not what these tests check (tests/postgres does): no fsync wait per commit.
     return Throwaway(pg_dsn(), schema=schema, clock=clock, pool_size=2, settings={"synchronous_commit": "off"},

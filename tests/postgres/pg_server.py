@@ -4,6 +4,12 @@ PostgreSQL refuses to run as root, and CI runs as root, so the server runs as an
 user (``postgres`` when it exists, else one created for it) through ``runuser``; the test-server
 libraries (pytest-postgresql, testing.postgresql) start it as the calling user, which fails here.
 Without the binaries the tests skip with a message, except under ``CI=true``, where they fail.
+
+``TPLOG_TEST_PG_DSN=postgresql://...``: the tests use that already-running server instead of starting
+one (``shared_dsn``); mutmut's runs need it (it forks a child per mutant: a server per child is slow,
+and a forked child's atexit never runs). Every test makes its own schema, named after its process id,
+so runs can share the server; a process's first use drops the schemas an earlier process with the
+same (reused) id left there.
 """
 
 from __future__ import annotations
@@ -11,6 +17,7 @@ from __future__ import annotations
 import glob
 import os
 import pwd
+import re
 import shutil
 import socket
 import subprocess
@@ -29,6 +36,27 @@ def find_bindir() -> str | None:
             return out
     found = sorted(glob.glob("/usr/lib/postgresql/*/bin/initdb"), key=lambda p: int(p.split("/")[4]))
     return os.path.dirname(found[-1]) if found else None
+
+
+_cleaned: list[int] = []  # the process ids whose leftover schemas were dropped (a fork inherits the list)
+
+
+def shared_dsn() -> str | None:
+    """``TPLOG_TEST_PG_DSN`` when set, after dropping this process id's schemas left by an earlier process."""
+    dsn = os.environ.get("TPLOG_TEST_PG_DSN")
+    if not dsn or os.getpid() in _cleaned:
+        return dsn or None
+    import psycopg
+
+    # The tests name schemas <letters><pid>_<n> or <letters><pid>: those of a dead process with our id.
+    mine = re.compile(rf"[a-z]+{os.getpid()}(_.*)?")
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        names = [r[0] for r in conn.execute("SELECT nspname FROM pg_namespace")]
+        for name in names:
+            if mine.fullmatch(name):
+                conn.execute(f'DROP SCHEMA "{name}" CASCADE'.encode())
+    _cleaned.append(os.getpid())
+    return dsn
 
 
 def _free_port() -> int:
