@@ -33,6 +33,9 @@ def main(argv: list[str]) -> int:
         shutil.copytree(ROOT / name, work / name, ignore=shutil.ignore_patterns("__pycache__", "node_modules"))
     # mutmut copies a file into its mutants/ only once: new or changed tests must reach it too.
     shutil.rmtree(work / "mutants" / "tests", ignore_errors=True)
+    # ...and which tests reach which function is traced once and kept: a test added since (or now
+    # reaching other functions) would never run against a mutant, so the tracing is redone.
+    (work / "mutants" / "mutmut-stats.json").unlink(missing_ok=True)
     (work / "tools").mkdir(exist_ok=True)
     shutil.copy2(ROOT / "tools" / "mutation_report.py", work / "tools")
     text = (ROOT / "pyproject.toml").read_text()
