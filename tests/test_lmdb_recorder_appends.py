@@ -1,0 +1,253 @@
+"""The LMDB recorder's append paths seen from outside (tplog/backends/lmdb/recorder.py).
+
+Written for the surviving mutants of tests/MUTANTS.md (recorder.py): the group-commit counters,
+a handle after an engine failure, close() stopping the async leader and refusing appends while
+pending ones drain, multi-thread appends (positions, rules), the idempotency errors' messages,
+the writer cache after another writer's commit, and a fork's history read by the rules.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+from backends.contract_helpers import append, part
+from test_rules import T0, _agent_turn, _new_thread_events, _user_answer, ts
+
+from tplog.backends.contract import ANY
+from tplog.backends.lmdb import LmdbRecorder
+from tplog.backends.lmdb.keys import tkey
+from tplog.errors import (
+    IdempotencyError,
+    InvalidEventError,
+    StorageFullError,
+    StoreClosedError,
+)
+from tplog.events import AgentTurnStarted, MessageRecorded, ThreadStarted, UserTurnSubmitted
+from tplog.protocol import model as m
+from tplog.store import Store
+
+
+def _tid() -> str:
+    return str(uuid.uuid4())
+
+
+def _start(tid: str) -> ThreadStarted:
+    return ThreadStarted(thread_id=tid, created_at=T0)
+
+
+def _user(text: str) -> UserTurnSubmitted:
+    return UserTurnSubmitted(turn=m.UserTurn(submitted_at=T0, parts=[m.UserPromptPart(content=text)]))
+
+
+@pytest.fixture
+def rec(tmp_path: Path) -> LmdbRecorder:
+    r = LmdbRecorder(tmp_path / "s", auto_dictionary=0)
+    yield r
+    r.close()
+
+
+# --------------------------------------------------------------------------- group commit
+
+
+def test_stats_count_each_group_commit_and_its_appends(rec: LmdbRecorder) -> None:
+    a, b, c = _tid(), _tid(), _tid()
+    first = rec.submit([part(a, [_start(a)])])  # leads: nothing commits until its result() is asked
+    second = rec.submit([part(b, [_start(b)])])
+    assert not first.done() and not second.done()
+    assert first.result(timeout=30)[0].last_position == 1
+    assert second.result(timeout=30)[0].last_position == 2
+    assert rec.stats()["group_commit"] == {"commits": 1, "appends": 2, "mean_group": 2.0}
+    append(rec, part(c, [_start(c)]))
+    assert rec.stats()["group_commit"] == {"commits": 2, "appends": 3, "mean_group": 1.5}
+
+
+def test_an_append_the_engine_failed_is_done_and_raises(tmp_path: Path) -> None:
+    rec = LmdbRecorder(tmp_path / "s", auto_dictionary=0, map_size=64 * 1024, max_map_size=128 * 1024)
+    try:
+        tid = _tid()
+        append(rec, part(tid, [_start(tid)]))
+        big = [_user(os.urandom(6000).hex()) for _ in range(8)]  # incompressible, over the map's room
+        handle = rec.submit([part(tid, big)])
+        with pytest.raises(StorageFullError):
+            handle.result(timeout=30)
+        assert handle.done()
+        assert rec.head(tid).version == 1
+        assert rec.stats()["group_commit"]["commits"] == 1  # the failed group is not counted
+    finally:
+        rec.close()
+
+
+# --------------------------------------------------------------------------- close
+
+
+def _async_leaders() -> set[threading.Thread]:
+    return {t for t in threading.enumerate() if t.name == "tplog-async-leader"}
+
+
+def test_close_stops_the_async_leader_thread(rec: LmdbRecorder) -> None:
+    before = _async_leaders()
+    tid = _tid()
+    fut = rec.submit([part(tid, [_start(tid)])], lead=False)
+    assert fut.result(timeout=30)[0].last_seq == 1
+    (leader,) = _async_leaders() - before
+    rec.close()
+    assert not leader.is_alive()  # joined by close(), not left waiting for work
+    with pytest.raises(StoreClosedError):
+        rec.submit([part(_tid(), [_start(_tid())])], lead=False)
+
+
+def test_closing_refuses_new_appends_while_the_pending_ones_finish(rec: LmdbRecorder) -> None:
+    a, b = _tid(), _tid()
+    pending = rec.submit([part(a, [_start(a)])])  # queued, its caller leads later
+    closer = threading.Thread(target=rec.close)
+    closer.start()
+    try:
+        deadline = time.monotonic() + 10
+        while True:  # close() marks the store closed at once, then waits for the queue
+            try:
+                rec.head(a)
+            except StoreClosedError:
+                break
+            assert time.monotonic() < deadline, "close() did not mark the store closed"
+            time.sleep(0.01)
+        assert closer.is_alive()  # still waiting for the pending append
+        with pytest.raises(StoreClosedError, match="cannot use the store, as it has been closed"):
+            rec.submit([part(b, [_start(b)])])
+    finally:
+        assert pending.result(timeout=30)[0].last_seq == 1  # pending appends finish first
+        closer.join(30)
+    assert not closer.is_alive()
+    reopened = LmdbRecorder(rec.path, auto_dictionary=0)
+    try:
+        assert reopened.head(a).version == 1 and reopened.head(b) is None
+    finally:
+        reopened.close()
+
+
+# --------------------------------------------------------------------------- several threads in one append
+
+
+def test_a_two_thread_append_on_an_empty_store_starts_the_log_at_1(rec: LmdbRecorder) -> None:
+    a, b = _tid(), _tid()
+    res = append(rec, part(a, [_start(a)]), part(b, [_start(b), _user("x")]))
+    assert [(r.thread_id, r.first_position, r.last_position) for r in res] == [(a, 1, 1), (b, 2, 3)]
+    assert rec.last_position == 3
+
+
+def test_a_two_thread_append_checks_the_rules_only_when_asked(rec: LmdbRecorder) -> None:
+    a, b = _tid(), _tid()
+    unregistered = AgentTurnStarted(agent_id="nobody", started_at=T0)  # breaks a validation rule only
+    with pytest.raises(InvalidEventError) as ei:
+        append(rec, part(a, [_start(a)]), part(b, [_start(b), unregistered], check_rules=True))
+    assert (ei.value.thread_id, ei.value.seq) == (b, 2)
+    assert rec.head(a) is None and rec.head(b) is None  # all or nothing
+    res = append(rec, part(a, [_start(a)]), part(b, [_start(b), unregistered], check_rules=False))
+    assert [r.last_seq for r in res] == [1, 2]
+
+
+# --------------------------------------------------------------------------- idempotency errors
+
+
+def test_a_retry_with_only_some_ids_stored_names_them(rec: LmdbRecorder) -> None:
+    tid = _tid()
+    append(rec, part(tid, [_start(tid), _user("a")], ids=["e1", "e2"]))
+    with pytest.raises(IdempotencyError) as ei:
+        append(rec, part(tid, [_user("a"), _user("b"), _user("c")], ids=["e2", "e3", "e1"]))
+    assert str(ei.value) == (
+        f"thread {tid}: event ids ['e2', 'e1'] are already stored but the others of this append are not; "
+        "an idempotent retry must resend exactly the original events")
+
+
+def test_a_retry_of_stored_ids_in_another_order_is_refused_with_the_ids(rec: LmdbRecorder) -> None:
+    tid = _tid()
+    append(rec, part(tid, [_start(tid), _user("a")], ids=["e1", "e2"]))
+    with pytest.raises(IdempotencyError) as ei:
+        append(rec, part(tid, [_start(tid), _user("a")][::-1], ids=["e2", "e1"]))
+    assert str(ei.value) == (f"thread {tid}: event ids ['e2', 'e1'] are stored, "
+                             "but not as one contiguous append in this order")
+    res = append(rec, part(tid, [_start(tid), _user("a")], ids=["e1", "e2"]))
+    assert (res[0].duplicate, res[0].first_seq, res[0].last_seq, res[0].first_position) == (True, 1, 2, 1)
+
+
+# --------------------------------------------------------------------------- the writer cache
+
+
+def test_a_commit_by_another_writer_in_between_is_not_hidden_by_the_writer_cache(tmp_path: Path) -> None:
+    """The cache of this recorder's last commit holds only while the next write transaction
+    directly follows it; another recorder's commit in between must be read."""
+    one = LmdbRecorder(tmp_path / "s", auto_dictionary=0)
+    two = LmdbRecorder(tmp_path / "s", auto_dictionary=0)
+    try:
+        tid = _tid()
+        append(one, part(tid, [_start(tid)]))
+        append(two, part(tid, [_user("from two")]))
+        res = append(one, part(tid, [_user("from one")], expected=ANY))
+        assert (res[0].first_seq, res[0].first_position) == (3, 3)
+        assert [type(e).__name__ for e in one.thread_events(tid)[1]] == ["ThreadStarted", "UserTurnSubmitted",
+                                                              "UserTurnSubmitted"]
+    finally:
+        two.close()
+        one.close()
+
+
+# --------------------------------------------------------------------------- a fork's history for the rules
+
+
+def _fork_with_calls(store: Store) -> tuple[str, str]:
+    """A parent whose agent turn left call ``d1`` open, and a fork of it that has since
+    left call ``d2`` open in a turn of its own."""
+    parent = _tid()
+    store.append(parent, _new_thread_events(parent))
+    store.append(parent, _agent_turn(["d1"], [], at=10))
+    fork = store.fork(parent, store.head(parent).version).thread_id
+    store.append(fork, _agent_turn(["d2"], [], at=20))
+    return parent, fork
+
+
+def test_a_fork_answers_calls_of_its_own_and_of_its_parents_prefix(tmp_path: Path) -> None:
+    with Store(tmp_path / "s") as store:
+        _parent, fork = _fork_with_calls(store)
+        store.append(fork, [_user_answer("d2", 30)])  # its own call, appended after the fork
+        store.append(fork, [_user_answer("d1", 31)])  # its parent's call, in the prefix
+        with pytest.raises(InvalidEventError) as ei:
+            store.append(fork, [_user_answer("d9", 32)])
+        assert (ei.value.rule, ei.value.thread_id) == ("v3.2-tool-call-id", fork)
+
+
+def test_a_fork_does_not_answer_the_calls_of_threads_stored_after_it(tmp_path: Path) -> None:
+    with Store(tmp_path / "s") as store:
+        _parent, fork = _fork_with_calls(store)
+        after = None
+        while after is None:  # a thread whose rows sort after the fork's
+            other = _tid()
+            store.append(other, _new_thread_events(other))
+            store.append(other, _agent_turn(["x1"], [], at=40))
+            if tkey(other, None) > tkey(fork, None):
+                after = other
+        with pytest.raises(InvalidEventError) as ei:
+            store.append(fork, [_user_answer("x1", 50)])
+        assert (ei.value.rule, ei.value.thread_id) == ("v3.2-tool-call-id", fork)
+
+
+def test_a_fork_reads_its_large_events_for_the_rules(tmp_path: Path) -> None:
+    """Bodies over the blob threshold are stored apart: the rules' read of the fork's
+    history must fetch them in the write transaction."""
+    with Store(tmp_path / "s") as store:
+        parent = _tid()
+        store.append(parent, _new_thread_events(parent))
+        fork = store.fork(parent, store.head(parent).version).thread_id
+        big = "y" * (300 << 10)  # over the 256 KiB blob threshold
+        store.append(fork, [AgentTurnStarted(agent_id=_new_thread_events(parent)[1].agent.agent_id,
+                                             started_at=ts(20)),
+                            MessageRecorded(message=m.ResponseMessage(
+                                timestamp=ts(21), agent_id=_new_thread_events(parent)[1].agent.agent_id,
+                                parts=[m.TextPart(content=big), m.ToolCallPart(tool_name="f", tool_call_id="b1",
+                                                                              args={})]))])
+        store.append(fork, _agent_turn([], [], at=30)[-1:])  # completes the turn
+        store.append(fork, [_user_answer("b1", 40)])
+        assert store.head(fork).version == 6
