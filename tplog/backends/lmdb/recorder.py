@@ -272,6 +272,7 @@ class LmdbRecorder(LmdbMaintenance):
         transaction is built (see ``_GroupCommit.done``), or at once when no
         group follows."""
         gc = self._gc
+        failed: BaseException | None = None
         while True:
             with gc.cond:
                 batch = gc.queue
@@ -308,9 +309,14 @@ class LmdbRecorder(LmdbMaintenance):
                 else:
                     gc.gate.set()  # no next leader to open it (or this group never reached the engine)
                 _wake(batch)
-            if failure is not None:
-                raise failure
+            # A failed group does not end the lead while async appends wait behind it (no caller
+            # of theirs would take it): they are committed first, then the failure is raised.
+            failed = failure or failed
             if not more:
+                leader = self._leader
+                # not in the async leader's thread: raising would end it, and every later async append would hang
+                if failed is not None and (leader is None or leader.thread is not threading.current_thread()):
+                    raise failed
                 return
 
     def _commit(self, batch: list[_Request]) -> None:
