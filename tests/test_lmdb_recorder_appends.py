@@ -13,6 +13,7 @@ import threading
 import time
 import uuid
 from pathlib import Path
+from typing import Any
 
 import pytest
 from backends.contract_helpers import append, part
@@ -24,6 +25,7 @@ from tplog.backends.lmdb.keys import tkey
 from tplog.errors import (
     IdempotencyError,
     InvalidEventError,
+    InvalidInputError,
     StorageFullError,
     StoreClosedError,
 )
@@ -251,3 +253,64 @@ def test_a_fork_reads_its_large_events_for_the_rules(tmp_path: Path) -> None:
         store.append(fork, _agent_turn([], [], at=30)[-1:])  # completes the turn
         store.append(fork, [_user_answer("b1", 40)])
         assert store.head(fork).version == 6
+
+
+# --------------------------------------------------------------------------- one group, several appends
+
+
+class _QueuesDuringCommit(LmdbRecorder):
+    """Runs ``during`` at the start of its next group's commit (the group already taken from the queue)."""
+
+    during: Any = None
+
+    def _commit(self, batch: list[Any]) -> None:
+        during, self.during = self.during, None
+        if during is not None:
+            during(self)
+        super()._commit(batch)
+
+
+def test_an_async_append_queued_during_a_commit_is_committed_by_that_leader(tmp_path: Path) -> None:
+    rec = _QueuesDuringCommit(tmp_path / "s", auto_dictionary=0)
+    try:
+        a, b = _tid(), _tid()
+        later: list[Any] = []
+        rec.during = lambda r: later.append(r.submit([part(b, [_start(b)])], lead=False))
+        assert append(rec, part(a, [_start(a)]))[0].last_position == 1
+        assert later[0].result(timeout=30)[0].last_position == 2
+    finally:
+        rec.close()
+
+
+def test_two_appends_to_one_thread_in_one_group_after_a_commit_of_it(rec: LmdbRecorder) -> None:
+    tid = _tid()
+    append(rec, part(tid, [_start(tid)]))  # the writer cache now holds its head
+    first = rec.submit([part(tid, [_user("a")])])
+    second = rec.submit([part(tid, [_user("b")])])
+    assert [r.first_seq for r in first.result(timeout=30)] == [2]
+    assert [r.first_seq for r in second.result(timeout=30)] == [3]
+    assert rec.stats()["group_commit"]["commits"] == 2  # the two went in one group
+    head, events = rec.thread_events(tid)
+    assert head.version == 3 and [e.turn.parts[0].content for e in events[1:]] == ["a", "b"]
+
+
+# --------------------------------------------------------------------------- thread ids that share a key
+
+
+def test_a_thread_id_whose_key_collides_with_a_stored_one_is_refused(rec: LmdbRecorder) -> None:
+    other = "not-a-uuid"  # keyed by a hash: the UUID with those 16 bytes has the same key
+    same_key = str(uuid.UUID(bytes=tkey(other, None)))
+    assert tkey(same_key, None) == tkey(other, None)
+    append(rec, part(other, [_start(other)]))
+    with pytest.raises(InvalidInputError) as ei:
+        append(rec, part(same_key, [_user("x")]))
+    assert str(ei.value) == f"thread id {same_key!r} collides with stored thread {other!r}"
+    assert rec.head(other).version == 1
+
+
+def test_a_uuid_spelled_in_another_case_is_the_same_thread(rec: LmdbRecorder) -> None:
+    tid = _tid()
+    append(rec, part(tid, [_start(tid)]))
+    res = append(rec, part(tid.upper(), [_user("x")]))
+    assert (res[0].thread_id, res[0].first_seq) == (tid.upper(), 2)
+    assert rec.head(tid).version == 2 and rec.head(tid).thread_id == tid

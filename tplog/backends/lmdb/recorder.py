@@ -311,7 +311,7 @@ class LmdbRecorder(LmdbMaintenance):
                 _wake(batch)
             # A failed group does not end the lead while async appends wait behind it (no caller
             # of theirs would take it): they are committed first, then the failure is raised.
-            failed = failure or failed
+            failed = failure if failure is not None else failed
             if not more:
                 leader = self._leader
                 # not in the async leader's thread: raising would end it, and every later async append would hang
