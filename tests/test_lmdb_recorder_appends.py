@@ -314,3 +314,72 @@ def test_a_uuid_spelled_in_another_case_is_the_same_thread(rec: LmdbRecorder) ->
     res = append(rec, part(tid.upper(), [_user("x")]))
     assert (res[0].thread_id, res[0].first_seq) == (tid.upper(), 2)
     assert rec.head(tid).version == 2 and rec.head(tid).thread_id == tid
+
+
+# --------------------------------------------------------------------------- rows kept beside the events
+
+
+def _entries(rec: LmdbRecorder, table: str) -> int:
+    return int(rec.stats()["tables"][table]["entries"])
+
+
+def test_a_head_rewrite_replaces_its_finder_entries(rec: LmdbRecorder) -> None:
+    tid = _tid()
+    append(rec, part(tid, [_start(tid)]))
+    entries = _entries(rec, "finder")
+    assert entries > 0
+    for i in range(3):
+        time.sleep(0.001)  # another update time: other keys
+        append(rec, part(tid, [_user(str(i))]))
+        assert _entries(rec, "finder") == entries  # the old head's entries went
+    assert _entries(rec, "updated") == 1
+
+
+def test_stored_bytes_add_up_the_values_whatever_the_appends(rec: LmdbRecorder) -> None:
+    """One thread gets three events in one append, another the same three one by one:
+    equal sizes (ids of one length, one recorded_at), so equal ``stored_bytes``."""
+    a, b = _tid(), _tid()
+    events = [_user("one"), _user("two"), _user("three")]
+    append(rec, part(a, [_start(a)], now=1))
+    append(rec, part(b, [_start(b)], now=1))
+    single = rec.head(a).stored_bytes
+    assert single == rec.head(b).stored_bytes and single > 0
+    append(rec, part(a, events, now=1))
+    for ev in events:
+        append(rec, part(b, [ev], now=1))
+    head_a, head_b = rec.head(a), rec.head(b)
+    assert head_a.stored_bytes == head_b.stored_bytes
+    assert head_a.stored_bytes > single + 3 * 20  # each value counted, at least its id and body
+
+
+def test_the_state_row_folds_on_from_the_stored_one(tmp_path: Path) -> None:
+    """A reopened recorder (no writer cache) and one group holding two appends of the
+    thread both go on from the stored state row (here: a call left open), as one recorder
+    appending alone does."""
+    tid = _tid()
+    first = [*_new_thread_events(tid), *_agent_turn(["d1"], [], at=10)]
+    then = [[_user("b")], [_user("x")], [_user("c")], [_user("y")]]
+
+    straight = LmdbRecorder(tmp_path / "straight", auto_dictionary=0)
+    try:
+        for events in [first, *then]:
+            append(straight, part(tid, events, now=1))
+        expected = straight.thread_state(tid)
+    finally:
+        straight.close()
+
+    rec = LmdbRecorder(tmp_path / "reopened", auto_dictionary=0)
+    append(rec, part(tid, first, now=1))
+    rec.close()
+    rec = LmdbRecorder(tmp_path / "reopened", auto_dictionary=0)
+    try:
+        append(rec, part(tid, then[0], now=1))  # the state row read from the table
+        append(rec, part(tid, then[1], now=1))  # now in the writer cache...
+        one = rec.submit([part(tid, then[2], now=1)])  # ...and a group of two appends of it
+        two = rec.submit([part(tid, then[3], now=1)])
+        assert [one.result(timeout=30)[0].last_seq, two.result(timeout=30)[0].last_seq] == [8, 9]
+        state = rec.thread_state(tid)
+    finally:
+        rec.close()
+    assert expected is not None and "d1" in expected.open_calls
+    assert state == expected
