@@ -383,3 +383,17 @@ def test_the_state_row_folds_on_from_the_stored_one(tmp_path: Path) -> None:
         rec.close()
     assert expected is not None and "d1" in expected.open_calls
     assert state == expected
+
+
+def test_a_long_open_turn_is_compacted_every_32_events(rec: LmdbRecorder) -> None:
+    """Bodies are appended raw: an open turn's events become chunks each time the thread
+    crosses a multiple of 32 events, before the turn closes."""
+    tid = _tid()
+    agent = _new_thread_events(tid)[1].agent.agent_id
+    append(rec, part(tid, [*_new_thread_events(tid), AgentTurnStarted(agent_id=agent, started_at=ts(1))]))
+    for i in range(29):  # seqs 4..32: the 32nd crosses
+        msg = m.ResponseMessage(timestamp=ts(2), agent_id=agent, parts=[m.TextPart(content=f"m{i}")])
+        append(rec, part(tid, [MessageRecorded(message=msg)]))
+    assert rec.head(tid).version == 32 and rec.head(tid).open_turn_agent == agent
+    assert _entries(rec, "global") == 32
+    assert _entries(rec, "events") < 32  # compacted although the turn is open
