@@ -21,8 +21,9 @@ from test_rules import T0, _agent_turn, _new_thread_events, _user_answer, ts
 
 from tplog.backends.contract import ANY
 from tplog.backends.lmdb import LmdbRecorder
-from tplog.backends.lmdb.keys import tkey
+from tplog.backends.lmdb.keys import event_key, tkey
 from tplog.errors import (
+    CorruptionError,
     IdempotencyError,
     InvalidEventError,
     InvalidInputError,
@@ -397,3 +398,19 @@ def test_a_long_open_turn_is_compacted_every_32_events(rec: LmdbRecorder) -> Non
     assert rec.head(tid).version == 32 and rec.head(tid).open_turn_agent == agent
     assert _entries(rec, "global") == 32
     assert _entries(rec, "events") < 32  # compacted although the turn is open
+
+
+def test_a_damaged_event_read_for_the_rules_is_named_by_thread_and_seq(rec: LmdbRecorder) -> None:
+    """A head written without the rules' values gets them from the thread's events at the
+    next checked append: a damaged event met there names its thread and seq."""
+    tid = _tid()
+    append(rec, part(tid, [_start(tid), _user("hello")], check_rules=False))
+    key = event_key(tkey(tid, None), 2)
+    with rec.engine.read() as txn:
+        value = bytearray(txn.get("events", key))
+    value[-6] ^= 0xFF  # a body byte: only its CRC tells
+    rec.engine.run_write(lambda txn: txn.put("events", key, bytes(value)))
+    with pytest.raises(CorruptionError) as ei:
+        append(rec, part(tid, [_user("again")], check_rules=True))
+    assert (ei.value.thread_id, ei.value.seq) == (tid, 2)
+    assert rec.head(tid).version == 2
