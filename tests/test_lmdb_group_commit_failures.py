@@ -1,10 +1,10 @@
 """A group commit that fails outside the engine (tplog/backends/lmdb/recorder.py ``_lead``).
 
-Found reviewing recorder.py's surviving mutants (tests/MUTANTS.md): such a failure used to
-end the lead with async appends still queued behind the group (no thread took it: they and
-every later append hung), and in the async leader's thread it ended that thread (every later
-async append hung). The failure is an error of the group's appends only.
-"""
+Found reviewing recorder.py's surviving mutants (tests/MUTANTS.md): the leader re-raised such a
+failure, which ended the lead with async appends still queued behind the group (no thread took
+it: they and every later append hung), in the async leader's thread ended that thread (every
+later async append hung), and failed a leader whose own append had committed. The failure is
+the error of the failed group's appends only."""
 
 from __future__ import annotations
 
@@ -81,5 +81,33 @@ def test_the_async_leader_lives_on_after_a_failed_group(tmp_path: Path) -> None:
             rec.submit([part(a, [_start(a)])], lead=False).result(timeout=30)
         assert rec.submit([part(b, [_start(b)])], lead=False).result(timeout=30)[0].last_position == 1
         assert rec.head(a) is None
+    finally:
+        _close(rec)
+
+
+class _SecondFails(LmdbRecorder):
+    """The first group queues an async append during its (good) commit; the next group fails."""
+
+    later: Any = None
+    commits = 0
+
+    def _commit(self, batch: list[Any]) -> None:
+        self.commits += 1
+        if self.commits == 1:
+            b = _tid()
+            self.later = self.submit([part(b, [_start(b)])], lead=False)
+        elif self.commits == 2:
+            raise RuntimeError("boom")
+        super()._commit(batch)
+
+
+def test_a_leader_whose_append_committed_is_not_failed_by_the_next_group(tmp_path: Path) -> None:
+    rec = _SecondFails(tmp_path / "s", auto_dictionary=0)
+    try:
+        a = _tid()
+        assert rec.submit([part(a, [_start(a)])]).result(timeout=30)[0].last_position == 1
+        with pytest.raises(RuntimeError, match="boom"):
+            rec.later.result(timeout=30)  # only the failed group's append has its error
+        assert rec.head(a).version == 1
     finally:
         _close(rec)

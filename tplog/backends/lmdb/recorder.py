@@ -272,7 +272,6 @@ class LmdbRecorder(LmdbMaintenance):
         transaction is built (see ``_GroupCommit.done``), or at once when no
         group follows."""
         gc = self._gc
-        failed: BaseException | None = None
         while True:
             with gc.cond:
                 batch = gc.queue
@@ -309,14 +308,10 @@ class LmdbRecorder(LmdbMaintenance):
                 else:
                     gc.gate.set()  # no next leader to open it (or this group never reached the engine)
                 _wake(batch)
-            # A failed group does not end the lead while async appends wait behind it (no caller
-            # of theirs would take it): they are committed first, then the failure is raised.
-            failed = failure if failure is not None else failed
+            # Not raised here: each append of the failed group has it as its error. Raising would end the
+            # lead with async appends queued behind (no caller of theirs takes it: they, and every later
+            # append, would hang), end the async leader's thread, or fail a caller whose append committed.
             if not more:
-                leader = self._leader
-                # not in the async leader's thread: raising would end it, and every later async append would hang
-                if failed is not None and (leader is None or leader.thread is not threading.current_thread()):
-                    raise failed
                 return
 
     def _commit(self, batch: list[_Request]) -> None:
