@@ -19,7 +19,7 @@ import pytest
 from backends.contract_helpers import append, part
 from test_rules import T0, _agent_turn, _new_thread_events, _user_answer, ts
 
-from tplog.backends.contract import ANY
+from tplog.backends.contract import ANY, NO_STREAM
 from tplog.backends.lmdb import LmdbRecorder
 from tplog.backends.lmdb.keys import event_key, tkey
 from tplog.errors import (
@@ -29,8 +29,9 @@ from tplog.errors import (
     InvalidInputError,
     StorageFullError,
     StoreClosedError,
+    WrongExpectedVersionError,
 )
-from tplog.events import AgentTurnStarted, MessageRecorded, ThreadStarted, UserTurnSubmitted
+from tplog.events import AgentTurnCompleted, AgentTurnStarted, MessageRecorded, ThreadStarted, UserTurnSubmitted
 from tplog.protocol import model as m
 from tplog.store import Store
 
@@ -414,3 +415,29 @@ def test_a_damaged_event_read_for_the_rules_is_named_by_thread_and_seq(rec: Lmdb
         append(rec, part(tid, [_user("again")], check_rules=True))
     assert (ei.value.thread_id, ei.value.seq) == (tid, 2)
     assert rec.head(tid).version == 2
+
+
+# --------------------------------------------------------------------------- async appends (a background leader)
+
+
+def test_an_async_append_keeps_its_scope_expected_version_and_rules(rec: LmdbRecorder) -> None:
+    tid = _tid()
+
+    def submit(*events: Any, **kw: Any) -> list[Any]:
+        return list(rec.submit([part(tid, list(events), **kw)], lead=False).result(timeout=30))
+
+    res = submit(_start(tid), scope="acme", expected=NO_STREAM)
+    assert (res[0].thread_id, res[0].first_seq, res[0].last_position) == (tid, 1, 1)
+    assert rec.head(tid, scope="acme").version == 1 and rec.head(tid) is None
+    with pytest.raises(WrongExpectedVersionError):
+        submit(_user("x"), scope="acme", expected=5)
+    unregistered = AgentTurnStarted(agent_id="nobody", started_at=T0)  # breaks a validation rule only
+    with pytest.raises(InvalidEventError) as ei:
+        submit(unregistered, scope="acme", check_rules=True)
+    assert (ei.value.thread_id, ei.value.seq) == (tid, 2)
+    assert submit(unregistered, scope="acme", check_rules=False)[0].last_seq == 2
+    done = AgentTurnCompleted(completed_at=T0)
+    assert submit(done, scope="acme", ids=["e-1"])[0].duplicate is False
+    again = submit(done, scope="acme", ids=["e-1"])[0]
+    assert (again.duplicate, again.first_seq) == (True, 3)
+    assert rec.head(tid, scope="acme").version == 3
