@@ -441,3 +441,12 @@ def test_an_async_append_keeps_its_scope_expected_version_and_rules(rec: LmdbRec
     again = submit(done, scope="acme", ids=["e-1"])[0]
     assert (again.duplicate, again.first_seq) == (True, 3)
     assert rec.head(tid, scope="acme").version == 3
+
+
+@pytest.mark.parametrize("value", [-1, True, 2.0, "5"])
+def test_auto_dictionary_must_be_an_int_of_at_least_zero(tmp_path: Path, value: Any) -> None:
+    with pytest.raises(InvalidInputError) as ei:
+        LmdbRecorder(tmp_path / "s", auto_dictionary=value)
+    assert str(ei.value) == f"auto_dictionary must be an int ≥ 0 (events), not {value!r}"
+    assert not (tmp_path / "s").exists()  # refused before the store is opened
+    LmdbRecorder(tmp_path / "s", auto_dictionary=0).close()
