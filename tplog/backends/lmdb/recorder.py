@@ -308,8 +308,9 @@ class LmdbRecorder(LmdbMaintenance):
                 else:
                     gc.gate.set()  # no next leader to open it (or this group never reached the engine)
                 _wake(batch)
-            if failure is not None:
-                raise failure
+            # Not raised here: each append of the failed group has it as its error. Raising would end the
+            # lead with async appends queued behind (no caller of theirs takes it: they, and every later
+            # append, would hang), end the async leader's thread, or fail a caller whose append committed.
             if not more:
                 return
 
