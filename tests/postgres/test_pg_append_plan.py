@@ -14,8 +14,8 @@ import sys
 import time
 import uuid
 from collections.abc import Iterator
-from typing import Any
 from pathlib import Path
+from typing import Any
 
 import psycopg
 import pytest
