@@ -18,11 +18,12 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "backends"))
 from conftest import agent_start, completed, response, started, user
 from contract_helpers import append, part
+from test_rules import _agent_turn, _new_thread_events, _user_answer
 
 from tplog.backends.postgres import PostgresRecorder
 from tplog.errors import IdempotencyError
 
-from .test_pg_append_plan import batched, rec, rec1, rows, tid
+from .test_pg_append_plan import _names, batched, rec, rec1, rows, tid
 
 __all__ = ["rec", "rec1"]  # the fixtures, shared with the plan's tests
 
@@ -101,3 +102,31 @@ def test_a_blob_stored_body_is_written_and_read_back(pg_dsn: str, rec: PostgresR
     assert n == 1
     [_, ev] = rec.read_thread(a)
     assert ev.event.turn.parts[0].content == text  # type: ignore[attr-defined]
+
+
+def test_a_heads_created_time_is_its_first_appends_and_updated_its_last(pg_dsn: str) -> None:
+    name = f"pb{os.getpid()}_{next(_names)}"
+    now = iter(range(1000, 2000, 100))
+    rec = PostgresRecorder(pg_dsn, schema=name, clock=lambda: next(now))
+    try:
+        a = tid()
+        append(rec, part(a, [started(a)]))
+        append(rec, part(a, [user()]))
+        head = rec.head(a)
+        assert head is not None and (head.created_ns, head.updated_ns) == (1000, 1100)
+    finally:
+        rec.close()
+        with psycopg.connect(pg_dsn, autocommit=True) as c:
+            c.execute(f"DROP SCHEMA IF EXISTS {name} CASCADE".encode())
+
+
+def test_a_checked_appends_state_carries_over_from_the_stored_state(rec: PostgresRecorder) -> None:
+    """With the rules on, the state row is read for them, fed the append's events and written back."""
+    a, c = tid(), tid()
+    turn = _agent_turn(["c1"], [], at=2, end="complete")
+    append(rec, part(a, _new_thread_events(a), check_rules=True))
+    append(rec, part(a, turn, check_rules=True))
+    append(rec, part(a, [_user_answer("c1", 5)], check_rules=True))
+    append(rec, part(c, [*_new_thread_events(c), *turn, _user_answer("c1", 5)]))
+    state, whole = rec.thread_state(a), rec.thread_state(c)
+    assert state is not None and state == whole
