@@ -21,7 +21,7 @@ from contract_helpers import append, part
 from test_rules import _agent_turn, _new_thread_events, _user_answer
 
 from tplog.backends.postgres import PostgresRecorder
-from tplog.errors import IdempotencyError
+from tplog.errors import IdempotencyError, WrongExpectedVersionError
 
 from .test_pg_append_plan import _names, batched, rec, rec1, rows, tid
 
@@ -130,3 +130,16 @@ def test_a_checked_appends_state_carries_over_from_the_stored_state(rec: Postgre
     append(rec, part(c, [*_new_thread_events(c), *turn, _user_answer("c1", 5)]))
     state, whole = rec.thread_state(a), rec.thread_state(c)
     assert state is not None and state == whole
+
+
+def test_a_refused_append_to_a_new_thread_leaves_no_head_row(pg_dsn: str, rec: PostgresRecorder) -> None:
+    """The batch locks a new thread by inserting an empty head row; a refused append removes it."""
+    a, b = tid(), tid()
+    append(rec, part(b, [started(b)]))
+    with pytest.raises(WrongExpectedVersionError):
+        append(rec, part(a, [started(a)], expected=3), part(b, [user()]))
+    with pytest.raises(WrongExpectedVersionError):  # alone in its batch too
+        append(rec, part(a, [started(a)], scope="s1", expected="exists"))
+    with psycopg.connect(pg_dsn) as c:
+        heads = c.execute(f"SELECT thread_id, scope, head IS NULL FROM {rec.schema}.heads".encode()).fetchall()
+    assert heads == [(b, "", False)]
