@@ -74,10 +74,12 @@ def test_a_thread_loaded_but_not_written_keeps_its_head(open_rec: Callable[..., 
     events = encode([started(b), user()], ids)
     append(rec, part(a, [started(a)]))
     [first] = append(rec, ThreadAppend(thread_id=b, events=events))
+    append(rec, part(a, [user()]))  # b's last position is no longer the log's
     before = rec.head(b)
+    assert before is not None and before.last_position == 3
     # one batch: a new event for a, and b's append again with its stored ids (answered, not written)
     res = append(rec, part(a, [user()]), ThreadAppend(thread_id=b, events=events))
-    assert [(r.thread_id, r.first_seq, r.last_seq) for r in res] == [(a, 2, 2), (b, 1, 2)]
+    assert [(r.thread_id, r.first_seq, r.last_seq) for r in res] == [(a, 3, 3), (b, 1, 2)]
     assert res[1].first_position == first.first_position == 2
     assert rec.head(b) == before
     assert [e.position for e in rec.read_thread(b)] == [2, 3]
