@@ -26,7 +26,7 @@ from contract_helpers import append, part
 
 from tplog.backends.postgres import PostgresRecorder
 from tplog.backends.postgres.schema import TABLES
-from tplog.errors import StoreClosedError
+from tplog.errors import CorruptionError, StoreClosedError
 
 _names = itertools.count()
 
@@ -120,3 +120,29 @@ def test_the_maintenance_verbs_refuse_a_closed_store(open_rec: Callable[..., Pos
     for verb in (rec.train_dictionary, rec.sync, rec.check_open):
         with pytest.raises(StoreClosedError, match=f"schema {rec.schema}\\) has been closed"):
             verb()
+
+
+def test_verify_reports_a_damaged_event_by_thread_and_seq(open_rec: Callable[..., PostgresRecorder], pg_dsn: str,
+                                                          schema: str) -> None:
+    rec = open_rec()
+    a, b = tid(), tid()
+    append(rec, part(a, [started(a), user("x" * 100), user()]), part(b, [started(b)]))
+    sql(pg_dsn, schema, "UPDATE events SET value = overlay(value placing '\\xff'::bytea from length(value) - 2) "
+                        "WHERE seq = 2")
+    with pytest.raises(CorruptionError) as exc:
+        rec.read_thread(a)
+    assert (exc.value.thread_id, exc.value.seq) == (a, 2)
+    report = rec.verify(projections=False)
+    assert report.problems == [str(exc.value)]  # the same error, as read_thread raises it
+    assert a in report.problems[0] and report.events == 4
+
+
+def test_verify_reads_a_blob_stored_body(open_rec: Callable[..., PostgresRecorder], pg_dsn: str,
+                                         schema: str) -> None:
+    rec = open_rec(logs=4)
+    a = tid()
+    append(rec, part(a, [started(a), user(os.urandom(200_000).hex())]))  # past the codec's blob threshold
+    with psycopg.connect(pg_dsn, autocommit=True, options=f"-c search_path={schema}") as c:
+        assert c.execute("SELECT count(*) FROM blobs").fetchone() == (1,)
+    report = rec.verify()
+    assert (report.events, report.threads, report.problems) == (2, 1, [])
