@@ -25,6 +25,7 @@ from contract_helpers import append, part, tombstone
 
 from tplog.protocol import model as m
 from tplog.backends.postgres import PostgresRecorder
+from tplog.errors import CorruptionError
 
 _names = itertools.count()
 
@@ -101,3 +102,29 @@ def test_a_thread_deleted_between_the_passes_leaves_no_projection_rows(
     assert [(r[4], r[5]) for r in live["children"]] == [(g, 1)]  # g still declares c its parent
     rec.rebuild(["links", "state"])
     assert rows(pg_dsn, schema) == live
+
+
+def test_a_damaged_event_folded_by_a_rebuild_is_named(open_rec: Callable[..., PostgresRecorder], pg_dsn: str,
+                                                      schema: str) -> None:
+    rec = open_rec()
+    a, t = tid(), tid()
+    append(rec, part(t, [started(t)]), part(a, [started(a), user("x" * 100), link(t)]))
+    with psycopg.connect(pg_dsn, autocommit=True, options=f"-c search_path={schema}") as c:
+        c.execute("UPDATE events SET value = overlay(value placing '\\xff'::bytea from length(value) - 2) "
+                  "WHERE seq = 2")
+    for verify in (False, True):
+        with pytest.raises(CorruptionError) as exc:
+            rec.rebuild(["links"], verify=verify)
+        assert (exc.value.thread_id, exc.value.seq) == (a, 2)
+
+
+def test_a_rebuild_in_chunks_of_one_without_progress(open_rec: Callable[..., PostgresRecorder]) -> None:
+    rec = open_rec()
+    a, t = tid(), tid()
+    append(rec, part(t, [started(t)]), part(a, [started(a), link(t)]))
+    calls: list[tuple[int, int]] = []
+    [report] = rec.rebuild(["links"], chunk=1)
+    assert report.events == 3 and report.differences == []
+    [report] = rec.rebuild(["links"], chunk=2, progress=lambda done, total: calls.append((done, total)))
+    assert calls == [(2, 3), (3, 3)]  # every second event, then the end
+    assert rec.incoming(t) == [(a, "referenced")]
