@@ -26,7 +26,7 @@ from contract_helpers import append, part
 
 from tplog.backends.postgres import PostgresRecorder
 from tplog.backends.postgres.schema import TABLES
-from tplog.errors import CorruptionError, StoreClosedError
+from tplog.errors import CorruptionError, InvalidInputError, RebuildInProgressError, StoreClosedError
 
 _names = itertools.count()
 
@@ -146,3 +146,42 @@ def test_verify_reads_a_blob_stored_body(open_rec: Callable[..., PostgresRecorde
         assert c.execute("SELECT count(*) FROM blobs").fetchone() == (1,)
     report = rec.verify()
     assert (report.events, report.threads, report.problems) == (2, 1, [])
+
+
+def test_the_rebuild_verb_checks_its_names_and_its_lock(open_rec: Callable[..., PostgresRecorder]) -> None:
+    rec = open_rec()
+    a, t = tid(), tid()
+    append(rec, part(t, [started(t)]), part(a, [started(a), link(t)]))
+    with pytest.raises(InvalidInputError) as bad:
+        rec.rebuild(["links", "nope"])
+    assert str(bad.value) == "unknown projection 'nope'; known: links, state"
+    [rep] = rec.rebuild(["links"])
+    assert (rep.projection, rep.verify, rep.events) == ("links", False, 3)  # a rebuild, not a verify
+    # the rebuild's claim was let go: the lock can be taken (and a rebuild refused while it is held)
+    held = rec.try_lock("rebuild-links")
+    assert held is not None
+    try:
+        with pytest.raises(RebuildInProgressError) as busy:
+            rec.rebuild(["state", "links"])
+        assert str(busy.value) == f"PostgreSQL {rec.url}: a rebuild of links is in progress"
+        [rep] = rec.rebuild(["links"], force=True)
+        assert rep.differences == [] and rec.incoming(t) == [(a, "referenced")]
+    finally:
+        held.release()
+    # the refused rebuild let go of the state claim it had taken, the forced one of nothing it lacked
+    for name in ("rebuild-state", "rebuild-links"):
+        h = rec.try_lock(name)
+        assert h is not None
+        h.release()
+
+
+@pytest.mark.parametrize("name", [5, "", "a b", "é", None])
+def test_a_lock_name_that_is_no_plain_ascii_word_is_refused(open_rec: Callable[..., PostgresRecorder],
+                                                            name: Any) -> None:
+    rec = open_rec()
+    with pytest.raises(InvalidInputError) as exc:
+        rec.try_lock(name)
+    assert str(exc.value) == f"lock name must be ASCII letters, digits, '-' or '_', not {name!r}"
+    h = rec.try_lock("ok-name_1")
+    assert h is not None and rec.try_lock("ok-name_1") is None
+    h.release()
