@@ -23,9 +23,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "backends"))
 from conftest import agent_start, link, spawn_message, started, user
 from contract_helpers import append, part, tombstone
 
-from tplog.protocol import model as m
 from tplog.backends.postgres import PostgresRecorder
 from tplog.errors import CorruptionError
+from tplog.protocol import model as m
 
 _names = itertools.count()
 
