@@ -128,3 +128,18 @@ def test_a_rebuild_in_chunks_of_one_without_progress(open_rec: Callable[..., Pos
     [report] = rec.rebuild(["links"], chunk=2, progress=lambda done, total: calls.append((done, total)))
     assert calls == [(2, 3), (3, 3)]  # every second event, then the end
     assert rec.incoming(t) == [(a, "referenced")]
+
+
+@pytest.mark.parametrize("verify", [False, True])
+def test_a_rebuilds_reports_and_progress(open_rec: Callable[..., PostgresRecorder], verify: bool) -> None:
+    rec = open_rec(logs=2)
+    a, t = tid(), tid()
+    append(rec, part(t, [started(t)]), part(a, [started(a), link(t), user()]))
+    positions = list(rec.positions())
+    calls: list[tuple[int, int]] = []
+    reports = rec.rebuild(["state", "links"], verify=verify, chunk=3,
+                          progress=lambda done, total: calls.append((done, total)))
+    assert calls == [(3, 4), (4, 4)]  # after the third event, then the end
+    assert [(r.projection, r.verify, r.events, r.position, r.differences) for r in reports] == [
+        ("state", verify, 4, sum(positions), []), ("links", verify, 4, sum(positions), [])]
+    assert all(0 <= r.seconds < 60 for r in reports)
