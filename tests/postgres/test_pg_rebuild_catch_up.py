@@ -127,6 +127,9 @@ def test_a_rebuild_in_chunks_of_one_without_progress(open_rec: Callable[..., Pos
     assert report.events == 3 and report.differences == []
     [report] = rec.rebuild(["links"], chunk=2, progress=lambda done, total: calls.append((done, total)))
     assert calls == [(2, 3), (3, 3)]  # every second event, then the end
+    calls.clear()
+    rec.rebuild(["links"], chunk=1, progress=lambda done, total: calls.append((done, total)))
+    assert calls == [(1, 3), (2, 3), (3, 3), (3, 3)]  # every event, then the end
     assert rec.incoming(t) == [(a, "referenced")]
 
 
