@@ -60,9 +60,11 @@ def tid() -> str:
 
 
 def damage(pg_dsn: str, schema: str, thread_id: str, seq: int) -> None:
-    """One byte of the stored value near its end overwritten: its checksum no longer matches."""
+    """Every bit of one byte of the stored value's body CRC flipped: its checksum no longer matches (setting
+    the byte to 0xff left it unchanged in 1 run of 256)."""
     with psycopg.connect(pg_dsn, autocommit=True, options=f"-c search_path={schema}") as c:
-        c.execute("UPDATE events e SET value = overlay(value placing '\\xff'::bytea from length(value) - 2) "
+        c.execute("UPDATE events e SET value = set_byte(value, length(value) - 3, "
+                  "get_byte(value, length(value) - 3) # 255) "
                   "FROM heads h WHERE h.log_id = e.log_id AND h.scope = e.scope AND h.tk = e.tk "
                   "AND h.thread_id = %s AND e.seq = %s", (thread_id, seq))
 

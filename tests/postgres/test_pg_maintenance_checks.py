@@ -127,8 +127,8 @@ def test_verify_reports_a_damaged_event_by_thread_and_seq(open_rec: Callable[...
     rec = open_rec()
     a, b = tid(), tid()
     append(rec, part(a, [started(a), user("x" * 100), user()]), part(b, [started(b)]))
-    sql(pg_dsn, schema, "UPDATE events SET value = overlay(value placing '\\xff'::bytea from length(value) - 2) "
-                        "WHERE seq = 2")
+    sql(pg_dsn, schema, "UPDATE events SET value = set_byte(value, length(value) - 3, "
+                        "get_byte(value, length(value) - 3) # 255) WHERE seq = 2")
     with pytest.raises(CorruptionError) as exc:
         rec.read_thread(a)
     assert (exc.value.thread_id, exc.value.seq) == (a, 2)
