@@ -8,13 +8,10 @@ Written for the missing tests the mutation runs of recorder.py and reads.py list
 
 from __future__ import annotations
 
-import itertools
-import os
 import sys
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 import psycopg
 import pytest
@@ -29,30 +26,6 @@ from test_validate import A1
 from tplog.backends.postgres import PostgresRecorder
 from tplog.errors import CorruptionError
 from tplog.events import AgentTurnStarted
-
-_names = itertools.count()
-
-
-@pytest.fixture
-def schema(pg_dsn: str) -> Iterator[str]:
-    name = f"dh{os.getpid()}_{next(_names)}"
-    yield name
-    with psycopg.connect(pg_dsn, autocommit=True) as c:
-        c.execute(f"DROP SCHEMA IF EXISTS {name} CASCADE".encode())
-
-
-@pytest.fixture
-def open_rec(pg_dsn: str, schema: str) -> Iterator[Callable[..., PostgresRecorder]]:
-    opened: list[PostgresRecorder] = []
-
-    def make(**kw: Any) -> PostgresRecorder:
-        rec = PostgresRecorder(pg_dsn, schema=schema, **kw)
-        opened.append(rec)
-        return rec
-
-    yield make
-    for r in opened:
-        r.close()
 
 
 def tid() -> str:

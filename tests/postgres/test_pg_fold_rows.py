@@ -7,15 +7,11 @@ Written for the surviving mutants of fold.py (tests/MUTANTS.md).
 
 from __future__ import annotations
 
-import itertools
-import os
 import sys
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
-import psycopg
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "backends"))
@@ -24,30 +20,6 @@ from contract_helpers import append, encode, part, tombstone
 
 from tplog.backends.contract import ThreadAppend
 from tplog.backends.postgres import PostgresRecorder
-
-_names = itertools.count()
-
-
-@pytest.fixture
-def schema(pg_dsn: str) -> Iterator[str]:
-    name = f"fd{os.getpid()}_{next(_names)}"
-    yield name
-    with psycopg.connect(pg_dsn, autocommit=True) as c:
-        c.execute(f"DROP SCHEMA IF EXISTS {name} CASCADE".encode())
-
-
-@pytest.fixture
-def open_rec(pg_dsn: str, schema: str) -> Iterator[Callable[..., PostgresRecorder]]:
-    opened: list[PostgresRecorder] = []
-
-    def make(**kw: Any) -> PostgresRecorder:
-        rec = PostgresRecorder(pg_dsn, schema=schema, **kw)
-        opened.append(rec)
-        return rec
-
-    yield make
-    for r in opened:
-        r.close()
 
 
 def tid() -> str:

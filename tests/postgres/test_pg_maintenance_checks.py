@@ -9,11 +9,10 @@ Written for the surviving mutants of maintenance.py and rebuild.py (tests/MUTANT
 
 from __future__ import annotations
 
-import itertools
 import os
 import sys
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -27,30 +26,6 @@ from contract_helpers import append, part
 from tplog.backends.postgres import PostgresRecorder
 from tplog.backends.postgres.schema import TABLES
 from tplog.errors import CorruptionError, InvalidInputError, RebuildInProgressError, StoreClosedError
-
-_names = itertools.count()
-
-
-@pytest.fixture
-def schema(pg_dsn: str) -> Iterator[str]:
-    name = f"mt{os.getpid()}_{next(_names)}"
-    yield name
-    with psycopg.connect(pg_dsn, autocommit=True) as c:
-        c.execute(f"DROP SCHEMA IF EXISTS {name} CASCADE".encode())
-
-
-@pytest.fixture
-def open_rec(pg_dsn: str, schema: str) -> Iterator[Callable[..., PostgresRecorder]]:
-    opened: list[PostgresRecorder] = []
-
-    def make(**kw: Any) -> PostgresRecorder:
-        rec = PostgresRecorder(pg_dsn, schema=schema, **kw)
-        opened.append(rec)
-        return rec
-
-    yield make
-    for r in opened:
-        r.close()
 
 
 def tid() -> str:

@@ -8,11 +8,9 @@ Written for the surviving mutants of rebuild.py's ``_Fold.forget`` (tests/MUTANT
 
 from __future__ import annotations
 
-import itertools
-import os
 import sys
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -26,30 +24,6 @@ from contract_helpers import append, part, tombstone
 from tplog.backends.postgres import PostgresRecorder
 from tplog.errors import CorruptionError
 from tplog.protocol import model as m
-
-_names = itertools.count()
-
-
-@pytest.fixture
-def schema(pg_dsn: str) -> Iterator[str]:
-    name = f"rb{os.getpid()}_{next(_names)}"
-    yield name
-    with psycopg.connect(pg_dsn, autocommit=True) as c:
-        c.execute(f"DROP SCHEMA IF EXISTS {name} CASCADE".encode())
-
-
-@pytest.fixture
-def open_rec(pg_dsn: str, schema: str) -> Iterator[Callable[..., PostgresRecorder]]:
-    opened: list[PostgresRecorder] = []
-
-    def make(**kw: Any) -> PostgresRecorder:
-        rec = PostgresRecorder(pg_dsn, schema=schema, **kw)
-        opened.append(rec)
-        return rec
-
-    yield make
-    for r in opened:
-        r.close()
 
 
 def tid() -> str:

@@ -9,12 +9,11 @@ in-process (the commit-losing proxy is a thread), so mutmut's mutants reach them
 
 from __future__ import annotations
 
-import itertools
 import os
 import sys
 import urllib.parse
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -44,31 +43,6 @@ from tplog.protocol import model as m
 from tplog.store import Store
 
 from .proxy import CommitLosingProxy
-
-_names = itertools.count()
-
-
-@pytest.fixture
-def schema(pg_dsn: str) -> Iterator[str]:
-    name = f"re{os.getpid()}_{next(_names)}"
-    yield name
-    with psycopg.connect(pg_dsn, autocommit=True) as c:
-        c.execute(f"DROP SCHEMA IF EXISTS {name} CASCADE".encode())
-
-
-@pytest.fixture
-def open_rec(pg_dsn: str, schema: str) -> Iterator[Callable[..., PostgresRecorder]]:
-    opened: list[PostgresRecorder] = []
-
-    def make(**kw: Any) -> PostgresRecorder:
-        kw.setdefault("schema", schema)
-        rec = PostgresRecorder(kw.pop("url", pg_dsn), **kw)
-        opened.append(rec)
-        return rec
-
-    yield make
-    for r in opened:
-        r.close()
 
 
 def tid() -> str:

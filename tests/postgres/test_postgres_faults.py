@@ -6,8 +6,6 @@ stand for several processes: each has its own writer connection and group commit
 
 from __future__ import annotations
 
-import itertools
-import os
 import random
 import subprocess
 import sys
@@ -15,7 +13,7 @@ import threading
 import time
 import urllib.parse
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -36,31 +34,6 @@ from tplog.backends.postgres.schema import DISTRIBUTED, SCHEMA_VERSION
 from tplog.errors import InvalidInputError, WrongExpectedVersionError
 
 from .proxy import CommitLosingProxy
-
-_names = itertools.count()
-
-
-@pytest.fixture
-def schema(pg_dsn: str) -> Iterator[str]:
-    name = f"f{os.getpid()}_{next(_names)}"
-    yield name
-    with psycopg.connect(pg_dsn, autocommit=True) as c:
-        c.execute(f"DROP SCHEMA IF EXISTS {name} CASCADE".encode())
-
-
-@pytest.fixture
-def open_rec(pg_dsn: str, schema: str) -> Iterator[Callable[..., PostgresRecorder]]:
-    opened: list[PostgresRecorder] = []
-
-    def make(**kw: Any) -> PostgresRecorder:
-        kw.setdefault("schema", schema)
-        rec = PostgresRecorder(kw.pop("url", pg_dsn), **kw)
-        opened.append(rec)
-        return rec
-
-    yield make
-    for r in opened:
-        r.close()
 
 
 def tid() -> str:
