@@ -11,9 +11,12 @@ import atexit
 import itertools
 import os
 import time
-from collections.abc import Callable, Sequence
+import uuid
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
+
+import pytest
 
 from tplog.backends.contract import ANY, ExpectedVersion, Recorder, ThreadAppend
 from tplog.backends.lmdb import LmdbRecorder
@@ -110,6 +113,21 @@ DIFFERENTIAL: list[str] = ["lmdb", "postgres"]
 #: Differential-test examples per backend where the default (EXAMPLES) would take too
 #: long: every step reads everything back, a round trip per read on a server backend.
 DIFF_EXAMPLES: dict[str, int] = {"postgres": 100}
+
+
+@pytest.fixture(name="rec", params=sorted(FACTORIES))
+def rec_fixture(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Recorder]:
+    """The ``rec`` fixture: a fresh recorder of each backend of :data:`FACTORIES`, closed after the test.
+    A test file takes it with ``from contract_helpers import rec_fixture`` (the module-level name is not
+    ``rec``, so the tests' ``rec`` parameters shadow nothing)."""
+    counter = itertools.count(time.time_ns())
+    r = FACTORIES[request.param](tmp_path, lambda: next(counter))
+    yield r
+    r.close()
+
+
+def tid() -> str:
+    return str(uuid.uuid4())
 
 
 def encode(events: Sequence[Event], event_ids: Sequence[str] | None = None, *, now: int | None = None) -> list[Encoded]:

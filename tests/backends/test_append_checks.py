@@ -7,32 +7,19 @@ Written for the survivors of contract.py's first mutation pass (tests/MUTANTS.md
 
 from __future__ import annotations
 
-import itertools
-import time
-import uuid
-from collections.abc import Iterator
-from pathlib import Path
-
 import msgspec
 import pytest
 from conftest import started, user
-from contract_helpers import FACTORIES, append, part
+from contract_helpers import (
+    append,
+    part,
+    rec_fixture,  # noqa: F401  (the `rec` fixture)
+    tid,
+)
 from test_backend_contract import fork_part
 
 from tplog.backends.contract import Recorder, ThreadAppend
 from tplog.errors import InvalidInputError
-
-
-@pytest.fixture(params=sorted(FACTORIES))
-def rec(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Recorder]:
-    counter = itertools.count(time.time_ns())
-    r = FACTORIES[request.param](tmp_path, lambda: next(counter))
-    yield r
-    r.close()
-
-
-def tid() -> str:
-    return str(uuid.uuid4())
 
 
 def test_one_append_may_touch_one_id_in_two_scopes(rec: Recorder) -> None:

@@ -5,17 +5,21 @@ Each test states one rule of the contract; a backend passes the suite unchanged.
 
 from __future__ import annotations
 
-import itertools
 import threading
 import time
-import uuid
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 from conftest import T, agent_start, completed, exchange, link, register, response, spawn_message, started, user
-from contract_helpers import FACTORIES, append, encode, part, tombstone
+from contract_helpers import (
+    append,
+    encode,
+    part,
+    rec_fixture,  # noqa: F401  (the `rec` fixture)
+    tid,
+    tombstone,
+)
 
 from tplog.backends.contract import Handle, Recorder, ThreadAppend, thread_key
 from tplog.errors import (
@@ -30,18 +34,6 @@ from tplog.errors import (
 from tplog.events import AgentTurnStarted, MessageRecorded, ThreadDeleted
 from tplog.projections.fold import ThreadState
 from tplog.protocol import model as m
-
-
-@pytest.fixture(params=sorted(FACTORIES))
-def rec(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Recorder]:
-    counter = itertools.count(time.time_ns())
-    r = FACTORIES[request.param](tmp_path, lambda: next(counter))
-    yield r
-    r.close()
-
-
-def tid() -> str:
-    return str(uuid.uuid4())
 
 
 def everything(rec: Recorder, scope: str | None = None) -> list[tuple[int, str, int, int, str]]:

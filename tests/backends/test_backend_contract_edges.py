@@ -8,16 +8,18 @@ contract suite passed with each of these changed in the reference backend.
 
 from __future__ import annotations
 
-import itertools
 import threading
 import time
-import uuid
-from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 from conftest import agent_start, completed, link, register, response, spawn_message, started, user
-from contract_helpers import FACTORIES, append, part, tombstone
+from contract_helpers import (
+    append,
+    part,
+    rec_fixture,  # noqa: F401  (the `rec` fixture)
+    tid,
+    tombstone,
+)
 
 from tplog.backends.contract import Recorder, thread_key
 from tplog.errors import (
@@ -30,18 +32,6 @@ from tplog.errors import (
 from tplog.events import MessageRecorded
 from tplog.projections.fold import ThreadState, items_from_events
 from tplog.protocol import model as m
-
-
-@pytest.fixture(params=sorted(FACTORIES))
-def rec(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Recorder]:
-    counter = itertools.count(time.time_ns())
-    r = FACTORIES[request.param](tmp_path, lambda: next(counter))
-    yield r
-    r.close()
-
-
-def tid() -> str:
-    return str(uuid.uuid4())
 
 
 def test_a_retry_answers_as_the_original_append_did(rec: Recorder) -> None:

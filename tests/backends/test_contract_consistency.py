@@ -6,17 +6,19 @@ which items of ``items`` carry their event.
 from __future__ import annotations
 
 import inspect
-import itertools
 import threading
 import time
-import uuid
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 from conftest import agent_start, completed, link, register, response, started, user
-from contract_helpers import FACTORIES, append, part
+from contract_helpers import (
+    append,
+    part,
+    rec_fixture,  # noqa: F401  (the `rec` fixture)
+    tid,
+)
 
 from tplog import Store
 from tplog.backends.contract import FOLD_KINDS, Recorder
@@ -33,18 +35,6 @@ from tplog.events import (
     ThreadInfoChanged,
 )
 from tplog.protocol import model as m
-
-
-@pytest.fixture(params=sorted(FACTORIES))
-def rec(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Recorder]:
-    counter = itertools.count(time.time_ns())
-    r = FACTORIES[request.param](tmp_path, lambda: next(counter))
-    yield r
-    r.close()
-
-
-def tid() -> str:
-    return str(uuid.uuid4())
 
 
 @pytest.mark.parametrize("bad", [True, False, "3", 2.0, None, 0, -1, [3]])

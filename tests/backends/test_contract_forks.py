@@ -9,34 +9,25 @@ contract suite's forks had seeds whose values the fork's own ThreadStarted gave 
 
 from __future__ import annotations
 
-import itertools
-import time
-import uuid
-from collections.abc import Iterator
 from pathlib import Path
 
 import msgspec
 import pytest
 from conftest import T, agent_start, completed, exchange, register, response, started, user
-from contract_helpers import FACTORIES, append, encode, part, tombstone
+from contract_helpers import (
+    append,
+    encode,
+    part,
+    rec_fixture,  # noqa: F401  (the `rec` fixture)
+    tid,
+    tombstone,
+)
 
 from tplog import Store
 from tplog.backends.contract import ForkSeed, Recorder, ThreadAppend, ThreadHead
 from tplog.errors import InvalidInputError, NotFoundError, ThreadDeletedError
 from tplog.events import AgentTurnInterrupted, ThreadInfoChanged
 from tplog.protocol import model as m
-
-
-@pytest.fixture(params=sorted(FACTORIES))
-def rec(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Recorder]:
-    counter = itertools.count(time.time_ns())
-    r = FACTORIES[request.param](tmp_path, lambda: next(counter))
-    yield r
-    r.close()
-
-
-def tid() -> str:
-    return str(uuid.uuid4())
 
 
 def fork_append(fork_id: str, parent: str, at: int, seed_head: ThreadHead, *, check_rules: bool = False,

@@ -8,30 +8,17 @@ Written for the survivors of tplog/backends/contract.py's mutation run (tests/MU
 
 from __future__ import annotations
 
-import itertools
-import time
-import uuid
-from collections.abc import Iterator
-from pathlib import Path
-
 import pytest
 from conftest import agent_start, completed, link, spawn_message, started
-from contract_helpers import FACTORIES, append, part
+from contract_helpers import (
+    append,
+    part,
+    rec_fixture,  # noqa: F401  (the `rec` fixture)
+    tid,
+)
 
 from tplog.backends.contract import Recorder
 from tplog.protocol import model as m
-
-
-@pytest.fixture(params=sorted(FACTORIES))
-def rec(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Recorder]:
-    counter = itertools.count(time.time_ns())
-    r = FACTORIES[request.param](tmp_path, lambda: next(counter))
-    yield r
-    r.close()
-
-
-def tid() -> str:
-    return str(uuid.uuid4())
 
 
 def rebuilt(rec: Recorder) -> Recorder:

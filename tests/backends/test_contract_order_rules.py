@@ -9,35 +9,24 @@ suite checked these refusals by type only.
 
 from __future__ import annotations
 
-import itertools
 import re
-import time
-import uuid
-from collections.abc import Callable, Iterator
-from pathlib import Path
+from collections.abc import Callable
 from typing import Any
 
 import pytest
 from conftest import agent_start, completed, link, register, response, started, user
-from contract_helpers import FACTORIES, append, encode, part
+from contract_helpers import (
+    append,
+    encode,
+    part,
+    rec_fixture,  # noqa: F401  (the `rec` fixture)
+    tid,
+)
 
 from tplog.backends.contract import Recorder, ThreadAppend
 from tplog.errors import InvalidEventError
 from tplog.events import AgentTurnInterrupted, ThreadDeleted, ThreadInfoChanged
 from tplog.protocol import model as m
-
-
-@pytest.fixture(params=sorted(FACTORIES))
-def rec(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Recorder]:
-    counter = itertools.count(time.time_ns())
-    r = FACTORIES[request.param](tmp_path, lambda: next(counter))
-    yield r
-    r.close()
-
-
-def tid() -> str:
-    return str(uuid.uuid4())
-
 
 #: (what the thread holds, the refused append, the message with {a} for the thread id)
 CASES: dict[str, tuple[Callable[[str], list[Any]], Callable[[str], list[Any]], str]] = {

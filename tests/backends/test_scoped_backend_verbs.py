@@ -8,16 +8,17 @@ up with the scope dropped, and no test noticed as long as only unscoped threads 
 
 from __future__ import annotations
 
-import itertools
-import time
 import uuid
-from collections.abc import Iterator
-from pathlib import Path
 
 import msgspec
 import pytest
 from conftest import agent_start, completed, link, register, spawn_message, started, user
-from contract_helpers import FACTORIES, append, part
+from contract_helpers import (
+    append,
+    part,
+    rec_fixture,  # noqa: F401  (the `rec` fixture)
+    tid,
+)
 from test_backend_contract import fork_part, tool_answer
 from test_lifecycle import store  # noqa: F401  (the every-backend fixture)
 
@@ -29,10 +30,6 @@ from tplog.projections.fold import ThreadState
 from tplog.protocol import model as m
 
 S = "tenant"
-
-
-def tid() -> str:
-    return str(uuid.uuid4())
 
 
 def test_every_verb_finds_a_scoped_thread_in_its_scope_only(store: Store) -> None:  # noqa: F811
@@ -87,14 +84,6 @@ def test_every_verb_finds_a_scoped_thread_in_its_scope_only(store: Store) -> Non
     z = tid()
     assert not store.append(z, [started(z)], event_ids=[stone]).duplicate
     assert s.incoming(x) == [] and s.children(p) == [kid] and store.verify().problems == []  # kid's link stays
-
-
-@pytest.fixture(params=sorted(FACTORIES))
-def rec(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Recorder]:
-    counter = itertools.count(time.time_ns())
-    r = FACTORIES[request.param](tmp_path, lambda: next(counter))
-    yield r
-    r.close()
 
 
 def test_a_scoped_fork_is_checked_against_its_parent_in_the_scope(rec: Recorder) -> None:
