@@ -103,21 +103,27 @@ def _with_body(key: bytes, value: bytes, flags: int, body: bytes) -> bytes:
             + zlib.crc32(key, zlib.crc32(body)).to_bytes(4, "big"))
 
 
+def _move_body_to_blob(s: Store, key: bytes, value: bytes, *, keep_blob: bool) -> None:
+    """Rewrite the format-2 value at ``key`` to reference its body as a shared blob (stored only if
+    ``keep_blob``: else the reference dangles)."""
+    data = bytes(s.codec.body_bytes(value))
+    sha = hashlib.sha256(data).digest()
+    stored = struct.pack(">IBII", 1, 0, 0, zlib.crc32(sha, zlib.crc32(data))) + data
+
+    def to_blob(txn: Any) -> None:
+        txn.put("events", key, _with_body(key, value, 2, sha))
+        if keep_blob:
+            txn.put("blobs", sha, stored)
+
+    s.engine.run_write(to_blob)
+
+
 @pytest.mark.parametrize("blob", ["present", "missing"])
 def test_items_read_a_format_2_turn_boundary_whose_body_is_a_shared_blob(tmp_path: Path, blob: str) -> None:
     with Store(tmp_path / "s") as s:
         tid, seq, key, value = _planted_v2(s)
         want = s.backend.items(tid)
-        data = bytes(s.codec.body_bytes(value))
-        sha = hashlib.sha256(data).digest()
-        stored = struct.pack(">IBII", 1, 0, 0, zlib.crc32(sha, zlib.crc32(data))) + data
-
-        def to_blob(txn: Any) -> None:
-            txn.put("events", key, _with_body(key, value, 2, sha))
-            if blob == "present":
-                txn.put("blobs", sha, stored)
-
-        s.engine.run_write(to_blob)
+        _move_body_to_blob(s, key, value, keep_blob=blob == "present")
         if blob == "present":
             got = s.backend.items(tid)
             assert got == want

@@ -5,16 +5,13 @@ whose body is a shared blob, is missing its blob, or does not decode (tplog/back
 
 from __future__ import annotations
 
-import hashlib
-import struct
-import zlib
 from pathlib import Path
 from typing import Any
 
 import pytest
 from conftest import ToyStore as Store
 from conftest import agent_start, completed, link, response, started, user
-from test_reads_event_paths import _with_body
+from test_reads_event_paths import _move_body_to_blob, _with_body
 
 from tplog import CorruptionError, InvalidInputError
 from tplog.backends.lmdb.keys import event_key, tkey
@@ -100,16 +97,7 @@ def test_links_read_a_link_whose_body_is_a_shared_blob(tmp_path: Path, blob: str
         key, value = _single_link(s)
         want = s.links("t")
         assert [lk.thread_id for lk in want] == ["u"]
-        data = bytes(s.codec.body_bytes(value))
-        sha = hashlib.sha256(data).digest()
-        stored = struct.pack(">IBII", 1, 0, 0, zlib.crc32(sha, zlib.crc32(data))) + data
-
-        def to_blob(txn: Any) -> None:
-            txn.put("events", key, _with_body(key, value, 2, sha))
-            if blob == "present":
-                txn.put("blobs", sha, stored)
-
-        s.engine.run_write(to_blob)
+        _move_body_to_blob(s, key, value, keep_blob=blob == "present")
         if blob == "present":
             assert s.links("t") == want
         else:
