@@ -76,8 +76,9 @@ def test_a_wrongly_typed_field_names_the_event_type_and_the_path() -> None:
     with pytest.raises(InvalidInputError) as info:
         Codec().encode(bad, "ev-1", 1)
     assert info.value.path == "$.message.parts[0].content"
-    assert str(info.value) == ("MessageRecorded does not match the event schema: Expected `str`, got `int` "
-                               "(at $.message.parts[0].content)")
+    assert isinstance(info.value.__cause__, msgspec.ValidationError)  # its words kept between tplog's parts
+    assert str(info.value).startswith("MessageRecorded does not match the event schema: ")
+    assert str(info.value).endswith(" (at $.message.parts[0].content)")
 
 
 def test_a_missing_required_field_is_named_at_the_root() -> None:

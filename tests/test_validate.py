@@ -18,7 +18,7 @@ import pytest
 from tplog.errors import InvalidInputError, ValidationError
 from tplog.protocol import model as m
 from tplog.protocol import validate as _validate
-from tplog.protocol.json import from_builtins
+from tplog.protocol.json import from_builtins, from_json
 from tplog.protocol.validate import RULES, Finding, ValidationReport, parse_timestamp, validate, validate_json
 
 T1 = "550e8400-e29b-41d4-a716-446655440000"  # the thread
@@ -967,9 +967,12 @@ def test_json_shape() -> None:
     doc = base()
     doc["turns"][1]["messages"][1]["parts"][0]["tool_call_id"] = 7
     report = validate_json(json.dumps(doc))
-    assert report.errors == [
-        Finding(rule="json-shape", path=f"{MSG}[1].parts[0].tool_call_id", message="Expected `str`, got `int`")
-    ]
+    path = f"{MSG}[1].parts[0].tool_call_id"
+    with pytest.raises(InvalidInputError) as info:  # the message is the converter's (msgspec's words), without its path
+        from_json(json.dumps(doc))
+    message = str(info.value).removesuffix(f" (at {path})")
+    assert report.errors == [Finding(rule="json-shape", path=path, message=message)]
+    assert report.errors[0].message and path not in report.errors[0].message
 
 
 def test_json_shape_missing_field() -> None:
