@@ -20,6 +20,7 @@ import pytest
 from test_cli import DOC, TID, fails, ok_json, run
 
 from tplog import __version__
+from tplog.cli import main
 from tplog.events import ThreadStarted
 from tplog.store import Store
 
@@ -284,3 +285,62 @@ def test_rebuild_says_which_extra_the_progress_bar_needs(tmp_path: Path) -> None
     assert r.returncode == 0
     assert [p["projection"] for p in json.loads(r.stdout)] == ["links", "state"]
     assert err.decode().strip() == "tplog: no progress bar without rich: pip install 'tplog[cli]'"
+
+
+# --------------------------------------------------------------------------- destination paths
+
+
+def test_backup_to_a_path_that_cannot_be_a_directory_is_an_error_not_a_traceback(
+        capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    store, file = str(tmp_path / "s"), tmp_path / "thread.json"
+    with Store(store) as s:
+        s.append(TID, [ThreadStarted(thread_id=TID, created_at="2025-01-20T10:00:00Z")])
+    file.write_text("{}")
+    fails(capsys, "backup", store, str(file), match=rf"^error: backup destination {re.escape(str(file))} is a file")
+    fails(capsys, "backup", store, str(file / "sub"),
+          match=rf"^error: cannot create the backup destination {re.escape(str(file / 'sub'))}: ")
+    assert file.read_text() == "{}"
+    # a real process: exit 2, one line, where a FileNotFoundError's traceback and exit 1 were
+    proc = subprocess.run([sys.executable, "-m", "tplog", "backup", store, "/proc/nope/backup"], cwd=ROOT,
+                          capture_output=True, text=True, timeout=120)
+    assert (proc.returncode, proc.stdout) == (2, ""), proc.stderr
+    assert proc.stderr == "error: cannot create the backup destination /proc/nope/backup: No such file or directory\n"
+    assert ok_json(capsys, "backup", store, str(tmp_path / "new" / "b"))["dest"] == str(tmp_path / "new" / "b")
+
+
+# --------------------------------------------------------------------------- thread ids: the one id rule
+
+
+def test_every_verb_taking_a_thread_id_applies_the_one_id_rule(capsys: pytest.CaptureFixture[str],
+                                                               tmp_path: Path) -> None:
+    from conftest import exchange, register
+
+    from tplog import thread_id_for
+
+    store, tid = str(tmp_path / "s"), thread_id_for("my-chat")
+    with Store(store) as s:  # recorded as the server and the importers record a chat id: under its UUIDv5
+        s.append(tid, [ThreadStarted(thread_id=tid, created_at="2025-01-20T10:00:00Z"), register(), *exchange()])
+    assert ok_json(capsys, "turns", store, "my-chat")["thread_id"] == tid
+    assert json.loads(run(capsys, "export", store, "my-chat")[1])["thread_id"] == tid
+    assert [json.loads(ln)["seq"] for ln in run(capsys, "read", store, "my-chat")[1].splitlines()][:2] == [1, 2]
+    assert ok_json(capsys, "pending", store, "my-chat") == {"pending": [], "abandoned": []}
+    assert ok_json(capsys, "interrupts", store, "my-chat")["interrupted"] is False
+    assert ok_json(capsys, "tree", store, "my-chat")["thread_id"] == tid
+    rc, out, err = run(capsys, "tail", store, "my-chat", "--after", "0", "--limit", "1")
+    assert (rc, json.loads(out)["seq"]) == (0, 1), err
+    fork = ok_json(capsys, "fork", store, "my-chat", "--at", "2", "--new-id", "my-fork")
+    assert fork["thread_id"] == thread_id_for("my-fork")
+    assert ok_json(capsys, "turns", store, "my-fork")["thread_id"] == thread_id_for("my-fork")
+    assert ok_json(capsys, "children", store, "my-chat") == [thread_id_for("my-fork")]
+    assert [lk["thread_id"] for lk in ok_json(capsys, "links", store, "my-fork")] == [tid]
+    assert ok_json(capsys, "turns", store, tid.upper())["thread_id"] == tid  # a UUID names itself, in any case
+    # an unknown name: the error shows the UUID it looked up and the name it was given
+    other = thread_id_for("my-chat2")
+    fails(capsys, "turns", store, "my-chat2", match=rf"^error: thread {other} \(my-chat2\) does not exist$")
+    assert ok_json(capsys, "delete", store, "my-fork")["thread_id"] == thread_id_for("my-fork")
+    with Store(store, readonly=True) as s:
+        assert [h.thread_id for h in s.threads().threads] == [tid]
+    with pytest.raises(SystemExit) as exc:  # the rule's own refusal: argparse's usage error
+        main(["turns", store, ""])
+    assert exc.value.code == 2
+    assert "a thread id must be a non-empty string" in capsys.readouterr().err

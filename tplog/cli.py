@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 import msgspec
 
+from tplog.backends.dsn import redact
 from tplog.errors import InvalidInputError, TplogError, WrongExpectedVersionError
 
 if TYPE_CHECKING:
@@ -89,6 +90,24 @@ def _input_named(path: str) -> Iterator[None]:
         raise
 
 
+#: The names given for thread ids (the one id rule's UUIDv5 → the name): errors say both.
+_named: dict[str, str] = {}
+
+
+def _thread_id(given: str) -> str:
+    """A thread id as every entry point takes one (``tplog.thread_id_for``): a UUID stays itself,
+    any other id (an AI SDK chat id, a name) names its stable UUIDv5."""
+    from tplog.protocol.validate import thread_id_for
+
+    try:
+        tid = thread_id_for(given)
+    except InvalidInputError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from exc
+    if tid != given.lower():
+        _named[tid] = given
+    return tid
+
+
 def _is_url(target: str) -> bool:
     return target == "memory:" or ("://" in target and not target.startswith("lmdb://"))
 
@@ -96,7 +115,12 @@ def _is_url(target: str) -> bool:
 def _store(args: argparse.Namespace, *, readonly: bool = True, create: bool = False) -> Any:
     from tplog.store import Store
 
-    if _is_url(args.store):  # a server's store (postgresql://): opened as it is; it has no read-only mode
+    if _is_url(args.store):  # a server's store (postgresql://): it has no read-only mode
+        if not create and args.store.startswith(("postgresql://", "postgres://")):
+            # as on LMDB, only import creates a store: a mistyped database or schema is an error, not a new store
+            from tplog.backends.urls import open_backend
+
+            open_backend(args.store, create=False).close()
         return Store(args.store)
     path = args.store.removeprefix("lmdb://")
     if os.path.exists(path) and not os.path.isdir(path):
@@ -235,7 +259,7 @@ def cmd_import(args: argparse.Namespace) -> int:
                 res = s.append(first.thread_id, events, expected_version=NO_STREAM)
             except WrongExpectedVersionError as exc:  # the library's advice (expected_version=...) is for API users
                 raise InvalidInputError(
-                    f"thread {first.thread_id} is already in {args.store} (version {exc.actual}); import never "
+                    f"thread {first.thread_id} is already in {redact(args.store)} (version {exc.actual}); import never "
                     "changes a stored thread (and a deleted thread's id stays taken): import into another store, "
                     "or give the document another thread_id"
                 ) from exc
@@ -450,7 +474,7 @@ def cmd_copy(args: argparse.Namespace) -> int:
     with open_store(args.src, source=True) as src, open_store(args.dest) as dest, progress() as update:
         rep = copy_store(src, dest, chunk=args.chunk or 256, verify=not args.no_verify,
                          check_rules=args.check_rules, progress=update)
-    _emit({"source": args.src, "dest": args.dest, "threads": rep.threads, "tombstones": rep.tombstones,
+    _emit({"source": redact(args.src), "dest": redact(args.dest), "threads": rep.threads, "tombstones": rep.tombstones,
            "events": rep.events, "skipped": rep.skipped, "seconds": round(rep.seconds, 3), "verified": rep.verified,
            "mismatches": [{"thread_id": m.thread_id, "source": m.source, "dest": m.dest} for m in rep.mismatches]})
     return 0 if rep.ok else 1
@@ -458,7 +482,7 @@ def cmd_copy(args: argparse.Namespace) -> int:
 
 def cmd_migrate(args: argparse.Namespace) -> int:
     if not args.url.startswith(("postgresql://", "postgres://")):
-        raise InvalidInputError(f"tplog migrate takes a PostgreSQL URL (postgresql://…), not {args.url!r}")
+        raise InvalidInputError(f"tplog migrate takes a PostgreSQL URL (postgresql://…), not {redact(args.url)!r}")
     try:
         from tplog.backends.postgres.migrate import migrate
     except ImportError as exc:
@@ -512,7 +536,8 @@ def build_parser() -> argparse.ArgumentParser:
         if store:
             sp.add_argument("store", metavar="STORE", help="the store's directory")
         if thread:
-            sp.add_argument("thread", metavar="THREAD_ID", help="the thread's id")
+            sp.add_argument("thread", metavar="THREAD_ID", type=_thread_id,
+                            help="the thread's id (a UUID, or any other id: its tplog.thread_id_for UUID)")
         if name not in ("export", "serve"):  # export prints the document itself; serve prints nothing
             sp.add_argument("--json", action="store_true",
                             help="print JSON even on a terminal (it is the output whenever stdout is not one)")
@@ -574,7 +599,8 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("--max-depth", type=int, default=None, help="how deep to go (default: all the way)")
     sp = add("tail", cmd_tail, "Follow new events as they are appended (the whole store, or one thread) until "
              "Ctrl-C: JSON lines, or one line per event on a terminal.")
-    sp.add_argument("thread", metavar="THREAD_ID", nargs="?", default=None, help="only this thread's events")
+    sp.add_argument("thread", metavar="THREAD_ID", nargs="?", default=None, type=_thread_id,
+                    help="only this thread's events")
     sp.add_argument("--after", type=int, default=None,
                     help="start after this log position (with THREAD_ID: this seq); default: the current end, "
                          "so only new events; 0 replays everything first")
@@ -593,7 +619,9 @@ def build_parser() -> argparse.ArgumentParser:
     sp = add("fork", cmd_fork, "Fork a thread at a turn boundary: a new thread with its history up to --at and "
              "a spawned_from link carrying the branch point.", thread=True)
     sp.add_argument("--at", type=int, required=True, help="the last seq the fork keeps (a turn boundary)")
-    sp.add_argument("--new-id", default=None, help="the fork's thread id (default: a new UUID)")
+    sp.add_argument("--new-id", default=None, type=_thread_id,
+                    help="the fork's thread id (a UUID, or any other id: its tplog.thread_id_for UUID; default: a new "
+                         "UUID)")
     sp.add_argument("--reason", default=None, help="recorded in the spawned_from link's metadata")
     sp = add("prune", cmd_prune, "Remove the threads a retention policy retires (each leaves a tombstone saying "
              "why and when; the report is kept: tplog prune-reports).")
@@ -669,6 +697,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     global _human
+    _named.clear()
     try:
         args = build_parser().parse_args(argv)
         from tplog.console import is_terminal
@@ -678,7 +707,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         sys.stdout.flush()  # a closed pipe shows here, not in the interpreter's last flush
         return code
     except TplogError as exc:
-        sys.stderr.write(f"error: {exc}\n")
+        msg = str(exc)
+        for tid, name in _named.items():  # the id the user typed, beside the UUID it names
+            msg = msg.replace(tid, f"{tid} ({name})")
+        sys.stderr.write(f"error: {msg}\n")
         return 2
     except KeyboardInterrupt:  # Ctrl-C: the shell's convention (128 + SIGINT), no traceback
         sys.stderr.write("tplog: interrupted\n")

@@ -39,6 +39,7 @@ from tplog.backends.contract import (
     outgoing,
     thread_key,
 )
+from tplog.backends.dest import backup_dir
 from tplog.backends.lmdb import LmdbOptions
 from tplog.backends.urls import MEMORY, open_backend
 from tplog.codec import Codec, Encoded, Header
@@ -666,8 +667,9 @@ class Store:
     # ------------------------------------------------------------------ maintenance
 
     def backup(self, dest: str, *, compact: bool = True) -> None:
-        """A consistent copy of the live store into the empty directory ``dest``."""
+        """A consistent copy of the live store into the empty directory ``dest`` (made if missing)."""
         self._check_open()
+        backup_dir(dest)
         self.backend.backup(dest, compact=compact)
 
     def sync(self) -> None:

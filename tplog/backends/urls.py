@@ -19,7 +19,9 @@ def open_backend(target: str | os.PathLike[str], **options: Any) -> Recorder:
     """The backend a store path or URL names: ``"memory:"`` → the reference backend
     (``"memory:DIR"``: loaded from a memory store's backup in DIR), ``postgresql://…`` →
     PostgreSQL (``tplog[postgres]``), ``lmdb:///dir`` or a directory path → LMDB (options
-    pass through)."""
+    pass through). ``create=False`` (PostgreSQL): a missing schema is a ``SchemaError``, not created
+    (reading never creates a store; an LMDB store opened read-only must exist too)."""
+    create = options.pop("create", True)
     if isinstance(target, str) and target.startswith(MEMORY):
         from tplog.backends.memory import MemoryRecorder
 
@@ -37,7 +39,7 @@ def open_backend(target: str | os.PathLike[str], **options: Any) -> Recorder:
         except ImportError as exc:
             raise InvalidInputError(f"{target.split('://')[0]}:// stores need psycopg: pip install 'tplog[postgres]'"
                                     f" ({exc})") from exc
-        return PostgresRecorder(target, limits=options.get("limits"))
+        return PostgresRecorder(target, limits=options.get("limits"), create=create)
     path = os.fspath(target)
     if isinstance(path, str) and path.startswith("lmdb://"):
         path = path[len("lmdb://"):]

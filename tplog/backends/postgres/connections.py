@@ -20,6 +20,7 @@ import psycopg.errors
 import psycopg_pool
 
 from tplog.backends.contract import Append, ThreadHead, thread_key
+from tplog.backends.dsn import redact, scrub
 from tplog.backends.memory import VERSIONS
 from tplog.backends.postgres.errors import PostgresUnavailableError, SchemaError
 from tplog.backends.postgres.placement import Placement
@@ -62,23 +63,28 @@ def _scope(scope: str | None) -> str:
     return "" if scope is None else scope
 
 
-def _parse_url(url: str) -> tuple[str, dict[str, str]]:
-    """The libpq URL without tplog's own query parameters (``schema``, ``logs``, ``writers``), and those."""
-    parts = urllib.parse.urlsplit(url)
+#: tplog's integer query parameters and their ranges (``?logs=P&writers=N``).
+_URL_INTS: Final = {"logs": (1, 4096), "writers": (1, 16)}
+
+
+def _parse_url(url: str) -> tuple[str, dict[str, Any]]:
+    """The libpq URL without tplog's own query parameters (``schema``, ``logs``, ``writers``), and
+    those (``logs`` and ``writers`` as ints: a bad one is refused here, naming the parameter)."""
+    try:
+        parts = urllib.parse.urlsplit(url)
+    except ValueError as exc:  # an unclosed '[' of an IPv6 host, ...
+        raise InvalidInputError(f"bad PostgreSQL URL {redact(url)!r}: {exc}") from exc
     if parts.scheme not in ("postgresql", "postgres"):
-        raise InvalidInputError(f"not a PostgreSQL URL (postgresql://…): {_redact(url)!r}")
+        raise InvalidInputError(f"not a PostgreSQL URL (postgresql://…): {redact(url)!r}")
     query = urllib.parse.parse_qsl(parts.query, keep_blank_values=True)
-    ours = {k: v for k, v in query if k in ("schema", "logs", "writers")}
+    ours: dict[str, Any] = {k: v for k, v in query if k in ("schema", "logs", "writers")}
+    for key, (lo, hi) in _URL_INTS.items():
+        if key in ours:
+            if not ours[key].isascii() or not ours[key].isdigit():
+                raise InvalidInputError(f"{key} must be an int in {lo}..{hi}, not {ours[key]!r}")
+            ours[key] = int(ours[key])
     rest = urllib.parse.urlencode([(k, v) for k, v in query if k not in ours])
     return urllib.parse.urlunsplit(parts._replace(query=rest)), ours
-
-
-def _redact(url: str) -> str:
-    parts = urllib.parse.urlsplit(url)
-    if parts.password is None:
-        return url
-    netloc = parts.netloc.replace(":" + parts.password + "@", ":***@")
-    return urllib.parse.urlunsplit(parts._replace(netloc=netloc))
 
 
 def _retried(fn: Callable[P, R]) -> Callable[P, R]:
@@ -158,8 +164,10 @@ class PgConnections:
     def _connect(self) -> psycopg.Connection[Any]:
         try:
             return psycopg.connect(self._conninfo, **self._kwargs)
+        except psycopg.ProgrammingError as exc:  # a parameter libpq or psycopg refuses (connect_timeout=abc)
+            raise InvalidInputError(f"bad PostgreSQL URL {self.url!r}: {scrub(str(exc), self._conninfo)}") from exc
         except psycopg.OperationalError as exc:
-            msg = str(exc).strip()
+            msg = scrub(str(exc).strip(), self._conninfo)
             auth = "password authentication failed" in msg or "no password supplied" in msg
             raise PostgresUnavailableError(f"cannot connect to PostgreSQL at {self.url}: {msg}",
                                            retryable=not auth) from exc
@@ -171,8 +179,8 @@ class PgConnections:
         self.schema_created, self.schema_found = False, SCHEMA_VERSION
         if not (exists and exists[0]):
             if not create:
-                raise SchemaError(f"PostgreSQL database at {self.url} has no tplog schema {self.schema!r}; open it "
-                                  f"with create=True (or `tplog migrate {self.url}`) to create it")
+                raise SchemaError(f"PostgreSQL database at {self.url} has no tplog schema {self.schema!r}; create it "
+                                  f"with `tplog migrate {self.url}` (or open it with create=True)")
             # One creator at a time (two processes opening a new store at once). A session lock taken
             # before the transaction: its snapshot then sees the other creator's tables (catalog
             # lookups inside a transaction that waited on an advisory lock may not).
@@ -186,6 +194,9 @@ class PgConnections:
                         self.schema_created = True
                         conn.execute("INSERT INTO tracking VALUES ('links', 'live', %s), ('state', 'live', %s)",
                                      (VERSIONS["links"], VERSIONS["state"]))
+            except psycopg.errors.InsufficientPrivilege as exc:  # the role may not CREATE in this database
+                raise SchemaError(f"cannot create tplog schema {self.schema!r} at {self.url}: "
+                                  f"{scrub(str(exc).strip(), self._conninfo)}") from exc
             finally:
                 conn.execute("SELECT pg_advisory_unlock(hashtextextended(%s, 0))", (f"tplog-ddl:{self.schema}",))
         meta = dict(conn.execute("SELECT key, value FROM meta").fetchall())

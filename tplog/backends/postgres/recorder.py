@@ -55,6 +55,7 @@ from tplog.backends.contract import (
     check_fork_parent,
     thread_key,
 )
+from tplog.backends.dsn import redact, scrub
 from tplog.backends.memory import VERSIONS
 from tplog.backends.postgres.connections import (
     _RETRY,
@@ -65,7 +66,6 @@ from tplog.backends.postgres.connections import (
     _head_enc,
     _Job,
     _parse_url,
-    _redact,
     _state_dec,
     event_key,
 )
@@ -112,16 +112,13 @@ class PostgresRecorder(PgMaintenance):
                  clock: Callable[[], int] = time.time_ns, codec: Codec | None = None,
                  limits: Limits | None = None) -> None:
         conninfo, ours = _parse_url(url)
-        self.url = _redact(url)
+        self.url = redact(url)
         self.schema = check_schema_name(schema or ours.get("schema", "tplog"))
-        want_logs = logs if logs is not None else int(ours.get("logs", "1"))
+        want_logs = logs if logs is not None else ours.get("logs", 1)
         if isinstance(want_logs, bool) or not isinstance(want_logs, int) or not 1 <= want_logs <= 4096:
             raise InvalidInputError(f"logs must be an int in 1..4096, not {want_logs!r}")
         if writers is None:
-            try:
-                writers = int(ours.get("writers", WRITERS))
-            except ValueError:
-                raise InvalidInputError(f"writers must be an int in 1..16, not {ours['writers']!r}") from None
+            writers = ours.get("writers", WRITERS)
         if isinstance(writers, bool) or not isinstance(writers, int) or not 1 <= writers <= 16:
             raise InvalidInputError(f"writers must be an int in 1..16, not {writers!r}")
         self._clock = clock
@@ -138,7 +135,7 @@ class PostgresRecorder(PgMaintenance):
             self._conninfo = psycopg.conninfo.make_conninfo(
                 conninfo, **({} if "connect_timeout" in given else {"connect_timeout": 10}))
         except psycopg.ProgrammingError as exc:
-            raise InvalidInputError(f"bad PostgreSQL URL {self.url!r}: {exc}") from exc
+            raise InvalidInputError(f"bad PostgreSQL URL {self.url!r}: {scrub(str(exc), url)}") from exc
         with self._connect() as conn:
             self.logs = self._open_schema(conn, want_logs if logs is not None or "logs" in ours else None,
                                           create=create, migrate=migrate)
