@@ -26,6 +26,7 @@ import msgspec
 import pytest
 from test_cli import DOC, SPAWNED, TID, m_link, m_started
 
+from tplog import thread_id_for
 from tplog.cli import main
 from tplog.console import KeyValues, Table, Tree, plain_text, progress
 from tplog.protocol import model as m
@@ -257,7 +258,7 @@ def test_tree(store: str, capsys: pytest.CaptureFixture[str]) -> None:
     assert out.splitlines()[0].startswith(f"{TID}  active, 2/2 turns, updated ")
     assert f"└── {SPAWNED}  active, 0/0 turns" in out and "(already shown above)" in out
     assert main(["tree", store, "nope"]) == 2
-    assert "nope does not exist" in capsys.readouterr().err
+    assert f"{thread_id_for('nope')} (nope) does not exist" in capsys.readouterr().err
 
 
 # --------------------------------------------------------------------------- tail
