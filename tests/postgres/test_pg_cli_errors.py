@@ -148,3 +148,5 @@ def test_redact_and_scrub_mask_every_secret() -> None:
     assert scrub('bad token: "p%zz" then a b', "postgresql://u:p%zz@h/db?password=a%20b") == (
         'bad token: "***" then ***')
     assert scrub("nothing secret", "./store") == "nothing secret"
+    assert scrub("an empty password hides nothing", "postgresql://u:@h/db") == "an empty password hides nothing"
+    assert redact("postgresql://u:@h/db") == "postgresql://u:***@h/db"
