@@ -95,14 +95,14 @@ def test_turns_show_thinking_files_retries_tokens_and_the_turn_in_progress(
     out = on_terminal(monkeypatch, "turns", store, RICH)
     assert out.startswith(f"thread {RICH}: 2 turns\n")
     # completed on another day than it started: the end shows its date too
-    assert f"#2 agent {AGENT[:8]}… [complete] 2025-01-20T10:00:01Z → 2025-01-21T09:00:00Z" in out
+    assert "#2 agent bot [complete] 2025-01-20T10:00:01Z → 2025-01-21T09:00:00Z" in out  # its registered name
     assert "2025-01-20T10:00:02Z response (15 tokens)" in out
     assert "thinking (16 chars, folded)" in out and "hmm let me think" not in out
     assert "file: image/png cat.png" in out  # the media type and name are in the part's content
     assert "aGk=" not in out  # not the bytes
     assert 'retry-prompt: {"content":"try again"}' in out
     tail = out[out.index("in progress:"):]
-    assert tail.startswith(f"in progress: agent {AGENT[:8]}… since 2025-01-21T11:00:00Z")
+    assert tail.startswith("in progress: agent bot since 2025-01-21T11:00:00Z")
     assert re.search(r"2025-01-21T11:00:01Z response\n\s+└── tool call rm\(\{\"path\":\"/\"\}\) \[k1\]", tail), tail
 
 
@@ -155,7 +155,7 @@ def test_tree_shows_a_spawned_child_that_is_not_in_the_store_by_its_id_alone(
         store: str, monkeypatch: pytest.MonkeyPatch) -> None:
     out = on_terminal(monkeypatch, "tree", store, TID)
     root, child = out.splitlines()
-    assert root.startswith(f"{TID}  active, 2/2 turns, updated ")
+    assert root.startswith(f"{TID}  Weather  idle, 2/2 turns, updated ")
     assert child == "└── 3c2d3e4f-5a6b-4c7d-8e9f-0a1b2c3d4e5f"  # spawned, never recorded here: no head
 
 
