@@ -107,6 +107,9 @@ def test_status_filter_pages_exactly(store: str, capsys: pytest.CaptureFixture[s
             break
         after = ["--after", page["cursor"]]
     assert sorted(seen) == sorted([IDLE, WAITING, RUNNING])
+    # the newest is the tombstone: the first page read holds no live thread, so the next one is read too
+    page = ok_json(capsys, "threads", store, "--include-deleted", "--status", "active", "--limit", "1")
+    assert [t["thread_id"] for t in page["threads"]] == [RUNNING] and page["cursor"]
 
 
 def test_an_activity_given_to_status_says_where_it_belongs(store: str) -> None:
@@ -139,9 +142,10 @@ def test_two_agents_of_one_name_are_told_apart() -> None:
     other = "8d9f3c2e-0000-4000-8000-000000000002"
     turn = {"turn_type": "agent", "agent_id": AGENT, "started_at": T, "completion_status": "complete",
             "messages": []}
-    [tree] = render("turns", {"thread_id": TID, "turns": [turn], "in_progress": None,
-                              "agents": {AGENT: "bot", other: "bot"}})
+    [tree] = render("turns", {"thread_id": TID, "turns": [turn, {**turn, "agent_id": "unregistered"}],
+                              "in_progress": None, "agents": {AGENT: "bot", other: "bot"}})
     assert tree.children[0].label.startswith("#1 agent bot (7d9f3c2e…) [complete]")  # type: ignore[union-attr]
+    assert tree.children[1].label.startswith("#2 agent unregistered [complete]")  # type: ignore[union-attr]
 
 
 # --------------------------------------------------------------------------- import

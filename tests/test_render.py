@@ -211,3 +211,39 @@ def test_stat_of_a_store_without_table_counts_and_sizes_for_people() -> None:
                                                                              "3072.0 TB"]
     assert iso_ns(None) == iso_ns(0) == "-"
     assert iso_ns(1_700_000_000_123_456_789, millis=True) == "2023-11-14T22:13:20.123Z"
+
+
+def test_prune_import_and_listing_views() -> None:
+    """Every part of a prune report, an import with its event ids, and the next-page cursors."""
+    report = {"at_ns": 1_700_000_000_000_000_000, "dry_run": False, "scope": "t1",
+              "policy": {"max_age_ns": 90 * 86400 * 10**9, "max_threads": None, "keep_if_linked": False},
+              "removed": [{"thread_id": "a", "why": "not updated", "updated_ns": 1_600_000_000_000_000_000}],
+              "kept": [{"thread_id": "b", "why": "linked"}], "failed": [{"thread_id": "c", "why": "gone"}],
+              "dangling": [["d", "a"]], "report_thread_id": "r"}
+    out = plain_text(render("prune", report))
+    assert re.search(r"^at\s+2023-11-14T22:13:20Z$", out, re.M) and re.search(r"^scope\s+t1$", out, re.M), out
+    assert re.search(r"^policy\s+max age 90 days, 0:00:00, linked ones too$", out, re.M), out
+    assert re.search(r"^a\s+2020-09-13T12:26:40Z\s+not updated$", out, re.M), out
+    assert "kept\nthread  why\nb       linked" in out and "failed\nthread  why\nc       gone" in out
+    assert re.search(r"^d\s+a$", out, re.M) and "left dangling" in out
+    out = plain_text(render("prune-reports", {"reports": [report], "cursor": "CUR"}))
+    assert re.search(r"^2023-11-14T22:13:20Z\s+t1\s+max age .*\s1\s+1\s+no\s+r$", out, re.M), out
+    assert re.search(r"^next page\s+--after CUR$", out, re.M)
+    assert plain_text(render("prune-reports", {"reports": [], "cursor": None})) == "no prune reports\n"
+    imported = {"thread_id": "t", "title": "T", "events": 2, "messages": 0, "user_turns": 0, "agent_turns": 0,
+                "first_seq": 1, "last_seq": 2, "first_position": 5, "last_position": 6, "duplicate": False,
+                "event_ids": ["e1", "e2"]}
+    out = plain_text(render("import", imported))
+    assert re.search(r"^log positions\s+5\.\.6$", out, re.M) and re.search(r"^ *2\s+e2$", out, re.M), out
+    head = {"thread_id": "t", "status": "active", "activity": "idle", "title": None, "updated_ns": 0,
+            "user_turns": 0, "agent_turns": 0, "messages": 0, "version": 1}
+    out = plain_text(render("threads", {"threads": [head], "cursor": "C"}))
+    assert re.search(r"^t\s+idle\s+-\s+-\s+0/0\s+0\s+1$", out, re.M) and "--after C" in out, out
+
+
+def test_event_lines_name_a_registered_agent() -> None:
+    from tplog.render import event_line
+
+    row = {"seq": 2, "type": "agent_registered", "recorded_at": 0,
+           "event": {"agent": {"agent_id": "a1", "agent_name": "Weather bot"}}}
+    assert event_line(row) == "- #2 agent_registered  agent Weather bot (a1)"

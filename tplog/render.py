@@ -371,6 +371,8 @@ def event_line(row: dict[str, Any], *, thread: bool = True) -> str:
             what = f"system {msg.get('event_type')}: {_short(msg.get('event_data'), 60)}"
     elif isinstance(ev.get("turn"), dict) and ev["turn"].get("parts"):  # a user turn
         what = "; ".join(_part_label(p) for p in ev["turn"]["parts"])
+    elif isinstance(ev.get("agent"), dict):  # AgentRegistered: the name it goes by from now on
+        what = f"agent {ev['agent'].get('agent_name')} ({ev['agent'].get('agent_id')})"
     elif ev.get("agent_id"):
         what = f"agent {ev['agent_id']}"
     elif "link" in ev and isinstance(ev["link"], dict):
