@@ -101,7 +101,11 @@ def _cleaned(b: Block) -> Block:
                      empty=clean(b.empty), wrap=frozenset(clean(c) for c in b.wrap))
     if isinstance(b, KeyValues):
         return KeyValues(None if b.title is None else clean(b.title), [(clean(k), clean(v)) for k, v in b.items])
-    return Tree(clean(b.label), [t for c in b.children if isinstance(t := _cleaned(c), Tree)])
+    return _cleaned_tree(b)
+
+
+def _cleaned_tree(t: Tree) -> Tree:
+    return Tree(clean(t.label), [_cleaned_tree(c) for c in t.children])
 
 
 def print_blocks(blocks: Sequence[Block], stream: IO[str] | None = None) -> None:
