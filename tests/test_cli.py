@@ -205,7 +205,8 @@ def test_import_twice_is_an_error(capsys: pytest.CaptureFixture[str], loaded: st
     """The advice is for CLI users, not the API's ``expected_version``."""
     line = fails(capsys, "import", loaded, str(doc_file),
                  match=rf"thread {TID} is already in {re.escape(loaded)} \(version \d+\); import never changes a "
-                       r"stored thread .*: import into another store, or give the document another thread_id$")
+                       r"stored thread, so importing one twice is refused .*; give --thread-id another id, or import "
+                       r"into another store$")
     assert "expected_version" not in line
 
 

@@ -114,7 +114,7 @@ def test_read_names_the_argument_that_is_wrong(capsys: pytest.CaptureFixture[str
     store = str(tmp_path / "s")
     with Store(store) as s:
         s.append(TID, [ThreadStarted(thread_id=TID, created_at="2025-01-20T10:00:00Z")])
-    line = fails(capsys, "read", store, TID, "--limit", "-1", match="limit must be ≥ 0, not -1")
+    line = fails(capsys, "read", store, TID, "--limit", "-1", match="--limit must be 0 or more, not -1")
     assert "after" not in line
     line = fails(capsys, "read", store, TID, "--after", "-2", match="after must be ≥ 0, not -2")
     assert "limit" not in line

@@ -52,6 +52,13 @@ def store(tmp_path: Path) -> str:
 
 def on_terminal(*argv: str, pre: str = "", columns: int = 100) -> str:
     """Run ``tplog ARGV`` with stdout and stderr on a pseudo-terminal; what the terminal shows (no ANSI codes)."""
+    text = ANSI.sub("", terminal_bytes(*argv, pre=pre, columns=columns).decode()).replace("\r\n", "\n")
+    # as the terminal shows it: a carriage return redraws the line (a progress bar), trailing blanks vanish
+    return "".join(ln.rpartition("\r")[2].rstrip() + "\n" for ln in text.splitlines())
+
+
+def terminal_bytes(*argv: str, pre: str = "", columns: int = 100) -> bytes:
+    """The bytes ``tplog ARGV`` writes to a pseudo-terminal (stdout and stderr), escape codes and all."""
     master, slave = pty.openpty()
     code = f"import sys; {pre}\nfrom tplog.cli import main\nraise SystemExit(main(sys.argv[1:]))"
     env = {**os.environ, "COLUMNS": str(columns), "TERM": "xterm"}
@@ -74,9 +81,7 @@ def on_terminal(*argv: str, pre: str = "", columns: int = 100) -> str:
             break
     os.close(master)
     assert p.wait(timeout=60) == 0, buf.decode(errors="replace")
-    text = ANSI.sub("", buf.decode()).replace("\r\n", "\n")
-    # as the terminal shows it: a carriage return redraws the line (a progress bar), trailing blanks vanish
-    return "".join(ln.rpartition("\r")[2].rstrip() + "\n" for ln in text.splitlines())
+    return buf
 
 
 def piped(*argv: str) -> bytes:
@@ -104,7 +109,8 @@ def test_piped_and_json_output_is_the_json_of_before(store: str) -> None:
         pend = s.pending(TID)
         expected = {
             ("threads",): {"threads": heads, "cursor": page.cursor},
-            ("turns", TID): {"thread_id": TID, "turns": to_builtins(res.thread.turns), "in_progress": None},
+            ("turns", TID): {"thread_id": TID, "turns": to_builtins(res.thread.turns), "in_progress": None,
+                             "title": "Weather", "agents": {a: c.agent_name for a, c in res.thread.agents.items()}},
             ("pending", TID): {"pending": [msgspec.to_builtins(p) for p in pend.pending],
                                "abandoned": [msgspec.to_builtins(p) for p in pend.abandoned]},
             ("children", TID): [SPAWNED],
@@ -129,22 +135,20 @@ def test_threads_on_a_terminal(store: str) -> None:
     assert "{" not in out and '"thread_id"' not in out
     lines = out.splitlines()
     header = next(ln for ln in lines if ln.startswith("thread"))
-    for col in ("status", "updated", "turns", "msgs", "links", "events", "size"):
-        assert col in header
+    assert header.split() == ["thread", "activity", "title", "updated", "turns", "msgs", "events"]
     assert max(len(ln) for ln in lines) <= 100
     with Store(store, readonly=True) as s:
         head = s.head(TID)
     row = next(ln for ln in lines if ln.startswith(TID))
-    iso = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(head.updated_ns // 10**9))
+    iso = time.strftime("%Y-%m-%dT%H:%MZ", time.gmtime(head.updated_ns // 10**9))
     assert iso in row  # ISO time, not nanoseconds
     assert str(head.updated_ns) not in out
-    assert re.search(r"\d+\.\d (KB|MB)|\d+ B", row)  # a size for people
-    assert re.search(rf"{re.escape(TID)}\s+active\s+\S+\s+2/2\s+{head.messages}\s+2\s+{head.version}\s", row), row
+    assert re.search(rf"{re.escape(TID)}\s+idle\s+Weather\s+\S+\s+2/2\s+{head.messages}\s+{head.version}$", row), row
 
 
 def test_turns_on_a_terminal_is_a_conversation_tree(store: str) -> None:
     out = on_terminal("turns", store, TID)
-    assert out.startswith(f"thread {TID}: 4 turns")
+    assert out.startswith(f"thread {TID} (Weather): 4 turns")
     assert "#1 user 2025-01-20T10:00:00Z" in out
     assert "prompt: Weather in Paris and Berlin?" in out
     assert 'tool call get_weather({"city":"Paris"}) [c1]' in out
@@ -218,7 +222,7 @@ def test_without_rich_a_terminal_gets_plain_text(store: str) -> None:
     out = on_terminal("threads", store, pre="sys.modules['rich'] = None")
     assert "{" not in out
     header = out.splitlines()[0]
-    assert header.split() == ["thread", "status", "updated", "turns", "msgs", "links", "events", "size"]
+    assert header.split() == ["thread", "activity", "title", "updated", "turns", "msgs", "events"]
     assert any(ln.startswith(TID) for ln in out.splitlines())
     out = on_terminal("tree", store, TID, pre="sys.modules['rich'] = None")
     assert f"└── {SPAWNED}" in out and f"    └── {GRANDCHILD}" in out
@@ -255,8 +259,8 @@ def test_tree(store: str, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["tree", store, TID, "--max-depth", "1"]) == 0
     assert json.loads(capsys.readouterr().out)["children"][0]["children"] == []
     out = on_terminal("tree", store, TID)
-    assert out.splitlines()[0].startswith(f"{TID}  active, 2/2 turns, updated ")
-    assert f"└── {SPAWNED}  active, 0/0 turns" in out and "(already shown above)" in out
+    assert out.splitlines()[0].startswith(f"{TID}  Weather  idle, 2/2 turns, updated ")
+    assert f"└── {SPAWNED}  idle, 0/0 turns" in out and "(already shown above)" in out
     assert main(["tree", store, "nope"]) == 2
     assert f"{thread_id_for('nope')} (nope) does not exist" in capsys.readouterr().err
 

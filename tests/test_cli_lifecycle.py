@@ -34,8 +34,8 @@ def test_threads_filters_and_fork(capsys: pytest.CaptureFixture[str], tmp_path: 
         s.append(a, [started(a, title="Alpha plan", metadata={"team": "red", "n": 3}), register(), *exchange()])
         s.append(b, [started(b, title="Beta"), register("b1"), user(), agent_start("b1")])
     ids = lambda page: [h["thread_id"] for h in page["threads"]]  # noqa: E731
-    assert ids(ok_json(capsys, "threads", store, "--status", "active")) == [b]
-    assert ids(ok_json(capsys, "threads", store, "--status", "active", "--status", "idle")) == [b, a]
+    assert ids(ok_json(capsys, "threads", store, "--activity", "running")) == [b]
+    assert ids(ok_json(capsys, "threads", store, "--activity", "running", "--activity", "idle")) == [b, a]
     assert ids(ok_json(capsys, "threads", store, "--agent", "a1")) == [a]
     assert ids(ok_json(capsys, "threads", store, "--title", "ALPHA")) == [a]
     assert ids(ok_json(capsys, "threads", store, "--meta", "team=red", "--meta", "n=3")) == [a]

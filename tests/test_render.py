@@ -95,14 +95,14 @@ def test_turns_show_thinking_files_retries_tokens_and_the_turn_in_progress(
     out = on_terminal(monkeypatch, "turns", store, RICH)
     assert out.startswith(f"thread {RICH}: 2 turns\n")
     # completed on another day than it started: the end shows its date too
-    assert f"#2 agent {AGENT[:8]}… [complete] 2025-01-20T10:00:01Z → 2025-01-21T09:00:00Z" in out
+    assert "#2 agent bot [complete] 2025-01-20T10:00:01Z → 2025-01-21T09:00:00Z" in out  # its registered name
     assert "2025-01-20T10:00:02Z response (15 tokens)" in out
     assert "thinking (16 chars, folded)" in out and "hmm let me think" not in out
     assert "file: image/png cat.png" in out  # the media type and name are in the part's content
     assert "aGk=" not in out  # not the bytes
     assert 'retry-prompt: {"content":"try again"}' in out
     tail = out[out.index("in progress:"):]
-    assert tail.startswith(f"in progress: agent {AGENT[:8]}… since 2025-01-21T11:00:00Z")
+    assert tail.startswith("in progress: agent bot since 2025-01-21T11:00:00Z")
     assert re.search(r"2025-01-21T11:00:01Z response\n\s+└── tool call rm\(\{\"path\":\"/\"\}\) \[k1\]", tail), tail
 
 
@@ -155,7 +155,7 @@ def test_tree_shows_a_spawned_child_that_is_not_in_the_store_by_its_id_alone(
         store: str, monkeypatch: pytest.MonkeyPatch) -> None:
     out = on_terminal(monkeypatch, "tree", store, TID)
     root, child = out.splitlines()
-    assert root.startswith(f"{TID}  active, 2/2 turns, updated ")
+    assert root.startswith(f"{TID}  Weather  idle, 2/2 turns, updated ")
     assert child == "└── 3c2d3e4f-5a6b-4c7d-8e9f-0a1b2c3d4e5f"  # spawned, never recorded here: no head
 
 
@@ -211,3 +211,39 @@ def test_stat_of_a_store_without_table_counts_and_sizes_for_people() -> None:
                                                                              "3072.0 TB"]
     assert iso_ns(None) == iso_ns(0) == "-"
     assert iso_ns(1_700_000_000_123_456_789, millis=True) == "2023-11-14T22:13:20.123Z"
+
+
+def test_prune_import_and_listing_views() -> None:
+    """Every part of a prune report, an import with its event ids, and the next-page cursors."""
+    report = {"at_ns": 1_700_000_000_000_000_000, "dry_run": False, "scope": "t1",
+              "policy": {"max_age_ns": 90 * 86400 * 10**9, "max_threads": None, "keep_if_linked": False},
+              "removed": [{"thread_id": "a", "why": "not updated", "updated_ns": 1_600_000_000_000_000_000}],
+              "kept": [{"thread_id": "b", "why": "linked"}], "failed": [{"thread_id": "c", "why": "gone"}],
+              "dangling": [["d", "a"]], "report_thread_id": "r"}
+    out = plain_text(render("prune", report))
+    assert re.search(r"^at\s+2023-11-14T22:13:20Z$", out, re.M) and re.search(r"^scope\s+t1$", out, re.M), out
+    assert re.search(r"^policy\s+max age 90 days, 0:00:00, linked ones too$", out, re.M), out
+    assert re.search(r"^a\s+2020-09-13T12:26:40Z\s+not updated$", out, re.M), out
+    assert "kept\nthread  why\nb       linked" in out and "failed\nthread  why\nc       gone" in out
+    assert re.search(r"^d\s+a$", out, re.M) and "left dangling" in out
+    out = plain_text(render("prune-reports", {"reports": [report], "cursor": "CUR"}))
+    assert re.search(r"^2023-11-14T22:13:20Z\s+t1\s+max age .*\s1\s+1\s+no\s+r$", out, re.M), out
+    assert re.search(r"^next page\s+--after CUR$", out, re.M)
+    assert plain_text(render("prune-reports", {"reports": [], "cursor": None})) == "no prune reports\n"
+    imported = {"thread_id": "t", "title": "T", "events": 2, "messages": 0, "user_turns": 0, "agent_turns": 0,
+                "first_seq": 1, "last_seq": 2, "first_position": 5, "last_position": 6, "duplicate": False,
+                "event_ids": ["e1", "e2"]}
+    out = plain_text(render("import", imported))
+    assert re.search(r"^log positions\s+5\.\.6$", out, re.M) and re.search(r"^ *2\s+e2$", out, re.M), out
+    head = {"thread_id": "t", "status": "active", "activity": "idle", "title": None, "updated_ns": 0,
+            "user_turns": 0, "agent_turns": 0, "messages": 0, "version": 1}
+    out = plain_text(render("threads", {"threads": [head], "cursor": "C"}))
+    assert re.search(r"^t\s+idle\s+-\s+-\s+0/0\s+0\s+1$", out, re.M) and "--after C" in out, out
+
+
+def test_event_lines_name_a_registered_agent() -> None:
+    from tplog.render import event_line
+
+    row = {"seq": 2, "type": "agent_registered", "recorded_at": 0,
+           "event": {"agent": {"agent_id": "a1", "agent_name": "Weather bot"}}}
+    assert event_line(row) == "- #2 agent_registered  agent Weather bot (a1)"

@@ -181,6 +181,7 @@ def _import_events(args: argparse.Namespace) -> list[list[Event]]:
         from tplog.projections.fold import events_from_thread
         from tplog.protocol import model as m
         from tplog.protocol.json import from_json
+        from tplog.protocol.validate import thread_id_for
         from tplog.protocol.versions import upgrade
 
         if args.request is not None:
@@ -194,6 +195,8 @@ def _import_events(args: argparse.Namespace) -> list[list[Event]]:
             upgraded = upgrade(thread)
             if upgraded is not thread:  # ... but for a v0.0.3 document that breaks a v0.0.4-only rule once upgraded
                 validate(upgraded).raise_for_errors(f"thread {thread.thread_id}, upgraded to v0.0.4: ")
+            if args.thread_id is not None:
+                upgraded = msgspec.structs.replace(upgraded, thread_id=thread_id_for(args.thread_id))
             return [events_from_thread(upgraded)]
     try:
         from tplog.integrations.importers import load_events
@@ -204,7 +207,7 @@ def _import_events(args: argparse.Namespace) -> list[list[Event]]:
     request = _read_input(args.request) if args.request is not None else None
     named = args.file if args.request is None else f"{args.file} (with --request {args.request})"
     with _input_named(named), _format_hint(data, args.format):
-        return [list(events) for events in load_events(args.format, data, request=request)]
+        return [list(events) for events in load_events(args.format, data, request=request, thread_id=args.thread_id)]
 
 
 def _guess_format(data: bytes) -> str | None:
@@ -248,22 +251,39 @@ def cmd_import(args: argparse.Namespace) -> int:
     from tplog.events import ThreadStarted
     from tplog.store import NO_STREAM
 
-    threads = _import_events(args)
-    with _store(args, readonly=False, create=True) as s, progress() as update:
-        for i, events in enumerate(threads, 1):
-            update("import", i, len(threads))
-            first = events[0] if events else None
-            if not isinstance(first, ThreadStarted):  # pragma: no cover - both conversions start with it
-                raise InvalidInputError("the input converts to no thread (no ThreadStarted event)")
-            try:
-                res = s.append(first.thread_id, events, expected_version=NO_STREAM)
-            except WrongExpectedVersionError as exc:  # the library's advice (expected_version=...) is for API users
-                raise InvalidInputError(
-                    f"thread {first.thread_id} is already in {redact(args.store)} (version {exc.actual}); import never "
-                    "changes a stored thread (and a deleted thread's id stays taken): import into another store, "
-                    "or give the document another thread_id"
-                ) from exc
-            _emit(res)
+    summaries: list[dict[str, Any]] = []
+    with progress() as update:
+        update("import: read and check", 0, None)
+        threads = _import_events(args)
+        n = sum(len(events) for events in threads)
+        update("import: read and check", n, n)  # counted in events, as the write below is
+        with _store(args, readonly=False, create=True) as s:
+            for events in threads:
+                first = events[0] if events else None
+                if not isinstance(first, ThreadStarted):  # pragma: no cover - both conversions start with it
+                    raise InvalidInputError("the input converts to no thread (no ThreadStarted event)")
+                # one append: the thread is stored whole or not at all, so the bar goes from 0 to all events
+                update("import: write events", 0, len(events))
+                try:
+                    res = s.append(first.thread_id, events, expected_version=NO_STREAM)
+                except WrongExpectedVersionError as exc:  # the library's advice (expected_version=) is for API users
+                    raise InvalidInputError(
+                        f"thread {first.thread_id} is already in {redact(args.store)} (version {exc.actual}); "
+                        "import never changes a stored thread, so importing one twice is refused (and a deleted "
+                        "thread's id stays taken); give --thread-id another id, or import into another store"
+                    ) from exc
+                update("import: write events", len(events), len(events))
+                head = s.head(first.thread_id)
+                summary: dict[str, Any] = {
+                    "thread_id": res.thread_id, "title": head.title, "events": len(res.event_ids),
+                    "messages": head.messages, "user_turns": head.user_turns, "agent_turns": head.agent_turns,
+                    "first_seq": res.first_seq, "last_seq": res.last_seq, "first_position": res.first_position,
+                    "last_position": res.last_position, "duplicate": res.duplicate}
+                if args.event_ids:
+                    summary["event_ids"] = res.event_ids
+                summaries.append(summary)
+    for summary in summaries:  # after the bars are gone
+        _emit(summary)
     return 0
 
 
@@ -296,9 +316,10 @@ def cmd_read(args: argparse.Namespace) -> int:
 def _emit_line(row: dict[str, Any], *, thread: bool) -> None:
     """One event of a stream: a JSON line, or on a terminal one line of text."""
     if _human is not None:
+        from tplog.console import print_line
         from tplog.render import event_line
 
-        sys.stdout.write(event_line(row, thread=thread) + "\n")
+        print_line(event_line(row, thread=thread))
     else:
         sys.stdout.write(_out.encode(row).decode() + "\n")
     sys.stdout.flush()  # a follower (tplog tail | ...) sees each event as it comes
@@ -313,20 +334,52 @@ def cmd_tail(args: argparse.Namespace) -> int:
     return 0
 
 
+#: ``--activity`` values: what the threads table's activity column shows, as ``Store.threads(status=)`` names them
+_ACTIVITY = {"idle": ("idle",), "running": ("active",), "active": ("active",), "interrupted": ("interrupted",),
+             "waiting": ("waiting_approval", "waiting_tools"), "waiting_approval": ("waiting_approval",),
+             "waiting_tools": ("waiting_tools",)}
+
+
+def _thread_status(value: str) -> str:
+    """A ``--status`` value: the JSON's ``status`` (active or deleted); an activity says where it belongs."""
+    if value in ("active", "deleted"):
+        return value
+    hint = f"; {value} is what a thread is doing: --activity {value}" if value in _ACTIVITY else ""
+    raise argparse.ArgumentTypeError(f"a thread's status is active or deleted, as the JSON's \"status\" says{hint}")
+
+
 def cmd_threads(args: argparse.Namespace) -> int:
     from tplog.lifecycle import parse_meta, parse_time
 
+    activity = None if args.activity is None else list(dict.fromkeys(a for v in args.activity for a in _ACTIVITY[v]))
+    statuses = set(args.status or ["active"])
     with _store(args) as s:
         if args.scope is not None:
             s = s.scoped(args.scope)
-        _emit(s.threads(
-            limit=args.limit, after=args.after, include_deleted=args.include_deleted, status=args.status,
-            agent=args.agent, title=args.title, metadata=parse_meta("--meta", args.meta),
-            created_after=parse_time("--created-after", args.created_after),
-            created_before=parse_time("--created-before", args.created_before),
-            updated_after=parse_time("--updated-after", args.updated_after),
-            updated_before=parse_time("--updated-before", args.updated_before),
-            roots=args.roots, has_children=args.has_children))
+
+        def page(after: str | None, limit: int) -> Any:
+            return s.threads(
+                limit=limit, after=after, include_deleted=args.include_deleted or "deleted" in statuses,
+                status=activity, agent=args.agent, title=args.title, metadata=parse_meta("--meta", args.meta),
+                created_after=parse_time("--created-after", args.created_after),
+                created_before=parse_time("--created-before", args.created_before),
+                updated_after=parse_time("--updated-after", args.updated_after),
+                updated_before=parse_time("--updated-before", args.updated_before),
+                roots=args.roots, has_children=args.has_children)
+
+        if args.status is None or statuses == {"active", "deleted"}:
+            _emit(page(args.after, args.limit))
+            return 0
+        # one status only: whole pages are read and filtered until --limit threads, so the cursor stays exact
+        heads: list[Any] = []
+        cursor = args.after
+        while True:
+            p = page(cursor, max(args.limit - len(heads), 1))
+            heads += [h for h in p.threads if h.status in statuses]
+            cursor = p.cursor
+            if cursor is None or len(heads) >= args.limit:
+                break
+        _emit({"threads": heads, "cursor": cursor})
     return 0
 
 
@@ -337,8 +390,12 @@ def cmd_turns(args: argparse.Namespace) -> int:
         res = s.load(args.thread)
     if res.thread is None:
         raise InvalidInputError(f"thread {args.thread} has no document (deleted: {res.deleted})")
-    _emit({"thread_id": res.thread.thread_id, "turns": to_builtins(res.thread.turns),
-           "in_progress": to_builtins(res.in_progress) if res.in_progress is not None else None})
+    th = res.thread
+    _emit({"thread_id": th.thread_id, "turns": to_builtins(th.turns),
+           "in_progress": to_builtins(res.in_progress) if res.in_progress is not None else None,
+           # added after the fields above: what a person reads a thread by (its title, agents by name)
+           "title": th.title if isinstance(th.title, str) else None,
+           "agents": {a: c.agent_name for a, c in th.agents.items()}})
     return 0
 
 
@@ -523,6 +580,25 @@ def cmd_serve(args: argparse.Namespace) -> int:
 # --------------------------------------------------------------------------- parser
 
 
+def _count(least: int) -> type[argparse.Action]:
+    """An option taking an int of at least ``least``, said in CLI terms (the library's own message
+    names its Python parameter: ``limit must be None or an int ≥ 0``). Checked in the action, not
+    in a ``type=`` (argparse rewords a type's ValueError, and tplog's errors are ValueErrors), so it
+    prints as every other ``error: …`` line."""
+    class Count(argparse.Action):
+        def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, values: Any,
+                     option_string: str | None = None) -> None:
+            try:
+                n = int(values)
+            except ValueError:
+                raise InvalidInputError(f"{option_string} must be a whole number, not {values!r}") from None
+            if n < least:
+                raise InvalidInputError(f"{option_string} must be {least} or more, not {n}")
+            setattr(namespace, self.dest, n)
+
+    return Count
+
+
 def build_parser() -> argparse.ArgumentParser:
     from tplog import __version__
 
@@ -534,7 +610,7 @@ def build_parser() -> argparse.ArgumentParser:
             thread: bool = False) -> argparse.ArgumentParser:
         sp = sub.add_parser(name, help=help, description=help)
         if store:
-            sp.add_argument("store", metavar="STORE", help="the store's directory")
+            sp.add_argument("store", metavar="STORE", help="a store directory (or lmdb:///DIR) or a postgresql:// URL")
         if thread:
             sp.add_argument("thread", metavar="THREAD_ID", type=_thread_id,
                             help="the thread's id (a UUID, or any other id: its tplog.thread_id_for UUID)")
@@ -559,21 +635,29 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("--format", choices=["threadprotocol", "pydantic-ai", "vercel-ui"], default="threadprotocol",
                     help="input format (default threadprotocol)")
     sp.add_argument("--request", metavar="FILE", help="vercel-ui: the UI request body the client sent")
+    sp.add_argument("--thread-id", default=None, metavar="ID",
+                    help="store the thread under this id (a UUID as it is, any other id as its stable UUIDv5: "
+                         "tplog.thread_id_for); default: a threadprotocol document's own id, else a new UUID")
+    sp.add_argument("--event-ids", action="store_true", help="also print the id of every event stored")
     sp = add("export", cmd_export, "Print a thread as ThreadProtocol JSON.", thread=True)
     sp.add_argument("--version", choices=["0.0.4", "0.0.3"], default="0.0.4", help="protocol version to write")
     sp = add("read", cmd_read, "Print a thread's raw history events as JSON lines.", thread=True)
     sp.add_argument("--after", type=int, default=None,
                     help="page on: the last seq seen (exclusive; default: from the first, or the last with --backward)")
-    sp.add_argument("--limit", type=int, default=None, help="at most this many events")
+    sp.add_argument("--limit", action=_count(0), default=None, help="at most this many events")
     sp.add_argument("--backward", action="store_true", help="newest first")
     sp = add("threads", cmd_threads, "List threads, most recently updated first, one page at a time.")
-    sp.add_argument("--limit", type=int, default=50, help="threads per page (default 50)")
+    sp.add_argument("--limit", action=_count(1), default=50, help="threads per page (default 50)")
     sp.add_argument("--after", default=None, help="the cursor a previous page returned")
     sp.add_argument("--include-deleted", action="store_true", help="list tombstones too")
     sp.add_argument("--scope", default=None, help="list this scope's threads (default: unscoped)")
-    sp.add_argument("--status", action="append", default=None,
-                    choices=["active", "interrupted", "waiting_tools", "waiting_approval", "idle"],
-                    help="only threads in this state (repeat for any of several)")
+    sp.add_argument("--activity", action="append", default=None, choices=list(_ACTIVITY), metavar="ACTIVITY",
+                    help="only threads doing this, as the table's activity column shows it: idle, running (an agent "
+                         "turn is open; the JSON's activity \"active\"), waiting (waiting_approval or waiting_tools: "
+                         "the last turn ended on deferred tool calls), interrupted; repeat for any of several")
+    sp.add_argument("--status", action="append", default=None, type=_thread_status, metavar="STATUS",
+                    help="only threads of this status, as the JSON's \"status\" says: active (not deleted: the "
+                         "default) or deleted (tombstones only); repeat for both")
     sp.add_argument("--agent", default=None, help="only threads this agent id registered or ran a turn in")
     sp.add_argument("--title", default=None, help="only threads whose title contains this (any case)")
     sp.add_argument("--meta", action="append", default=None, metavar="KEY=VALUE",
@@ -593,7 +677,7 @@ def build_parser() -> argparse.ArgumentParser:
     sp = add("children", cmd_children, "Threads spawned from a thread.", thread=True)
     sp.add_argument("--recursive", action="store_true", help="all descendants, breadth-first (cycle-safe)")
     sp.add_argument("--max-depth", type=int, default=None, help="with --recursive: how deep to go")
-    sp.add_argument("--limit", type=int, default=None, help="at most this many children")
+    sp.add_argument("--limit", action=_count(0), default=None, help="at most this many children")
     sp.add_argument("--after", default=None, help="page on: the last child id of the previous page")
     sp = add("tree", cmd_tree, "A thread's descendants (spawned children, recursively) as a tree.", thread=True)
     sp.add_argument("--max-depth", type=int, default=None, help="how deep to go (default: all the way)")
@@ -611,7 +695,7 @@ def build_parser() -> argparse.ArgumentParser:
              thread=True)
     sp.add_argument("--incoming", action="store_true", help="threads that link to this one")
     sp.add_argument("--relation", default=None, help="only links of this relation")
-    sp.add_argument("--limit", type=int, default=None, help="with --incoming: at most this many (see README)")
+    sp.add_argument("--limit", action=_count(0), default=None, help="with --incoming: at most this many (see README)")
     sp.add_argument("--after", nargs=2, default=None, metavar=("SOURCE_ID", "RELATION"),
                     help="with --incoming, page on: the last pair of the previous page")
     sp = add("delete", cmd_delete, "Hard-delete a thread (a tombstone keeps its id from reuse).", thread=True)
@@ -637,7 +721,7 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("--scope", default=None, help="prune this scope's threads (default: unscoped)")
     sp = add("prune-reports", cmd_prune_reports, "The kept prune reports, newest first.")
     sp.add_argument("--after", default=None, help="the cursor a previous page returned")
-    sp.add_argument("--limit", type=int, default=50, help="reports per page (default 50)")
+    sp.add_argument("--limit", action=_count(1), default=50, help="reports per page (default 50)")
     sp.add_argument("--scope", default=None, help="this scope's reports (default: unscoped)")
     sp = add("serve", cmd_serve, "Serve the store over HTTP: Vercel AI chat (demo agent by default), thread "
              "reads, resumable live event tails (needs tplog[server]).")

@@ -4,17 +4,39 @@ printed through rich (the ``cli`` extra) or as plain text without it, and a prog
 Nothing here decides *what* a command shows (that is :mod:`tplog.render`); this module only
 knows how to put tables, trees and progress on a terminal. rich is imported lazily and is
 optional: without it every block prints as aligned plain text and progress prints nothing.
+
+Everything printed here passes :func:`clean` first: stored text (titles, prompts, tool
+arguments) comes from chat users, and a terminal obeys the control characters in it.
 """
 
 from __future__ import annotations
 
 import contextlib
+import re
 import sys
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import IO, Any
 
-__all__ = ["Block", "KeyValues", "Table", "Tree", "has_rich", "is_terminal", "print_blocks", "progress"]
+__all__ = ["Block", "KeyValues", "Table", "Tree", "clean", "has_rich", "is_terminal", "print_blocks", "print_line",
+           "progress"]
+
+# C0 controls (ESC starts every escape sequence), DEL, C1 (\x9b is a one-byte CSI) and the bidi
+# controls that reorder what follows (U+202E shows "txt.exe" as "exe.txt")
+_CONTROL = re.compile("[\x00-\x1f\x7f-\x9f\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069]")
+
+
+def clean(text: str) -> str:
+    """``text`` safe for a terminal: each control character shown as its escape (``\\x1b``,
+    ``\\u202e``), so it is seen, not obeyed; newline, tab and carriage return become spaces
+    (every field a view prints is one line: a title's newline must not break a table)."""
+    def sub(mt: re.Match[str]) -> str:
+        c = mt.group()
+        if c in "\n\t\r":
+            return " "
+        return f"\\x{ord(c):02x}" if ord(c) < 0x100 else f"\\u{ord(c):04x}"
+
+    return _CONTROL.sub(sub, text)
 
 
 def is_terminal(stream: IO[str]) -> bool:
@@ -72,13 +94,34 @@ class Tree:
 Block = Table | KeyValues | Tree
 
 
+def _cleaned(b: Block) -> Block:
+    if isinstance(b, Table):
+        return Table(None if b.title is None else clean(b.title), [clean(c) for c in b.columns],
+                     [[clean(str(v)) for v in r] for r in b.rows], right=frozenset(clean(c) for c in b.right),
+                     empty=clean(b.empty), wrap=frozenset(clean(c) for c in b.wrap))
+    if isinstance(b, KeyValues):
+        return KeyValues(None if b.title is None else clean(b.title), [(clean(k), clean(v)) for k, v in b.items])
+    return _cleaned_tree(b)
+
+
+def _cleaned_tree(t: Tree) -> Tree:
+    return Tree(clean(t.label), [_cleaned_tree(c) for c in t.children])
+
+
 def print_blocks(blocks: Sequence[Block], stream: IO[str] | None = None) -> None:
     """Print ``blocks`` to ``stream`` (stdout): through rich when it is installed, else plain text."""
     out = sys.stdout if stream is None else stream
+    blocks = [_cleaned(b) for b in blocks]  # the one place terminal output is made safe
     if has_rich():
         _print_rich(blocks, out)
     else:
         out.write(plain_text(blocks))
+
+
+def print_line(text: str, stream: IO[str] | None = None) -> None:
+    """One line of text for a person (an event of ``tplog tail``), made safe as blocks are."""
+    out = sys.stdout if stream is None else stream
+    out.write(clean(text) + "\n")
 
 
 def _console(stream: IO[str], **kw: Any) -> Any:
@@ -105,17 +148,18 @@ def _print_rich(blocks: Sequence[Block], stream: IO[str]) -> None:
                 con.print(Text(b.empty, style="dim"))
                 continue
             # one space between columns (the box's divider, no padding): a thread table fits 100 columns
-            t = RTable(title=b.title, title_justify="left", title_style="bold", box=box.SIMPLE_HEAD,
+            # titles as Text: a str would be read as rich markup ("[red]" in a projection name)
+            t = RTable(title=_text(b.title), title_justify="left", title_style="bold", box=box.SIMPLE_HEAD,
                        header_style="bold", padding=0, pad_edge=False, show_edge=False)
             for i, c in enumerate(b.columns):
                 # ids, times and numbers keep their width; only free-text columns wrap
                 keep = None if c in b.wrap else max(len(c), *(len(str(r[i])) for r in b.rows))
-                t.add_column(c, justify="right" if c in b.right else "left", min_width=keep, overflow="fold")
+                t.add_column(Text(c), justify="right" if c in b.right else "left", min_width=keep, overflow="fold")
             for row in b.rows:
                 t.add_row(*(Text(str(v)) for v in row))
             con.print(t)
         elif isinstance(b, KeyValues):
-            t = RTable(title=b.title, title_justify="left", title_style="bold", box=None, show_header=False,
+            t = RTable(title=_text(b.title), title_justify="left", title_style="bold", box=None, show_header=False,
                        padding=(0, 2, 0, 0))
             t.add_column(style="bold")
             t.add_column(overflow="fold")
@@ -130,6 +174,12 @@ def _print_rich(blocks: Sequence[Block], stream: IO[str]) -> None:
             root = RTree(Text(b.label, style="bold"))
             build(b, root)
             con.print(root)
+
+
+def _text(title: str | None) -> Any:
+    from rich.text import Text
+
+    return None if title is None else Text(title)
 
 
 def plain_text(blocks: Sequence[Block]) -> str:

@@ -32,6 +32,12 @@ def iso_ns(ns: int | None, *, millis: bool = False) -> str:
     return t.strftime("%Y-%m-%dT%H:%M:%S") + (f".{t.microsecond // 1000:03d}Z" if millis else "Z")
 
 
+def _minute(ns: int) -> str:
+    """ISO 8601 UTC to the minute (a listing's column): 2025-01-20T10:00Z."""
+    t = iso_ns(ns)
+    return t[:16] + "Z" if len(t) > 16 else t
+
+
 def size(n: int | None) -> str:
     """A byte count for people: B below 1 KB, then KB, MB, GB (powers of 1024, one decimal)."""
     if n is None:
@@ -64,15 +70,26 @@ def _cell(v: Any) -> str:
 # --------------------------------------------------------------------------- commands
 
 
+#: A head's ``activity`` as the CLI names it (``tplog threads --activity``): "active" there means an agent
+#: turn is open, which is easy to read as the thread ``status`` "active" (not deleted) every live thread has.
+ACTIVITY_NAMES = {"active": "running"}
+
+
+def activity(head: dict[str, Any]) -> str:
+    """What a thread is doing, as ``tplog threads`` shows and ``--activity`` filters it ("deleted": a tombstone)."""
+    if head.get("status") == "deleted":
+        return "deleted"
+    a = str(head.get("activity", "idle"))
+    return ACTIVITY_NAMES.get(a, a)
+
+
 def _threads(d: dict[str, Any]) -> list[Block]:
-    rows = []
-    for t in d["threads"]:
-        status = t["status"] + (f" (turn open: {t['open_turn_agent']})" if t.get("open_turn_agent") else "")
-        rows.append([t["thread_id"], status, iso_ns(t["updated_ns"]), f"{t['user_turns']}/{t['agent_turns']}",
-                     str(t["messages"]), str(t["links"]), str(t["version"]), size(t["stored_bytes"])])
-    blocks: list[Block] = [Table(None, ["thread", "status", "updated", "turns", "msgs", "links", "events", "size"],
-                                 rows, right=frozenset({"turns", "msgs", "links", "events", "size"}),
-                                 empty="no threads", wrap=frozenset({"status"}))]
+    # the columns a thread is found by; its links and size are in `tplog links` / the JSON (a row fits 100 columns)
+    rows = [[t["thread_id"], activity(t), _short(t.get("title") or "-", 40), _minute(t["updated_ns"]),
+             f"{t['user_turns']}/{t['agent_turns']}", str(t["messages"]), str(t["version"])] for t in d["threads"]]
+    cols = ["thread", "activity", "title", "updated", "turns", "msgs", "events"]
+    blocks: list[Block] = [Table(None, cols, rows, right=frozenset({"turns", "msgs", "events"}),
+                                 empty="no threads", wrap=frozenset({"title"}))]
     if d.get("cursor"):
         blocks.append(KeyValues(None, [("next page", f"--after {d['cursor']}")]))  # the option that takes it
     return blocks
@@ -95,9 +112,14 @@ def _part_label(p: dict[str, Any]) -> str:
     return f"{kind}: {_short({k: v for k, v in p.items() if k != 'part_kind'}, 70)}"
 
 
-def _agent(agent_id: str) -> str:
-    """An agent id in a turn's line: a UUID by its first 8 hex digits (the registry has the rest)."""
-    return agent_id[:8] + "…" if len(agent_id) == 36 and agent_id[8] == "-" else agent_id
+def _agent(agent_id: str, names: dict[str, str]) -> str:
+    """An agent in a turn's line: its registered name (with its id's first 8 hex digits when two
+    agents share it), else the id (a UUID by its first 8 hex digits)."""
+    short = agent_id[:8] + "…" if len(agent_id) == 36 and agent_id[8] == "-" else agent_id
+    name = names.get(agent_id)
+    if name is None:
+        return short
+    return f"{name} ({short})" if list(names.values()).count(name) > 1 else name
 
 
 def _agent_turn(node: Tree, t: dict[str, Any]) -> None:
@@ -117,7 +139,9 @@ def _agent_turn(node: Tree, t: dict[str, Any]) -> None:
 
 
 def _turns(d: dict[str, Any]) -> list[Block]:
-    root = Tree(f"thread {d['thread_id']}: {len(d['turns'])} turns")
+    names = d.get("agents") or {}
+    title = f" ({_short(d['title'], 60)})" if d.get("title") else ""
+    root = Tree(f"thread {d['thread_id']}{title}: {len(d['turns'])} turns")
     for i, t in enumerate(d["turns"], 1):
         if t.get("turn_type") == "user":
             node = root.add(f"#{i} user {t.get('submitted_at', '')}")
@@ -128,11 +152,11 @@ def _turns(d: dict[str, Any]) -> list[Block]:
             start, end = t.get("started_at", ""), t.get("completed_at") or ""
             if end:  # the end's date is the start's, mostly: show its time only then
                 end = " → " + (end.partition("T")[2] if end[:10] == start[:10] else end)
-            node = root.add(f"#{i} agent {_agent(t.get('agent_id', ''))} [{status}] {start}{end}")
+            node = root.add(f"#{i} agent {_agent(t.get('agent_id', ''), names)} [{status}] {start}{end}")
             _agent_turn(node, t)
     ip = d.get("in_progress")
     if isinstance(ip, dict):
-        node = root.add(f"in progress: agent {_agent(ip.get('agent_id', ''))} since {ip.get('started_at', '')}")
+        node = root.add(f"in progress: agent {_agent(ip.get('agent_id', ''), names)} since {ip.get('started_at', '')}")
         _agent_turn(node, ip)
     return [root]
 
@@ -177,7 +201,8 @@ def _tree(d: dict[str, Any]) -> list[Block]:
         info = n.get("head")
         text = str(n["thread_id"])
         if isinstance(info, dict):
-            text += (f"  {info['status']}, {info['user_turns']}/{info['agent_turns']} turns, "
+            title = f"  {_short(info['title'], 40)}" if info.get("title") else ""
+            text += (f"{title}  {activity(info)}, {info['user_turns']}/{info['agent_turns']} turns, "
                      f"updated {iso_ns(info['updated_ns'])}")
         if n.get("seen"):
             text += "  (already shown above)"
@@ -252,6 +277,64 @@ def _validate(d: dict[str, Any]) -> list[Block]:
             Table("warnings", cols, rows(d.get("warnings") or []), wrap=frozenset({"message"}))]
 
 
+def _import(d: dict[str, Any]) -> list[Block]:
+    items = [("thread", d["thread_id"]), ("title", _cell(d.get("title"))), ("events", str(d["events"])),
+             ("messages", str(d["messages"])), ("turns", f"{d['user_turns']} user, {d['agent_turns']} agent"),
+             ("seqs", f"{d['first_seq']}..{d['last_seq']}"), ("log positions", f"{d['first_position']}.."
+                                                                              f"{d['last_position']}")]
+    blocks: list[Block] = [KeyValues("imported", items)]
+    if d.get("event_ids"):
+        blocks.append(Table("event ids", ["seq", "event id"], [[str(d["first_seq"] + i), e]
+                                                               for i, e in enumerate(d["event_ids"])],
+                            right=frozenset({"seq"})))
+    return blocks
+
+
+def _policy(p: dict[str, Any]) -> str:
+    parts = []
+    if p.get("max_age_ns") is not None:
+        parts.append(f"max age {dt.timedelta(seconds=round(p['max_age_ns'] / 1e9))}")
+    if p.get("max_threads") is not None:
+        parts.append(f"max threads {p['max_threads']}")
+    parts.append("keep linked" if p.get("keep_if_linked", True) else "linked ones too")
+    return ", ".join(parts)
+
+
+def _prune_report(r: dict[str, Any], title: str | None) -> list[Block]:
+    what = "would remove" if r.get("dry_run") else "removed"
+    items = [("at", iso_ns(r.get("at_ns"))), ("dry run", _cell(r.get("dry_run"))), ("scope", _cell(r.get("scope"))),
+             ("policy", _policy(r.get("policy") or {})), (what, str(len(r.get("removed") or []))),
+             ("kept", str(len(r.get("kept") or []))), ("report thread", _cell(r.get("report_thread_id")))]
+    blocks: list[Block] = [KeyValues(title, items)]
+    if r.get("removed"):
+        blocks.append(Table(what, ["thread", "last update", "why"],
+                            [[x["thread_id"], iso_ns(x.get("updated_ns")), _cell(x.get("why"))] for x in r["removed"]],
+                            wrap=frozenset({"why"})))
+    for key, name in (("kept", "kept"), ("failed", "failed")):
+        if r.get(key):
+            blocks.append(Table(name, ["thread", "why"], [[x["thread_id"], _cell(x.get("why"))] for x in r[key]],
+                                wrap=frozenset({"why"})))
+    if r.get("dangling"):
+        blocks.append(Table("left dangling", ["child", "removed parent"], [list(x) for x in r["dangling"]]))
+    return blocks
+
+
+def _prune(d: dict[str, Any]) -> list[Block]:
+    return _prune_report(d, None)
+
+
+def _prune_reports(d: dict[str, Any]) -> list[Block]:
+    rows = [[iso_ns(r.get("at_ns")), _cell(r.get("scope")), _policy(r.get("policy") or {}),
+             str(len(r.get("removed") or [])), str(len(r.get("kept") or [])), _cell(r.get("dry_run")),
+             _cell(r.get("report_thread_id"))] for r in d["reports"]]
+    blocks: list[Block] = [Table(None, ["at", "scope", "policy", "removed", "kept", "dry run", "report thread"],
+                                 rows, right=frozenset({"removed", "kept"}), empty="no prune reports",
+                                 wrap=frozenset({"policy"}))]
+    if d.get("cursor"):
+        blocks.append(KeyValues(None, [("next page", f"--after {d['cursor']}")]))
+    return blocks
+
+
 def generic(d: Any) -> list[Block]:
     """Any JSON result: an object as key/value lines, a list of objects as a table, else one value a line."""
     if isinstance(d, dict):
@@ -267,6 +350,7 @@ def generic(d: Any) -> list[Block]:
 _RENDERERS: dict[str, Callable[[Any], list[Block]]] = {
     "threads": _threads, "turns": _turns, "pending": _pending, "interrupts": _interrupts, "children": _children,
     "tree": _tree, "links": _links, "stat": _stat, "verify": _verify, "rebuild": _rebuild, "validate": _validate,
+    "import": _import, "prune": _prune, "prune-reports": _prune_reports,
 }
 
 
@@ -287,6 +371,8 @@ def event_line(row: dict[str, Any], *, thread: bool = True) -> str:
             what = f"system {msg.get('event_type')}: {_short(msg.get('event_data'), 60)}"
     elif isinstance(ev.get("turn"), dict) and ev["turn"].get("parts"):  # a user turn
         what = "; ".join(_part_label(p) for p in ev["turn"]["parts"])
+    elif isinstance(ev.get("agent"), dict):  # AgentRegistered: the name it goes by from now on
+        what = f"agent {ev['agent'].get('agent_name')} ({ev['agent'].get('agent_id')})"
     elif ev.get("agent_id"):
         what = f"agent {ev['agent_id']}"
     elif "link" in ev and isinstance(ev["link"], dict):
