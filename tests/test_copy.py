@@ -137,3 +137,37 @@ def test_cli_progress_bar_on_a_terminal_only(tmp_path: Path) -> None:
     assert re.search(rf"copy ━+ {' ' * (len(total) - 1)}0/{total} -:--:--", text), text
     assert re.search(r"verify [━╸]+ +\d+/\d+ ", text), text
     assert err.endswith(b"\x1b[2K")  # the last thing written clears the bar's line
+
+
+@pytest.mark.parametrize("kind", ["lmdb", "memory"])
+def test_a_deleted_source_thread_never_tombstones_an_unrelated_live_one(tmp_path: Path, kind: str) -> None:
+    """The source's thread is deleted (only its tombstone is left), the destination holds a live thread of
+    its own under the same id: nothing shows it to be a copy of the deleted one, so the copy refuses
+    (typed, naming it) and writes nothing, rather than deleting someone else's thread."""
+    with Store(tmp_path / "a", check_rules=False) as a, \
+            Store(tmp_path / "b" if kind == "lmdb" else "memory:", check_rules=False) as b:
+        info = fill(a, extra=3)
+        gone = info["deleted"]
+        b.append(gone, [started(gone, title="someone else's"), register(), *exchange("mine")])
+        before = b.stats()["events"], digests(b)
+        with pytest.raises(CopyConflictError, match=gone) as exc:
+            copy_store(a, b)
+        assert [t for t, _ in exc.value.threads] == [gone]
+        assert "deleted in the source" in exc.value.threads[0][1]
+        assert (b.stats()["events"], digests(b)) == before
+        assert b.head(gone).status == "active"
+
+
+def test_a_tombstone_copy_interrupted_after_its_start_event_resumes(tmp_path: Path) -> None:
+    """What a tombstone copy writes first (its ThreadStarted, under an id derived from the tombstone's) is
+    provably ours: a copy run again over it writes the tombstone."""
+    with Store(tmp_path / "a", check_rules=False) as a, Store(tmp_path / "b", check_rules=False) as b:
+        info = fill(a, extra=3)
+        gone = info["deleted"]
+        full = copy_store(a, Store("memory:"))  # how many events a whole copy writes
+        [tomb] = a.read(gone)
+        eid = str(uuid.uuid5(uuid.UUID("0c9f3b1e-6f0a-4f43-9d0e-7b7d2c1c0a51"), tomb.event_id))
+        b.append(gone, [started(gone)], event_ids=[eid])  # the copy was killed right after it
+        rep = copy_store(a, b)
+        assert rep.ok and rep.tombstones == 1 and rep.events == full.events - 1
+        assert b.head(gone).status == "deleted" and digests(a) == digests(b)
