@@ -171,3 +171,38 @@ def test_a_tombstone_copy_interrupted_after_its_start_event_resumes(tmp_path: Pa
         rep = copy_store(a, b)
         assert rep.ok and rep.tombstones == 1 and rep.events == full.events - 1
         assert b.head(gone).status == "deleted" and digests(a) == digests(b)
+
+
+def _diverged(a: Store, b: Store, t: str, same: set[int]) -> None:
+    """Thread ``t`` into ``b``: the source's first three events, under the source's ids at the seqs in
+    ``same`` and under other ids (another agent registered) at the others."""
+    src = a.read(t, limit=3)
+    evs = [e.event if e.seq in same or e.seq != 2 else register("someone-else") for e in src]
+    b.append(t, evs, event_ids=[e.event_id if e.seq in same else str(uuid.uuid4()) for e in src])
+
+
+def test_a_destination_equal_at_seq_1_and_diverged_after_is_a_conflict(tmp_path: Path) -> None:
+    with Store(tmp_path / "a", check_rules=False) as a, Store(tmp_path / "b", check_rules=False) as b:
+        t = fill(a, extra=3)["threads"][0]
+        _diverged(a, b, t, {1})
+        before = digests(b)
+        with pytest.raises(CopyConflictError) as exc:
+            copy_store(a, b)
+        assert exc.value.threads == [(t, "seq 3 holds another event in the destination")]
+        assert digests(b) == before
+
+
+def test_cli_copy_reports_a_destination_that_differs_and_exits_1(tmp_path: Path) -> None:
+    """Equal at the first and last seq it holds (what the conflict check compares), other in between:
+    the copy goes on, and the verification finds the thread differs."""
+    with Store(tmp_path / "a", check_rules=False) as a, Store(tmp_path / "b", check_rules=False) as b:
+        t = fill(a, extra=3)["threads"][1]  # not [0]: its forks read its events, they would differ too
+        _diverged(a, b, t, {1, 3})
+        want = digests(a)
+    out = _cli("copy", str(tmp_path / "a"), str(tmp_path / "b"))
+    assert out.returncode == 1, out.stderr
+    with Store(tmp_path / "b", readonly=True) as b:
+        got = digests(b)
+    assert got[t] != want[t] and {k: v for k, v in got.items() if k != t} == {k: v for k, v in want.items() if k != t}
+    rep = json.loads(out.stdout)
+    assert rep["verified"] and rep["mismatches"] == [{"thread_id": t, "source": want[t], "dest": got[t]}]
