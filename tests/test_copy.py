@@ -166,6 +166,7 @@ def test_a_tombstone_copy_interrupted_after_its_start_event_resumes(tmp_path: Pa
         gone = info["deleted"]
         full = copy_store(a, Store("memory:"))  # how many events a whole copy writes
         [tomb] = a.read(gone)
+        # spelled out: a copy resumed by a later tplog must derive the same id
         eid = str(uuid.uuid5(uuid.UUID("0c9f3b1e-6f0a-4f43-9d0e-7b7d2c1c0a51"), tomb.event_id))
         b.append(gone, [started(gone)], event_ids=[eid])  # the copy was killed right after it
         rep = copy_store(a, b)
