@@ -137,3 +137,73 @@ def test_cli_progress_bar_on_a_terminal_only(tmp_path: Path) -> None:
     assert re.search(rf"copy ━+ {' ' * (len(total) - 1)}0/{total} -:--:--", text), text
     assert re.search(r"verify [━╸]+ +\d+/\d+ ", text), text
     assert err.endswith(b"\x1b[2K")  # the last thing written clears the bar's line
+
+
+@pytest.mark.parametrize("kind", ["lmdb", "memory"])
+def test_a_deleted_source_thread_never_tombstones_an_unrelated_live_one(tmp_path: Path, kind: str) -> None:
+    """The source's thread is deleted (only its tombstone is left), the destination holds a live thread of
+    its own under the same id: nothing shows it to be a copy of the deleted one, so the copy refuses
+    (typed, naming it) and writes nothing, rather than deleting someone else's thread."""
+    with Store(tmp_path / "a", check_rules=False) as a, \
+            Store(tmp_path / "b" if kind == "lmdb" else "memory:", check_rules=False) as b:
+        info = fill(a, extra=3)
+        gone = info["deleted"]
+        b.append(gone, [started(gone, title="someone else's"), register(), *exchange("mine")])
+        before = b.stats()["events"], digests(b)
+        with pytest.raises(CopyConflictError, match=gone) as exc:
+            copy_store(a, b)
+        assert [t for t, _ in exc.value.threads] == [gone]
+        assert "deleted in the source" in exc.value.threads[0][1]
+        assert (b.stats()["events"], digests(b)) == before
+        assert b.head(gone).status == "active"
+
+
+def test_a_tombstone_copy_interrupted_after_its_start_event_resumes(tmp_path: Path) -> None:
+    """What a tombstone copy writes first (its ThreadStarted, under an id derived from the tombstone's) is
+    provably ours: a copy run again over it writes the tombstone."""
+    with Store(tmp_path / "a", check_rules=False) as a, Store(tmp_path / "b", check_rules=False) as b:
+        info = fill(a, extra=3)
+        gone = info["deleted"]
+        full = copy_store(a, Store("memory:"))  # how many events a whole copy writes
+        [tomb] = a.read(gone)
+        # spelled out: a copy resumed by a later tplog must derive the same id
+        eid = str(uuid.uuid5(uuid.UUID("0c9f3b1e-6f0a-4f43-9d0e-7b7d2c1c0a51"), tomb.event_id))
+        b.append(gone, [started(gone)], event_ids=[eid])  # the copy was killed right after it
+        rep = copy_store(a, b)
+        assert rep.ok and rep.tombstones == 1 and rep.events == full.events - 1
+        assert b.head(gone).status == "deleted" and digests(a) == digests(b)
+
+
+def _diverged(a: Store, b: Store, t: str, same: set[int]) -> None:
+    """Thread ``t`` into ``b``: the source's first three events, under the source's ids at the seqs in
+    ``same`` and under other ids (another agent registered) at the others."""
+    src = a.read(t, limit=3)
+    evs = [e.event if e.seq in same or e.seq != 2 else register("someone-else") for e in src]
+    b.append(t, evs, event_ids=[e.event_id if e.seq in same else str(uuid.uuid4()) for e in src])
+
+
+def test_a_destination_equal_at_seq_1_and_diverged_after_is_a_conflict(tmp_path: Path) -> None:
+    with Store(tmp_path / "a", check_rules=False) as a, Store(tmp_path / "b", check_rules=False) as b:
+        t = fill(a, extra=3)["threads"][0]
+        _diverged(a, b, t, {1})
+        before = digests(b)
+        with pytest.raises(CopyConflictError) as exc:
+            copy_store(a, b)
+        assert exc.value.threads == [(t, "seq 3 holds another event in the destination")]
+        assert digests(b) == before
+
+
+def test_cli_copy_reports_a_destination_that_differs_and_exits_1(tmp_path: Path) -> None:
+    """Equal at the first and last seq it holds (what the conflict check compares), other in between:
+    the copy goes on, and the verification finds the thread differs."""
+    with Store(tmp_path / "a", check_rules=False) as a, Store(tmp_path / "b", check_rules=False) as b:
+        t = fill(a, extra=3)["threads"][1]  # not [0]: its forks read its events, they would differ too
+        _diverged(a, b, t, {1, 3})
+        want = digests(a)
+    out = _cli("copy", str(tmp_path / "a"), str(tmp_path / "b"))
+    assert out.returncode == 1, out.stderr
+    with Store(tmp_path / "b", readonly=True) as b:
+        got = digests(b)
+    assert got[t] != want[t] and {k: v for k, v in got.items() if k != t} == {k: v for k, v in want.items() if k != t}
+    rep = json.loads(out.stdout)
+    assert rep["verified"] and rep["mismatches"] == [{"thread_id": t, "source": want[t], "dest": got[t]}]

@@ -243,7 +243,7 @@ def test_lock_names_are_ascii_letters_digits_dash_and_underscore(engine: LmdbEng
         assert os.path.isfile(os.path.join(engine.path, good + ".lock"))
 
 
-def test_a_lock_file_is_made_in_the_store_with_mode_0644(engine: LmdbEngine, tmp_path: Path,
+def test_a_lock_file_is_made_in_the_store_with_mode_0600(engine: LmdbEngine, tmp_path: Path,
                                                           monkeypatch: pytest.MonkeyPatch) -> None:
     (tmp_path / "cwd").mkdir()
     monkeypatch.chdir(tmp_path / "cwd")  # an empty working directory: a lock file made there is seen
@@ -255,7 +255,7 @@ def test_a_lock_file_is_made_in_the_store_with_mode_0644(engine: LmdbEngine, tmp
     assert held is not None
     try:
         assert sorted(p for p in os.listdir(engine.path) if p.endswith(".lock")) == ["job.lock"]
-        assert stat.S_IMODE(os.stat(os.path.join(engine.path, "job.lock")).st_mode) == 0o644
+        assert stat.S_IMODE(os.stat(os.path.join(engine.path, "job.lock")).st_mode) == 0o600
         assert os.listdir(tmp_path / "cwd") == [] and not (tmp_path / "job.lock").exists()
     finally:
         held.release()

@@ -103,7 +103,9 @@ def test_a_new_store_is_built_aside_flushed_and_renamed_into_place(tmp_path: Pat
         engine_mod._create(str(path), 1 << 20)  # a directory that did not exist: its parent is flushed too
     finally:
         os.umask(old_umask)
-    assert stat.S_IMODE(os.stat(path / "writer.lck").st_mode) == 0o644
+    assert stat.S_IMODE(os.stat(path / "writer.lck").st_mode) == 0o600  # the owner's alone, even under umask 0
+    assert stat.S_IMODE(os.stat(path / "data.mdb").st_mode) == 0o600
+    assert stat.S_IMODE(os.stat(path).st_mode) == 0o700
     assert synced == [str(path / "data.mdb.new"), str(path), str(tmp_path)]
     assert _files(path) == ["data.mdb", "writer.lck"]  # no lock file of the build (lock=False), no leftover
     env = lmdb.open(str(path), readonly=True, max_dbs=len(TABLES) + 4, lock=False, map_size=0)
@@ -199,7 +201,7 @@ def test_opening_the_tables_adopts_a_resized_map_four_times_not_five(tmp_path: P
         assert log == ["resized", "set_mapsize(0)"] * times
 
 
-def test_a_backup_opened_writable_gets_its_writer_lck_with_mode_0644(tmp_path: Path) -> None:
+def test_a_backup_opened_writable_gets_its_writer_lck_with_mode_0600(tmp_path: Path) -> None:
     e = LmdbEngine(str(tmp_path / "s"))
     e.backup(str(tmp_path / "b"))
     e.close()
@@ -210,7 +212,7 @@ def test_a_backup_opened_writable_gets_its_writer_lck_with_mode_0644(tmp_path: P
     finally:
         os.umask(old_umask)
     try:
-        assert stat.S_IMODE(os.stat(tmp_path / "b" / "writer.lck").st_mode) == 0o644
+        assert stat.S_IMODE(os.stat(tmp_path / "b" / "writer.lck").st_mode) == 0o600
     finally:
         b.close()
 

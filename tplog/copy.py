@@ -19,7 +19,10 @@ so a copy interrupted anywhere (even killed) and run again goes on where it stop
 and writes nothing twice; the original event ids make a lost acknowledgement safe
 too. Before anything is written, every source thread already in the destination is
 checked to be a prefix of the source's (same event ids at its first and last seq):
-otherwise :class:`CopyConflictError` names the threads and nothing is written.
+otherwise :class:`CopyConflictError` names the threads and nothing is written. A thread
+deleted in the source left nothing to compare (its events and ids are gone): a live
+destination thread under its id is a conflict too, unless it is only the ThreadStarted
+an interrupted copy of that tombstone wrote (its id says so).
 
 At the end (``verify=True``) every source thread's export is hashed on both sides
 (:func:`tplog.thread_hash`, every event included) and the mismatches are reported.
@@ -136,8 +139,12 @@ def _check_conflicts(src: Store, dest: Store, heads: list[ThreadHead]) -> None:
             continue
         tid = h.thread_id
         if h.status == "deleted":
-            # The source kept only the tombstone: an active destination thread is an earlier
-            # copy made before the deletion (or one interrupted before its tombstone).
+            # The source kept only the tombstone (no events, no ids, no hash): the one live thread
+            # provably ours is the ThreadStarted a tombstone copy writes first (its id derived from
+            # the tombstone's). Anything else may be someone else's: deleting it would lose it.
+            if d.status != "deleted" and not _tombstone_start_of(src, dest, tid, d.version):
+                bad.append((tid, "deleted in the source, live in the destination with events of its own "
+                                 "(delete it there to copy the deletion)"))
             continue
         if d.status == "deleted":
             bad.append((tid, "deleted in the destination"))
@@ -156,6 +163,19 @@ def _check_conflicts(src: Store, dest: Store, heads: list[ThreadHead]) -> None:
         raise CopyConflictError(
             f"the destination already holds {len(bad)} thread(s) of the source with other content: {listed}{more}; "
             "nothing was copied (copy into an empty store, or delete those threads from the destination)", bad)
+
+
+def _tombstone_start_id(tombstone_id: str) -> str:
+    return str(uuid.uuid5(_TOMBSTONE_START, tombstone_id))
+
+
+def _tombstone_start_of(src: Store, dest: Store, tid: str, version: int) -> bool:
+    """Whether the destination's ``tid`` is only the ThreadStarted a copy of the source's tombstone writes."""
+    if version != 1:
+        return False
+    [tomb] = src.read(tid, direction="backward", limit=1)
+    [first] = dest.read(tid, limit=1)
+    return first.event_id == _tombstone_start_id(tomb.event_id)
 
 
 class _Copier:
@@ -261,7 +281,7 @@ class _Copier:
             head = self.src.backend.head(tid, scope=self.src.scope)
             created = 0 if head is None else head.created_ns
             start = ThreadStarted(thread_id=tid, created_at=_iso(created or e.recorded_at))
-            eid = str(uuid.uuid5(_TOMBSTONE_START, e.event_id))
+            eid = _tombstone_start_id(e.event_id)
             part = ThreadAppend(thread_id=tid, events=[codec.encode(start, eid, e.recorded_at)], expected=NO_STREAM,
                                 scope=scope, fresh_ids=False, check_rules=False)
             self.dest.backend.submit((part,)).result()

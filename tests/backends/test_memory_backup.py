@@ -18,7 +18,7 @@ from test_store_backends import scenario
 
 from tplog import Store
 from tplog.backends.memory import BACKUP_FILE, MemoryRecorder
-from tplog.errors import InvalidInputError, ThreadDeletedError
+from tplog.errors import InvalidInputError, StorageError, ThreadDeletedError
 
 
 def _answers(s: Store) -> list[Any]:
@@ -97,7 +97,7 @@ def test_backup_refuses_to_overwrite_and_restore_names_what_is_wrong(tmp_path: P
     with Store("memory:") as s:
         s.append(t, [started(t), user()])
         s.backup(str(tmp_path / "b"))
-        with pytest.raises(InvalidInputError, match="exists"):
+        with pytest.raises(StorageError, match="not empty"):
             s.backup(str(tmp_path / "b"))
     path = tmp_path / "b" / BACKUP_FILE
     lines = path.read_bytes().splitlines()

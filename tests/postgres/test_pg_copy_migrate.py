@@ -160,3 +160,21 @@ def test_migrate_creates_a_missing_schema_and_refuses_other_urls(pg_dsn: str, sc
     PostgresRecorder(url, create=False).close()
     bad = _cli("migrate", "/some/dir")
     assert bad.returncode == 2 and "PostgreSQL URL" in bad.stderr
+
+
+def test_a_deleted_source_thread_never_tombstones_a_live_postgres_thread(tmp_path: Path, pg_dsn: str,
+                                                                         schema: str) -> None:
+    """The source holds only a tombstone, PostgreSQL a live thread of its own under that id: a conflict,
+    nothing written (the thread stays live), not a deletion of someone else's thread."""
+    url = f"{pg_dsn}?schema={schema}"
+    with Store(tmp_path / "a", check_rules=False) as a:
+        gone = fill(a, extra=3)["deleted"]
+    with Store(url, check_rules=False) as pg:
+        pg.append(gone, [started(gone, title="someone else's"), register(), *exchange()])
+    before = _count(pg_dsn, schema)
+    out = _cli("copy", str(tmp_path / "a"), url)
+    assert out.returncode == 2, out.stdout
+    assert f"thread {gone}: deleted in the source" in out.stderr and "nothing was copied" in out.stderr
+    assert _count(pg_dsn, schema) == before
+    with Store(url) as pg:
+        assert pg.head(gone).status == "active" and pg.head(gone).version == 2 + len(exchange())

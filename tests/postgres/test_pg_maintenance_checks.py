@@ -25,7 +25,7 @@ from contract_helpers import append, part
 
 from tplog.backends.postgres import PostgresRecorder
 from tplog.backends.postgres.schema import TABLES
-from tplog.errors import CorruptionError, InvalidInputError, RebuildInProgressError, StoreClosedError
+from tplog.errors import CorruptionError, InvalidInputError, RebuildInProgressError, StorageError, StoreClosedError
 
 
 def tid() -> str:
@@ -81,10 +81,13 @@ def test_a_backup_goes_into_a_folder_that_exists(open_rec: Callable[..., Postgre
     append(rec, part(a, [started(a), user()]))
     dest = tmp_path / "bk"
     dest.mkdir()
-    rec.backup(str(dest))
-    rec.backup(str(dest))  # again over the first: the files are rewritten
-    assert sorted(p.name for p in dest.iterdir()) == sorted(f"{t}.copy" for t in TABLES)
-    assert all((dest / f"{t}.copy").read_bytes().startswith(b"PGCOPY\n") for t in TABLES)
+    rec.backup(str(dest))  # an empty one
+    first = {p.name: p.read_bytes() for p in dest.iterdir()}
+    with pytest.raises(StorageError, match="not empty"):  # never over a backup: it stays as it was
+        rec.backup(str(dest))
+    assert sorted(first) == sorted(f"{t}.copy" for t in TABLES)
+    assert all(first[f"{t}.copy"].startswith(b"PGCOPY\n") for t in TABLES)
+    assert {p.name: p.read_bytes() for p in dest.iterdir()} == first
 
 
 def test_the_maintenance_verbs_refuse_a_closed_store(open_rec: Callable[..., PostgresRecorder]) -> None:

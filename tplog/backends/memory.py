@@ -49,6 +49,7 @@ from tplog.backends.contract import (
     thread_key,
 )
 from tplog.backends.contract import VERSIONS as VERSIONS
+from tplog.backends.files import backup_dir, create_file
 from tplog.codec import Codec, Encoded, Facts, Limits
 from tplog.errors import (
     HasForksError,
@@ -635,13 +636,11 @@ class MemoryRecorder:
             return _Held(self._locks, self._lock, name)
 
     def backup(self, dest: str, *, compact: bool = True) -> None:
-        """Everything the store holds, as JSON lines in ``dest/memory.jsonl`` (see
+        """Everything the store holds, as JSON lines in ``dest/memory.jsonl`` (0600; ``dest`` new or empty, see
         :data:`BACKUP_FILE`), taken under the lock: ``Store("memory:" + dest)``
         (:meth:`restore`) opens a memory store holding exactly the same."""
-        os.makedirs(dest, exist_ok=True)
+        backup_dir(dest)
         path = os.path.join(dest, BACKUP_FILE)
-        if os.path.exists(path):
-            raise InvalidInputError(f"{path} exists: back up into a new directory")
         with self._lock:
             self._check_open()
             lines: list[Any] = [_BackupStart(format=BACKUP_FORMAT, logs=self.logs, last=list(self._last),
@@ -655,7 +654,7 @@ class MemoryRecorder:
                                      children=[(pk, ck, row[0], row[1]) for (pk, ck), row in self._children.items()],
                                      states=list(self._states.items())))
             data = b"".join(msgspec.json.encode(line) + b"\n" for line in lines)
-        with open(path + ".tmp", "wb") as f:
+        with open(create_file(path + ".tmp"), "wb") as f:
             f.write(data)
         os.replace(path + ".tmp", path)
 

@@ -58,6 +58,7 @@ from typing import Any, TypeVar
 import lmdb
 import msgspec
 
+from tplog.backends.files import FILE_MODE, backup_dir, make_dir
 from tplog.backends.lmdb.failures import errno_of as _errno_of
 from tplog.backends.lmdb.failures import translate as _translate
 from tplog.backends.lmdb.failures import undecodable as _undecodable
@@ -143,6 +144,7 @@ class LmdbEngine:
                         readahead=False,
                         create=not readonly,
                         subdir=True,
+                        mode=FILE_MODE,  # lock.mdb (data.mdb: _create)
                     )
                     break
                 except lmdb.MapResizedError:  # another process grew the map while this one opened
@@ -170,7 +172,7 @@ class LmdbEngine:
         if not readonly:
             try:
                 self._wfd = os.open(os.path.join(self.path, "writer.lck"), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC,
-                                    0o644)
+                                    FILE_MODE)
             except OSError as exc:
                 # a directory LMDB's files can be written in but not created in: write as before,
                 # on LMDB's lock alone
@@ -416,9 +418,7 @@ class LmdbEngine:
         """A consistent hot copy into the empty directory ``dest`` (compacting by default);
         on disk (flushed, with its directory entries) when it returns."""
         self._check()
-        os.makedirs(dest, exist_ok=True)
-        if os.listdir(dest):
-            raise StorageError(f"backup destination {dest} is not empty")
+        backup_dir(dest)
         for attempt in range(5):
             try:
                 # as a reader: a map resize in this process (remapping the file) waits for the copy
@@ -470,7 +470,7 @@ class LmdbEngine:
         if self.readonly:
             raise ReadOnlyError(f"{self.path}: the store was opened read-only")
         try:
-            fd = os.open(os.path.join(self.path, name + ".lock"), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+            fd = os.open(os.path.join(self.path, name + ".lock"), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, FILE_MODE)
         except OSError as exc:
             raise StorageError(f"{self.path}: cannot open the lock file {name}.lock: {exc}") from exc
         try:
@@ -610,9 +610,8 @@ def _create(path: str, map_size: int) -> None:
     if os.path.exists(data):
         return
     parent = os.path.dirname(path) or "."
-    made = not os.path.isdir(path)
-    os.makedirs(path, exist_ok=True)
-    fd = os.open(os.path.join(path, "writer.lck"), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+    made = make_dir(path)
+    fd = os.open(os.path.join(path, "writer.lck"), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, FILE_MODE)
     try:
         fcntl.lockf(fd, fcntl.LOCK_EX)
         if os.path.exists(data):  # another process created it meanwhile
@@ -621,7 +620,7 @@ def _create(path: str, map_size: int) -> None:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(tmp)
         env = lmdb.open(tmp, subdir=False, lock=False, map_size=map_size, max_dbs=len(TABLES) + 4,
-                        readahead=False)
+                        readahead=False, mode=FILE_MODE)
         try:
             with env.begin(write=True) as txn:
                 for name in TABLES:
@@ -653,6 +652,7 @@ def _fsync_tree(dest: str) -> None:
     entry in its parent is flushed too."""
     try:
         for name in sorted(os.listdir(dest)):
+            os.chmod(os.path.join(dest, name), FILE_MODE)  # LMDB's copy makes data.mdb 0666 less the umask
             _fsync(os.path.join(dest, name))
         _fsync(dest)
         _fsync(os.path.dirname(os.path.abspath(dest)))

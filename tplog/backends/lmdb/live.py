@@ -24,6 +24,7 @@ from typing import Any, TypeVar
 import lmdb
 import msgspec
 
+from tplog.backends.files import FILE_MODE, make_dir
 from tplog.backends.live import LiveHeader, expired
 from tplog.backends.lmdb.keys import TKEY_SIZE, tkey, u64
 from tplog.errors import StorageError
@@ -56,9 +57,9 @@ class LmdbLive:
     def __init__(self, path: str, *, map_size: int = 1 << 30) -> None:
         self.path = path
         try:
-            os.makedirs(path, exist_ok=True)
+            make_dir(path)
             self._env = lmdb.open(path, map_size=map_size, max_dbs=0, sync=False, metasync=False,
-                                  readahead=False, subdir=True, lock=True)
+                                  readahead=False, subdir=True, lock=True, mode=FILE_MODE)
         except (lmdb.Error, OSError) as exc:
             raise StorageError(f"{path}: cannot open the live stream table: {exc}") from exc
         self._lock = threading.Lock()  # one write transaction at a time in this process

@@ -10,6 +10,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from tplog.backends.contract import RebuildReport, Tracking, VerifyReport, own_seqs
+from tplog.backends.files import backup_dir, create_file
 from tplog.backends.memory import VERSIONS
 from tplog.backends.postgres.connections import _head_dec, _Held, _retried
 from tplog.backends.postgres.reads import PgReads
@@ -76,12 +77,13 @@ class PgMaintenance(PgReads):
         return _Held(conn)
 
     def backup(self, dest: str, *, compact: bool = True) -> None:
-        """Every table as ``COPY`` binary files in ``dest``, from one snapshot (``pg_dump`` does it too)."""
-        os.makedirs(dest, exist_ok=True)
+        """Every table as ``COPY`` binary files (0600) in the new or empty directory ``dest``, from one
+        snapshot (``pg_dump`` does it too)."""
+        backup_dir(dest)  # new or empty, not a link: nothing overwritten, nothing written elsewhere
         with self._read() as conn, conn.transaction():
             conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
             for table in TABLES:
-                with open(os.path.join(dest, f"{table}.copy"), "wb") as f, conn.cursor().copy(
+                with open(create_file(os.path.join(dest, f"{table}.copy")), "wb") as f, conn.cursor().copy(
                         f"COPY {table} TO STDOUT (FORMAT binary)".encode()) as copy:
                     for data in copy:
                         f.write(data)
