@@ -39,7 +39,6 @@ from tplog.backends.contract import (
     outgoing,
     thread_key,
 )
-from tplog.backends.dest import backup_dir
 from tplog.backends.lmdb import LmdbOptions
 from tplog.backends.urls import MEMORY, open_backend
 from tplog.codec import Codec, Encoded, Header
@@ -669,7 +668,6 @@ class Store:
     def backup(self, dest: str, *, compact: bool = True) -> None:
         """A consistent copy of the live store into the empty directory ``dest`` (made if missing)."""
         self._check_open()
-        backup_dir(dest)
         self.backend.backup(dest, compact=compact)
 
     def sync(self) -> None:

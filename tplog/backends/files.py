@@ -36,8 +36,8 @@ def backup_dir(dest: str) -> None:
     try:
         if not make_dir(dest) and os.listdir(dest):
             raise StorageError(f"backup destination {dest} is not empty")
-    except OSError as exc:
-        raise StorageError(f"backup destination {dest}: {exc}") from exc
+    except OSError as exc:  # under a file, a parent that cannot be made: said before anything is copied
+        raise StorageError(f"cannot create the backup destination {dest}: {exc.strerror}") from exc
 
 
 def create_file(path: str) -> int:
