@@ -98,9 +98,14 @@ def test_beyond_loopback_without_a_token_refuses_to_start(tmp_path: Path, caplog
         in out, out
     assert not (tmp_path / "store").exists()  # refused before anything was made
     with pytest.raises(ServeError, match="without authentication"):
-        serve(tmp_path / "store", host="192.0.2.1", security=Security(user_header="X-User"))  # a header is no proof
+        serve(tmp_path / "store", host="0.0.0.0", port=free_port(),
+              security=Security(user_header="X-User"))  # a header is no proof: anyone can send it
+    assert not (tmp_path / "store").exists()
     for host in ("127.0.0.1", "localhost", "::1", "[::1]", "127.0.0.2"):
         check_bind(host, Security(), False)
+    for host in ("192.0.2.1", "x" * 64 + ".example"):  # not loopback; a name that does not resolve
+        with pytest.raises(ServeError):
+            check_bind(host, Security(), False)
     check_bind("0.0.0.0", Security(token=TOKEN), False)
     with caplog.at_level(logging.WARNING, logger="tplog.server"):
         check_bind("0.0.0.0", Security(), True)

@@ -188,9 +188,9 @@ def serve(
     if "://" not in path or path.startswith("lmdb://"):  # a server's URL (postgresql://…) stays as it is
         path = os.path.abspath(path.removeprefix("lmdb://"))
     security = security or Security()
-    check_bind(host, security, allow_unauthenticated)
     loaded = _load_agents(agents)
     _check_address(host, port)
+    check_bind(host, security, allow_unauthenticated)
     Store(path, durability=durability).close()  # create it once, before the workers race to
     os.environ[ENV_STORE] = path
     os.environ[ENV_ON_DISCONNECT] = on_disconnect

@@ -16,6 +16,7 @@ import json
 import logging
 import os
 import re
+import socket
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final
@@ -186,12 +187,16 @@ def _users(data: Any, where: str) -> dict[str, str]:
 
 
 def _is_loopback(host: str) -> bool:
-    if host.lower() == "localhost":
-        return True
+    """Whether every address ``host`` names is a loopback one (a name is looked up)."""
     try:
         return ipaddress.ip_address(host.strip("[]")).is_loopback
     except ValueError:
+        pass
+    try:
+        infos = socket.getaddrinfo(host, None, type=socket.SOCK_STREAM)
+    except (OSError, UnicodeError):
         return False
+    return all(ipaddress.ip_address(str(i[4][0]).split("%")[0]).is_loopback for i in infos)
 
 
 def check_bind(host: str, security: Security, allow_unauthenticated: bool) -> None:
