@@ -304,3 +304,41 @@ def test_options_round_trip_through_the_environment(tmp_path: Path) -> None:
     assert Security.from_env({ENV_AUTH_TOKEN_FILE: str(tmp_path / "tok")}).token == TOKEN
     assert Security.from_env({ENV_AUTH_USERS_FILE: str(tmp_path / "users.json")}).users == {"bob": BOB}
     assert Security.from_env({"TPLOG_SERVER_TRUSTED_USER_HEADER": "X-User"}).user_header == "X-User"
+
+
+def test_the_live_table_is_per_user() -> None:
+    """Resumable streams are keyed by thread id: the same id in two scopes is two streams."""
+    from tplog.backends.live import MemoryLive
+    from tplog.integrations.server.security import ScopedLive
+
+    live = MemoryLive()
+    a, b = ScopedLive(live, "alice"), ScopedLive(live, "bob")
+    t = str(uuid.uuid4())
+    a.write(t, 3, [b"data: alice's\n\n"])
+    assert b.read(t) == (None, []) and live.read(t) == (None, [])
+    assert a.read(t)[1] == [b"data: alice's\n\n"]
+    assert b.request_stop(t, 3) is False and a.request_stop(t, 3) is True
+    b.expire(t, 3)
+    assert a.read(t)[0] is not None
+    a.write(t, 3, [], done=True)
+    assert b.sweep(done_before=2**62, stale_before=0) == 1 and a.read(t) == (None, [])
+    a.write(t, 4, [b"x"])
+    a.expire(t, 4)
+    assert a.read(t) == (None, [])
+
+
+def test_access_log_filter_redacts_tokens_only() -> None:
+    import logging
+
+    from tplog.integrations.server.security import redact_access_log
+
+    redact_access_log()
+    redact_access_log()  # once is enough, twice is harmless
+    logger = logging.getLogger("uvicorn.access")
+    assert len([f for f in logger.filters if type(f).__name__ == "_RedactToken"]) == 1
+    rec = logger.makeRecord("uvicorn.access", logging.INFO, __file__, 1, '%s - "%s %s" %d',
+                            ("1.2.3.4", "GET", f"/a?x=1&token={TOKEN}&y=2", 303), None)
+    assert all(f.filter(rec) for f in logger.filters)
+    assert rec.getMessage() == '1.2.3.4 - "GET /a?x=1&token=[redacted]&y=2" 303'
+    plain = logger.makeRecord("uvicorn.access", logging.INFO, __file__, 1, "no args", None, None)
+    assert all(f.filter(plain) for f in logger.filters) and plain.getMessage() == "no args"
