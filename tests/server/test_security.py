@@ -63,6 +63,12 @@ def test_cross_site_simple_post_is_refused_and_writes_nothing(client: TestClient
     # the server's own origin, or none (curl, the AI SDK in Node), is a request like any other
     r = client.post("/api/chat", json=chat_body("own-chat", "hi"), headers={"origin": "http://testserver"})
     assert r.status_code == 200, r.text
+    # its host on another port: a dev server's page whose proxy (Vite's) sends the API's own Host
+    r = client.post("/api/chat", json=chat_body("own-chat", "hi"), headers={"origin": "http://testserver:5173"})
+    assert r.status_code == 200, r.text
+    r = client.post("/api/chat", json=chat_body("own-chat", "hi"),
+                    headers={"origin": "http://localhost:5173", "host": "127.0.0.1:8000"})
+    assert r.status_code == 200, r.text
     assert client.post("/api/chat", json=chat_body("own-chat", "again"),
                        headers={"content-type": "application/json; charset=utf-8"}).status_code == 200
     assert _stored(client) == [thread_id_for_chat("own-chat")]

@@ -330,7 +330,10 @@ class _Checks:
         if origin is None:
             return
         o = origin.strip().lower()
-        own = urlsplit(o).netloc == request.headers.get("host", "").strip().lower() if "://" in o else False
+        # the server's own host, any port (a dev server's proxy, as Vite's, sends its own Host);
+        # for a loopback one any loopback name (the page at localhost, the proxy to 127.0.0.1)
+        theirs, ours = _host_name(urlsplit(o).netloc) if "://" in o else "", _host_name(request.headers.get("host", ""))
+        own = bool(theirs) and (theirs == ours or {theirs, ours} <= _LOCAL_HOSTS)
         if not own and o not in self.sec.allowed_origins:
             raise _Denied(HTTPError(403, "origin_not_allowed", f"requests from origin {origin!r} are refused; start "
                                     "the server with --allowed-origin ORIGIN to allow it"))
