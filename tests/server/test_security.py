@@ -294,6 +294,9 @@ def test_bad_options_are_serve_errors(tmp_path: Path) -> None:
         read_users_file(str(tmp_path / "missing"))
     with pytest.raises(ServeError, match="authenticator"):
         Security(authenticator=lambda r: "x").to_env()
+    for text in ("{", "[1]"):
+        with pytest.raises(ServeError, match="TPLOG_SERVER_AUTH_USERS"):
+            Security.from_env({"TPLOG_SERVER_AUTH_USERS": text})
 
 
 def test_options_round_trip_through_the_environment(tmp_path: Path) -> None:

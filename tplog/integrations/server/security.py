@@ -134,7 +134,10 @@ class Security:
             token = read_token_file(environ[ENV_AUTH_TOKEN_FILE])
         users: dict[str, str] | None = None
         if environ.get(ENV_AUTH_USERS):
-            users = _users(json.loads(environ[ENV_AUTH_USERS]), ENV_AUTH_USERS)
+            try:
+                users = _users(json.loads(environ[ENV_AUTH_USERS]), ENV_AUTH_USERS)
+            except ValueError:
+                raise ServeError(f"{ENV_AUTH_USERS}: not JSON") from None
         elif environ.get(ENV_AUTH_USERS_FILE):
             users = read_users_file(environ[ENV_AUTH_USERS_FILE])
         return cls(token=token, users=users, user_header=environ.get(ENV_TRUSTED_USER_HEADER) or None,
