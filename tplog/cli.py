@@ -573,8 +573,21 @@ def cmd_serve(args: argparse.Namespace) -> int:
         raise InvalidInputError("the --prune-* policy flags need --prune-every (how often to apply the policy)")
     serve(args.store, host=args.host, port=args.port, workers=args.workers, agents=args.agents,
           on_disconnect=args.on_disconnect, durability=args.durability, shutdown_grace=args.shutdown_grace,
-          log_format=args.log_format, log_level=args.log_level, prune=prune)
+          log_format=args.log_format, log_level=args.log_level, prune=prune, security=_serve_security(args),
+          allow_unauthenticated=args.allow_unauthenticated)
     return 0
+
+
+def _serve_security(args: argparse.Namespace) -> Any:
+    """The serve flags over the TPLOG_SERVER_AUTH_* / …_ALLOWED_* variables."""
+    from tplog.integrations.server.security import Security, read_token_file, read_users_file
+
+    env = Security.from_env()
+    return Security(token=read_token_file(args.auth_token_file) if args.auth_token_file else env.token,
+                    users=read_users_file(args.auth_users_file) if args.auth_users_file else env.users,
+                    user_header=args.trusted_user_header or env.user_header,
+                    allowed_hosts=(*env.allowed_hosts, *args.allowed_host),
+                    allowed_origins=(*env.allowed_origins, *args.allowed_origin))
 
 
 # --------------------------------------------------------------------------- parser
@@ -747,6 +760,23 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("--prune-max-age", default=None, metavar="DURATION", help="as tplog prune --max-age")
     sp.add_argument("--prune-max-threads", type=int, default=None, metavar="N", help="as tplog prune --max-threads")
     sp.add_argument("--prune-no-keep-linked", action="store_true", help="as tplog prune --no-keep-linked")
+    sec = sp.add_argument_group("security", "who may use the server, and from where (README: Security)")
+    sec.add_argument("--auth-token-file", default=None, metavar="FILE",
+                     help="every request but /health needs Authorization: Bearer <the token in FILE>; the browser "
+                          "page takes it once as /?token=… (default: $TPLOG_SERVER_AUTH_TOKEN, else no token)")
+    sec.add_argument("--auth-users-file", default=None, metavar="FILE",
+                     help='a JSON file {"USER": "TOKEN", …}: each token authenticates its user, who sees only '
+                          "their own threads (the user is the tplog scope)")
+    sec.add_argument("--trusted-user-header", default=None, metavar="NAME",
+                     help="the user is this header's value (e.g. X-Forwarded-User), set by the reverse proxy in "
+                          "front; each user sees only their own threads")
+    sec.add_argument("--allowed-host", action="append", default=[], metavar="NAME",
+                     help="answer requests for this Host too (repeatable; '*': any); always: localhost, "
+                          "127.0.0.1, [::1] and the address connected to")
+    sec.add_argument("--allowed-origin", action="append", default=[], metavar="ORIGIN",
+                     help="let pages of this origin (https://app.example) send POSTs too (repeatable)")
+    sec.add_argument("--allow-unauthenticated", action="store_true",
+                     help="listen beyond loopback without a token (something in front must authenticate)")
     sp = add("copy", cmd_copy, "Copy every thread (events, links, metadata, tombstones) from one store to another, "
              "between any backends; resumable (run it again after an interruption); then compare every thread's "
              "export hash (exit 1 on a mismatch).", store=False)

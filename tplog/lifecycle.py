@@ -187,7 +187,7 @@ def parse_time(name: str, text: str | None) -> int | _dt.datetime | None:
     (UTC when it names no zone)."""
     if text is None or text == "":
         return None
-    if text.isdigit():
+    if text.isascii() and text.isdigit():  # not '²': isdigit() takes it, int() does not
         return int(text)
     try:
         t = _dt.datetime.fromisoformat(text.replace("Z", "+00:00"))

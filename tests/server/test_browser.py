@@ -2,8 +2,10 @@
 against a real ``tplog serve``: list -> thread -> spawned child, as a person sees it.
 
 The store holds a parent thread with a tool call and its return, an interrupted turn, a tool
-call waiting for approval, and a spawned child. Under ``CI=true`` a missing chromium fails the
-test (``.ci/run`` installs it); elsewhere it skips, naming what to install.
+call waiting for approval, and a spawned child. The server wants a token (issue 37): the
+browser signs in once with ``/?token=…``, the test's own requests send it as a Bearer header.
+Under ``CI=true`` a missing chromium fails the test (``.ci/run`` installs it); elsewhere it
+skips, naming what to install.
 """
 
 from __future__ import annotations
@@ -19,12 +21,23 @@ import pytest
 
 from server.server_harness import ServerProcess, chat_body, wait_until
 from tplog import Store
-from tplog.events import LinkAdded
+from tplog.events import (
+    AgentRegistered,
+    AgentTurnCompleted,
+    AgentTurnStarted,
+    LinkAdded,
+    MessageRecorded,
+    ThreadStarted,
+    UserTurnSubmitted,
+)
+from tplog.integrations.server.security import ENV_AUTH_TOKEN
 from tplog.integrations.vercel import thread_id_for_chat
 from tplog.protocol import model as m
 
 CHROMIUM = os.environ.get("TPLOG_CHROMIUM", "/usr/bin/chromium")
 CHROMEDRIVER = os.environ.get("TPLOG_CHROMEDRIVER", "/usr/bin/chromedriver")
+TOKEN = "browser-" + "t" * 24
+AUTH = {"authorization": f"Bearer {TOKEN}"}
 
 
 def _need_browser() -> None:
@@ -43,10 +56,10 @@ def _need_browser() -> None:
 @pytest.fixture(scope="module")
 def browser_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[ServerProcess, str, str]]:
     """A server whose store holds the parent (tool call, interruption, pending approval) and a child."""
-    srv = ServerProcess(tmp_path_factory.mktemp("browser") / "store", workers=1).start()
+    srv = ServerProcess(tmp_path_factory.mktemp("browser") / "store", workers=1, env={ENV_AUTH_TOKEN: TOKEN}).start()
     parent_chat, child_chat = f"parent-{uuid.uuid4().hex[:8]}", f"child-{uuid.uuid4().hex[:8]}"
     try:
-        with srv.client() as c:
+        with srv.client(headers=AUTH) as c:
             for text in ["weather in Paris", "fail", "delete /tmp/report.txt"]:
                 assert c.post("/api/chat", json=chat_body(parent_chat, text)).status_code == 200
             assert c.post("/api/chat", json=chat_body(child_chat, "weather in Oslo")).status_code == 200
@@ -105,6 +118,12 @@ def _click(drv: Any, css: str) -> None:
     wait_until(attempt)
 
 
+def _login(drv: Any, srv: ServerProcess) -> None:
+    """Once, as a person would open the link: the token goes to a cookie and out of the address bar."""
+    drv.get(f"{srv.url}/?token={TOKEN}")
+    wait_until(lambda: drv.current_url == srv.url + "/")
+
+
 def _text(drv: Any) -> str:
     from selenium.webdriver.common.by import By
 
@@ -120,7 +139,7 @@ def test_list_thread_child(browser_server: tuple[ServerProcess, str, str], drive
     shots.mkdir(parents=True, exist_ok=True)
 
     # the list: both threads, most recently updated (the child, linked last) first
-    driver.get(srv.url + "/")
+    _login(driver, srv)
     rows = _find(driver, "tr[data-thread]")
     assert [r.get_attribute("data-thread") for r in rows] == [child, parent]
     wait_until(lambda: "weather in Paris" in _text(driver))  # titles arrive per row
@@ -151,7 +170,7 @@ def test_list_thread_child(browser_server: tuple[ServerProcess, str, str], drive
     _shoot(driver, shots / "thread.png")
 
     # live: approving the call (another client) shows its result and clears the flag, no reload
-    with srv.client() as c:
+    with srv.client(headers=AUTH) as c:
         [call] = c.get(f"/threads/{parent}/pending").json()["pending"]
         r = c.post(f"/threads/{parent}/approvals", json={"approvals": {call["tool_call_id"]: True}})
         assert r.status_code == 200
@@ -177,8 +196,9 @@ def test_stored_text_is_not_html(browser_server: tuple[ServerProcess, str, str],
     srv, _, _ = browser_server
     chat = f"xss-{uuid.uuid4().hex[:8]}"
     payload = '<img src=x onerror="window.__pwned=1"><b id="injected">bold</b>'
-    with srv.client() as c:
+    with srv.client(headers=AUTH) as c:
         assert c.post("/api/chat", json=chat_body(chat, payload)).status_code == 200
+    _login(driver, srv)
     driver.get(f"{srv.url}/#/thread/{thread_id_for_chat(chat)}")
     wait_until(lambda: payload in _text(driver))
     from selenium.webdriver.common.by import By
@@ -190,10 +210,12 @@ def test_stored_text_is_not_html(browser_server: tuple[ServerProcess, str, str],
 def test_page_assets(browser_server: tuple[ServerProcess, str, str]) -> None:
     """The page and its two assets come from the package; other names under /ui/ are 404."""
     srv, _, _ = browser_server
-    with srv.client() as c:
+    with srv.client(headers=AUTH) as c:
         page = c.get("/")
         assert page.status_code == 200 and page.headers["content-type"].startswith("text/html")
-        assert "default-src 'self'" in page.headers["content-security-policy"]
+        csp = page.headers["content-security-policy"]
+        assert "default-src 'self'" in csp and "*" not in csp and "frame-ancestors 'none'" in csp
+        assert page.headers["x-content-type-options"] == "nosniff"
         assert '<script src="/ui/app.js">' in page.text
         assert c.get("/ui/app.js").headers["content-type"].startswith("text/javascript")
         assert c.get("/ui/app.css").headers["content-type"].startswith("text/css")
@@ -207,14 +229,15 @@ def test_turn_in_progress_shows_live(browser_server: tuple[ServerProcess, str, s
 
     srv, _, _ = browser_server
     chat = f"live-{uuid.uuid4().hex[:8]}"
-    with srv.client() as c:
+    with srv.client(headers=AUTH) as c:
         assert c.post("/api/chat", json=chat_body(chat, "hello")).status_code == 200
+    _login(driver, srv)
     driver.get(f"{srv.url}/#/thread/{thread_id_for_chat(chat)}")
     wait_until(lambda: "You said: hello" in _text(driver))
     _find(driver, "#live:not([hidden])")
 
     def slow() -> None:
-        with srv.client(timeout=60.0) as c:
+        with srv.client(timeout=60.0, headers=AUTH) as c:
             c.post("/api/chat", json=chat_body(chat, "slow 30 100"))  # 30 words, 100 ms apart
 
     runner = threading.Thread(target=slow)
@@ -227,3 +250,66 @@ def test_turn_in_progress_shows_live(browser_server: tuple[ServerProcess, str, s
                    timeout=30)
     finally:
         runner.join(60)
+
+
+def test_files_and_remote_images(browser_server: tuple[ServerProcess, str, str], driver: Any,
+                                 tmp_path_factory: pytest.TempPathFactory) -> None:
+    """A PDF part renders (its label was shadowed: "label is not a function" took the whole view
+    down), and an image at a web address is a link the page never fetches (it would tell the
+    address's owner who reads the thread)."""
+    import base64
+    import http.server
+    import threading
+
+    from selenium.webdriver.common.by import By
+
+    srv, _, _ = browser_server
+    hits: list[str] = []
+
+    class Tracker(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            hits.append(self.path)
+            self.send_response(204)
+            self.end_headers()
+
+        def log_message(self, *args: Any) -> None:
+            pass
+
+    tracker = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Tracker)
+    threading.Thread(target=tracker.serve_forever, daemon=True).start()
+    pixel = f"http://127.0.0.1:{tracker.server_address[1]}/pixel.png?who=reader"
+    pdf = base64.b64encode(b"%PDF-1.4 tiny").decode()
+    png = ("iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mP8z8BQDwAEhQGAhKmMIQAAAABJRU5ErkJggg==")
+    t, at = str(uuid.uuid4()), "2025-01-20T10:00:00Z"
+    with Store(srv.store) as s:
+        s.append(t, [
+            ThreadStarted(thread_id=t, created_at=at, title="files"),
+            AgentRegistered(agent=m.AgentConfig(agent_id="a", agent_name="a", created_at=at)),
+            UserTurnSubmitted(turn=m.UserTurn(submitted_at=at, parts=[m.UserPromptPart(content=[
+                "see these", m.ImageUrl(url=pixel), m.BinaryContent(data=pdf, media_type="application/pdf",
+                                                                    identifier="report.pdf"),
+                m.ImageUrl(url=f"data:image/png;base64,{png}")])])),
+            AgentTurnStarted(agent_id="a", started_at=at),
+            MessageRecorded(message=m.ResponseMessage(timestamp=at, agent_id="a", parts=[
+                m.TextPart(content="here is the invoice"),
+                m.FilePart(content=m.BinaryContent(data=pdf, media_type="application/pdf",
+                                                   identifier="invoice.pdf"))])),
+            AgentTurnCompleted(completed_at=at),
+        ])
+    try:
+        _login(driver, srv)
+        driver.get(f"{srv.url}/#/thread/{t}")
+        text = wait_until(lambda: (x := _text(driver)) and "invoice.pdf" in x and x)
+        assert not driver.find_elements(By.CSS_SELECTOR, "p.error"), text
+        assert "report.pdf (application/pdf" in text and "here is the invoice" in text
+        imgs = [i.get_attribute("src") for i in driver.find_elements(By.CSS_SELECTOR, "main img")]
+        assert imgs == [f"data:image/png;base64,{png}"]  # the inline one only
+        [link] = driver.find_elements(By.CSS_SELECTOR, "main a.remote")
+        assert link.get_attribute("href") == pixel and link.text == pixel
+        keep = os.environ.get("TPLOG_SCREENSHOTS")
+        shots = Path(keep) if keep else tmp_path_factory.mktemp("screenshots-files")
+        shots.mkdir(parents=True, exist_ok=True)
+        _shoot(driver, shots / "files.png")
+        assert hits == []  # nothing fetched the remote image
+    finally:
+        tracker.shutdown()

@@ -218,8 +218,9 @@ def test_bad_requests(server: ServerProcess) -> None:
     with server.client() as c:
         r = c.post("/api/chat", content=b"{not json", headers={"content-type": "application/json"})
         assert r.status_code == 400 and r.json()["error"]["code"] == "malformed_json"
-        r = c.post("/api/chat", content=b"")
+        r = c.post("/api/chat", content=b"", headers={"content-type": "application/json"})
         assert r.status_code == 400
+        assert c.post("/api/chat", content=b"").status_code == 415  # no Content-Type: what a page of any site can send
         r = c.post("/api/chat", json=[1, 2])
         assert r.status_code == 422 and "object" in r.json()["error"]["message"]
         r = c.post("/api/chat", json={"id": t})

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import logging
 from typing import Any, Final
 
 import anyio
@@ -80,7 +81,9 @@ def http_error(exc: BaseException) -> HTTPError:
         return HTTPError(503, "unavailable", msg)
     if isinstance(exc, TplogError):
         return HTTPError(500, type(exc).__name__, msg)
-    return HTTPError(500, "internal_error", f"{type(exc).__name__}: {msg}")
+    # not tplog's: its text is a dependency's (or a path, a query): for the log, not the client
+    logging.getLogger("tplog.server").error("internal error: %s", type(exc).__name__, exc_info=exc)
+    return HTTPError(500, "internal_error", "internal error; the server's log has the details")
 
 
 def header_safe(s: str) -> str:

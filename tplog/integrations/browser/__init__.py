@@ -1,7 +1,9 @@
 """The thread browser served at ``/`` by ``tplog serve``: one HTML page, a stylesheet and a
 small vanilla script, shipped as package data (no build step, no CDN). The script reads the
 server's JSON endpoints and follows a thread's SSE tail; it never puts stored text into HTML
-(every string goes in through ``textContent``/attributes).
+(every string goes in through ``textContent``/attributes), and loads no remote URL: a stored
+image or file at a web address is shown as a link (the app's Content-Security-Policy, set on
+every response by :mod:`tplog.integrations.server.security`, allows ``'self'`` and ``data:`` only).
 """
 
 from __future__ import annotations
@@ -21,10 +23,6 @@ ASSETS = {
     "app.css": "text/css; charset=utf-8",
 }
 
-# The page runs only our own script and style, and loads images from anywhere (threads link them).
-_CSP = "default-src 'self'; img-src * data:; media-src * data:; object-src 'none'; base-uri 'none'"
-
-
 @functools.cache
 def _asset(name: str) -> bytes:
     return resources.files(__package__).joinpath(name).read_bytes()
@@ -32,7 +30,7 @@ def _asset(name: str) -> bytes:
 
 async def _index(request: Request) -> Response:
     return Response(_asset("index.html"), media_type="text/html; charset=utf-8",
-                    headers={"content-security-policy": _CSP, "cache-control": "no-cache"})
+                    headers={"cache-control": "no-cache"})
 
 
 async def _ui(request: Request) -> Response:

@@ -40,8 +40,10 @@ const threadHref = (id) => "#/thread/" + encodeURIComponent(id);
 const threadLink = (id, label) => h("a", { href: threadHref(id), class: "tid" }, label || id);
 const isoNs = (ns) => (ns ? new Date(Math.floor(ns / 1e6)).toISOString().replace(".000Z", "Z") : "");
 const pretty = (v) => (typeof v === "string" ? v : JSON.stringify(v, null, 2));
-// Only web and inline URLs become links or images: no javascript: or other schemes.
+// Only web and inline URLs become links: no javascript: or other schemes. Only inline (data:)
+// media are shown: fetching a stored web address would tell its owner who reads the thread.
 const safeUrl = (u) => (typeof u === "string" && /^(https?:|data:)/i.test(u) ? u : null);
+const inlineUrl = (u) => (typeof u === "string" && /^data:/i.test(u) ? u : null);
 const label = (text) => h("span", { class: "label" }, text);
 
 function showError(err) {
@@ -125,25 +127,27 @@ async function fetchThread(id) {
 function content(c) {
   // user content: a string, a URL (image/audio/video/document), inline binary, or an extension
   if (typeof c === "string") return h("div", { class: "text" }, c);
-  const url = safeUrl(c.url);
-  if (c.kind === "image-url") return url ? h("img", { src: url, alt: c.identifier || c.url }) : h("code", {}, c.url);
-  if (c.kind === "audio-url") return url ? h("audio", { src: url, controls: true }) : h("code", {}, c.url);
-  if (c.kind === "video-url") return url ? h("video", { src: url, controls: true }) : h("code", {}, c.url);
-  if (c.kind === "document-url") {
-    return h("div", { class: "file" }, label("document"),
-      url ? h("a", { href: url, rel: "noreferrer" }, c.url) : c.url);
+  const inline = inlineUrl(c.url);
+  if (c.kind === "image-url" && inline) return h("img", { src: inline, alt: c.identifier || "image" });
+  if (c.kind === "audio-url" && inline) return h("audio", { src: inline, controls: true });
+  if (c.kind === "video-url" && inline) return h("video", { src: inline, controls: true });
+  const kinds = { "image-url": "image", "audio-url": "audio", "video-url": "video", "document-url": "document" };
+  if (kinds[c.kind]) {
+    const url = safeUrl(c.url);
+    return h("div", { class: "file" }, label(kinds[c.kind]),
+      url ? h("a", { href: url, rel: "noreferrer noopener", target: "_blank", class: "remote" }, c.url) : c.url);
   }
   if (c.kind === "binary") return binary(c);
   return h("pre", { class: "json" }, pretty(c));
 }
 
 function binary(b) {
-  const label = `${b.identifier || "file"} (${b.media_type}, ${Math.round((b.data || "").length * 0.75)} bytes)`;
+  const desc = `${b.identifier || "file"} (${b.media_type}, ${Math.round((b.data || "").length * 0.75)} bytes)`;
   if (/^image\//.test(b.media_type || "")) {
-    return h("figure", {}, h("img", { src: `data:${b.media_type};base64,${b.data}`, alt: label }),
-      h("figcaption", {}, label));
+    return h("figure", {}, h("img", { src: `data:${b.media_type};base64,${b.data}`, alt: desc }),
+      h("figcaption", {}, desc));
   }
-  return h("div", { class: "file" }, label("file"), label);
+  return h("div", { class: "file" }, label("file"), desc);
 }
 
 function part(p, ctx) {

@@ -87,6 +87,14 @@ JSON 400, a body of the wrong shape 422 (naming the field), unknown thread 404,
 deleted thread 410, version/turn conflicts 409, body too large 413. A rejected
 request writes nothing.
 
+Access (:class:`Security`, :mod:`.security`): with a token every route but ``/health`` needs
+``Authorization: Bearer TOKEN`` (the page: ``/?token=TOKEN`` once, then a cookie) else 401; with
+users (a token per user, a trusted proxy's header, or your authenticator) each request reads and
+writes its user's scope only, and another user's thread is a 404. Always: a Host naming neither
+loopback nor the address connected to (nor ``allowed_hosts``) is 421; a POST needs
+``Content-Type: application/json`` (415) and, with an ``Origin``, the server's own or an allowed
+one (403). Every response carries a Content-Security-Policy, ``nosniff`` and ``no-referrer``.
+
 The store is opened per worker process, in the ASGI lifespan (after uvicorn
 forked/spawned the worker): LMDB handles must not cross ``fork()``. With
 several workers uvicorn needs an import string: :func:`app_from_env` is that
@@ -113,6 +121,7 @@ from tplog.integrations.server.config import (
 )
 from tplog.integrations.server.demo_agents import demo_agents
 from tplog.integrations.server.factory import app_from_env, serve
+from tplog.integrations.server.security import Security
 
 __all__ = [
     "ENV_AFTER_STOP",
@@ -125,6 +134,7 @@ __all__ = [
     "ENV_STORE",
     "ENV_TP_CHUNKS",
     "AppendTimings",
+    "Security",
     "ServeError",
     "app_from_env",
     "create_app",

@@ -7,6 +7,7 @@ import asyncio
 import json
 import logging
 import os
+import re
 from collections.abc import AsyncIterator, Callable, Mapping
 from typing import Any, Final
 
@@ -27,6 +28,7 @@ from tplog.integrations.http import error_response as _error_response
 from tplog.integrations.resume import AfterStop, resume_response
 from tplog.integrations.scheduled_prune import PruneSchedule
 from tplog.integrations.server.config import AppendTimings, OnDisconnect, TpChunks
+from tplog.integrations.server.security import SecureApp, Security, redact_access_log
 from tplog.integrations.server.state import Server, new_message_id, path_thread, thread_for
 from tplog.integrations.vercel import CHAT_ID_KEY, MESSAGE_ID_KEY, client_tool_results, thread_id_for_chat
 from tplog.logs import set_thread_id
@@ -40,6 +42,8 @@ __all__ = ["create_app"]
 log = logging.getLogger("tplog.server")
 
 _TAIL_PAGE: Final = 500  # events read per step of a tail
+# ASCII digits, at most 18 (an int64): str.isdigit() also takes '²', which int() refuses
+_DIGITS: Final = re.compile(r"[0-9]{1,18}")
 
 # --------------------------------------------------------------------------- request helpers
 
@@ -84,7 +88,7 @@ def _if_match(request: Request) -> int | None:
     if v is None:
         return None
     v = v.strip().strip('"')
-    if not v.isdigit():
+    if not _DIGITS.fullmatch(v):
         raise HTTPError(400, "bad_if_match", f"If-Match must be a thread version (an integer ≥ 0), not {v!r}")
     return int(v)
 
@@ -182,6 +186,7 @@ def create_app(
     live_flush: float = 0.05,
     resumable: bool = True,
     prune: PruneSchedule | None = None,
+    security: Security | None = None,
 ) -> Starlette:
     """The ASGI app serving ``store`` (a directory, opened per worker in the lifespan, or an
     open ``Store``/``AsyncStore`` the caller keeps owning) with ``agents`` (name -> Pydantic AI agent).
@@ -213,6 +218,10 @@ def create_app(
     ``"wait"`` waits for it to end; either gives up after ``after_stop_wait`` seconds with 409
     ``turn_open``, as ``"reject"`` does at once. A run whose client is still reading it is never
     disturbed: the new message is a 409 ``turn_open``.
+
+    ``security``: who may use the server and from where (:class:`Security`: a token, users and
+    their scopes, allowed Hosts and Origins); the default needs no token and answers only Hosts
+    naming this machine's loopback or the address the connection came to.
     """
     srv = Server(
         store,
@@ -501,7 +510,7 @@ def create_app(
         tid = await path_thread(srv, request)
         last_id = request.headers.get("last-event-id")
         if last_id is not None and last_id.strip():
-            if not last_id.strip().isdigit():
+            if not _DIGITS.fullmatch(last_id.strip()):
                 raise HTTPError(400, "bad_last_event_id", f"Last-Event-ID must be an event seq, not {last_id!r}")
             after = int(last_id.strip())
         else:
@@ -608,16 +617,17 @@ def create_app(
         return _error_response(err)
 
     async def internal(request: Request, exc: Exception) -> Response:
-        log.exception("unhandled error on %s %s", request.method, request.url.path, exc_info=exc)
-        err = http_error(exc)
+        # uvicorn logs the traceback (Starlette re-raises after this); the client gets no internals
+        err = HTTPError(500, "internal_error", f"internal error on {request.method} {request.url.path}; "
+                        "the server's log has the details")
         if srv.prom is not None:
             srv.prom.error(err.status, err.code)
         return _error_response(err)
 
     from starlette.exceptions import HTTPException
 
-    app = Starlette(
-        routes=routes, lifespan=srv.lifespan, exception_handlers={HTTPException: not_found, Exception: internal}
-    )
+    redact_access_log()
+    app = SecureApp(security or Security(), routes=routes, lifespan=srv.lifespan,
+                    exception_handlers={HTTPException: not_found, Exception: internal})
     app.state.tplog = srv
     return app

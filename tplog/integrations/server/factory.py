@@ -29,6 +29,7 @@ from tplog.integrations.server.config import (
     ServeError,
 )
 from tplog.integrations.server.demo_agents import demo_agents
+from tplog.integrations.server.security import Security, check_bind
 from tplog.logs import log_config
 from tplog.store import Store
 
@@ -96,6 +97,7 @@ def app_from_env(agents: Mapping[str, Any] | None = None) -> Starlette:
     ``TPLOG_SERVER_TP_CHUNKS``: ``transient`` (default) / ``parts``. ``TPLOG_SERVER_AFTER_STOP``:
     ``interrupt`` (default) / ``wait`` / ``reject``. ``TPLOG_SERVER_RESUMABLE``: ``1`` (default) / ``0``.
     ``TPLOG_SERVER_PRUNE``: a retention schedule (:mod:`tplog.integrations.scheduled_prune`).
+    ``TPLOG_SERVER_AUTH_*``, ``…_TRUSTED_USER_HEADER``, ``…_ALLOWED_HOSTS``/``ORIGINS``: :meth:`Security.from_env`.
     """
     path = os.environ.get(ENV_STORE)
     if not path:
@@ -125,6 +127,7 @@ def app_from_env(agents: Mapping[str, Any] | None = None) -> Starlette:
         after_stop=after_stop,  # type: ignore[arg-type]
         resumable=resumable == "1",
         prune=schedule_from_env(os.environ.get(ENV_PRUNE)),
+        security=Security.from_env(),
     )
 
 
@@ -159,6 +162,8 @@ def serve(
     shutdown_grace: float = 30.0,
     log_format: str = "text",
     prune: PruneSchedule | None = None,
+    security: Security | None = None,
+    allow_unauthenticated: bool = False,
 ) -> None:
     """Serve ``store_path`` with uvicorn (``tplog serve``); blocks until stopped (SIGINT/SIGTERM).
 
@@ -170,6 +175,8 @@ def serve(
     ``log_format="json"``: every log line (tplog's and uvicorn's, access lines included) is one
     JSON object naming the thread it is about (:mod:`tplog.logs`); ``"text"``: uvicorn's default.
     ``prune``: apply a retention policy on a schedule (:mod:`tplog.integrations.scheduled_prune`).
+    ``security``: a token, users, allowed Hosts and Origins (:class:`Security`); a ``host`` beyond
+    loopback without authentication is a :class:`ServeError` unless ``allow_unauthenticated``.
     """
     import uvicorn
 
@@ -180,8 +187,10 @@ def serve(
     path = os.fspath(store_path)
     if "://" not in path or path.startswith("lmdb://"):  # a server's URL (postgresql://…) stays as it is
         path = os.path.abspath(path.removeprefix("lmdb://"))
+    security = security or Security()
     loaded = _load_agents(agents)
     _check_address(host, port)
+    check_bind(host, security, allow_unauthenticated)
     Store(path, durability=durability).close()  # create it once, before the workers race to
     os.environ[ENV_STORE] = path
     os.environ[ENV_ON_DISCONNECT] = on_disconnect
@@ -189,6 +198,7 @@ def serve(
     os.environ[ENV_SHUTDOWN_GRACE] = repr(grace)
     if agents:
         os.environ[ENV_AGENTS] = agents
+    os.environ.update(security.to_env())  # the workers' app_from_env reads them back
     if prune is not None:
         prune.check()
         os.environ[ENV_PRUNE] = prune.to_env()

@@ -39,6 +39,7 @@ from tplog.integrations.http import header_safe as _header_safe
 from tplog.integrations.resume import AfterStop, LiveWriter, settle_open_turn, sweeper
 from tplog.integrations.scheduled_prune import PruneSchedule, prune_loop
 from tplog.integrations.server.config import AppendTimings, OnDisconnect, TpChunks
+from tplog.integrations.server.security import ScopedLive, request_scope
 from tplog.integrations.vercel import MESSAGE_ID_KEY, thread_id_for_chat
 from tplog.logs import set_thread_id
 from tplog.protocol import model as m
@@ -284,9 +285,11 @@ class Server:
 
     @property
     def astore(self) -> AsyncStore:
+        """The store, as the request's user sees it (their scope, :mod:`.security`)."""
         if self._astore is None:
             raise HTTPError(503, "unavailable", "the store is not open (lifespan not started)")
-        return self._astore
+        user = request_scope.get()
+        return self._astore if user is None else self._astore.scoped(user)
 
     @property
     def store(self) -> Store:
@@ -298,7 +301,8 @@ class Server:
         has none (then only this worker can resume its streams)."""
         if self._live is None:
             self._live = live_streams(self.store.backend) or MemoryLive()
-        return self._live
+        user = request_scope.get()
+        return self._live if user is None else ScopedLive(self._live, user)
 
     @property
     def watcher(self) -> _Watcher:
