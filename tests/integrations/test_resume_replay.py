@@ -66,18 +66,23 @@ def test_a_replay_whose_start_was_lost_opens_what_it_continues(tmp_path: Path) -
             {"type": "reasoning-end", "id": "r1"},
             {"type": "tool-input-delta", "toolCallId": "c1", "inputTextDelta": "{}"},
             {"type": "tool-output-available", "toolCallId": "c1", "output": 1},
+            "{not json",  # passed on as it is
         )
         rest = sse({"type": "text-delta", "id": "t1", "delta": "word4"}, {"type": "text-end", "id": "t1"},
-                   {"type": "finish-step"}, {"type": "finish"}, "[DONE]")
+                   {"type": "text-start", "id": "t2"}, {"type": "text-delta", "id": "t2", "delta": "more"},
+                   {"type": "text-end", "id": "t2"}, {"type": "finish-step"}, {"type": "finish"}, "[DONE]")
         live.write(TID, 4, [stored.encode(), rest.encode()], done=True)
         app = create_app(store, demo_agents())
         with TestClient(app) as client:
             r = client.get(f"/api/chat/{TID}/stream")
         assert r.status_code == 200
-        chunks = list(parse_sse(r.text))
+        assert "data: {not json\n\n" in r.text
+        chunks = list(parse_sse(r.text.replace("data: {not json\n\n", "")))
         assert unstarted(chunks) == []
         texts = [c.get("delta") for c in chunks if isinstance(c, dict) and c["type"] == "text-delta"]
-        assert texts == ["word3 ", "word4"]  # nothing of what was stored is lost but the unannounced call
+        assert texts == ["word3 ", "word4", "more"]  # nothing stored is lost but the unannounced call's chunks
+        starts = [c["id"] for c in chunks if isinstance(c, dict) and c["type"] == "text-start"]
+        assert starts == ["t1", "t2"]  # a part the stream did start is not started twice
         assert [c["type"] for c in chunks if isinstance(c, dict)][:2] == ["text-start", "text-delta"]
         assert chunks[-1] == "[DONE]"
 
