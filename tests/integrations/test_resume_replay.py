@@ -115,3 +115,28 @@ def test_a_stopped_runs_last_write_does_not_replace_the_next_turns_stream() -> N
     assert hdr is not None and hdr.turn_seq == 9 and hdr.done
     chunks = list(parse_sse(b"".join(batches).decode()))
     assert [c["type"] for c in chunks if isinstance(c, dict)] == ["start", "text-start", "text-delta", "text-delta"]
+
+
+def test_a_stream_replaced_by_an_older_turns_late_write_is_written_again_whole() -> None:
+    """The stopped run's last write can still land between the next run's read of the header and
+    its write: the next run's writer then finds its entries replaced and writes its stream again."""
+    live = MemoryLive()
+
+    async def go() -> None:
+        tasks: set[asyncio.Task[None]] = set()
+        new = LiveWriter(live, TID, interval=0.0, on_stop=lambda: None, tasks=tasks)
+        new.start(9)
+        new.push(sse({"type": "start"}, {"type": "text-start", "id": "b"}, {"type": "text-delta", "id": "b",
+                                                                             "delta": "y"}))
+        await asyncio.sleep(0.3)
+        live.write(TID, 4, [sse({"type": "abort"}, "[DONE]").encode()], done=True)  # the old run's late write
+        new.push(sse({"type": "text-delta", "id": "b", "delta": "z"}))
+        new.close()
+        await asyncio.gather(*tasks)
+
+    asyncio.run(go())
+    hdr, batches = live.read(TID)
+    assert hdr is not None and hdr.turn_seq == 9 and hdr.done
+    chunks = [c for c in parse_sse(b"".join(batches).decode()) if isinstance(c, dict)]
+    assert [(c["type"], c.get("delta")) for c in chunks] == [
+        ("start", None), ("text-start", None), ("text-delta", "y"), ("text-delta", "z")]

@@ -59,7 +59,8 @@ class LiveWriter:
     A flusher task writes what was pushed since its last write, in one batch, at most every
     ``interval`` seconds (a batch is one store transaction). A failing live write never fails
     the run: the stream just stops being resumable (logged). It stops writing once a newer turn
-    of the thread streams (the run was stopped and the next one began).
+    of the thread streams (the run was stopped and the next one began), and writes its stream
+    again, whole, if an older turn's late write replaced it.
     """
 
     def __init__(self, live: LiveStreams, thread_id: str, *, interval: float,
@@ -102,6 +103,7 @@ class LiveWriter:
         last = -self.interval
         stopped = False
         attached_written = True
+        sent: list[str] = []  # every frame written: what a replaced stream is written again from
         try:
             while True:
                 with contextlib.suppress(TimeoutError):
@@ -116,12 +118,14 @@ class LiveWriter:
                 last = loop.time()
                 hdr: LiveHeader | None
                 hdr, _ = await asyncio.to_thread(self.live.read, self.thread_id, after=0, limit=0)
+                # A write for another turn replaces the thread's entries, and a stopped run's last
+                # writes can come after the next run's first (its replay would start mid-text):
                 if hdr is not None and hdr.turn_seq > self.turn_seq:
-                    # a newer turn streams now (ours ended; a stopped run's last writes can come after
-                    # the next run's first): a write for our turn would replace its entries, and its
-                    # replay would start mid-text
-                    break
+                    break  # a newer turn streams now (ours ended): leave its entries alone
+                if sent and (hdr is None or hdr.turn_seq != self.turn_seq):
+                    batch = sent + batch  # an older turn's late write replaced ours: ours again, whole
                 if batch or done or attached != attached_written:
+                    sent += batch
                     data = ["".join(batch).encode()] if batch else []
                     hdr = await asyncio.to_thread(
                         self.live.write, self.thread_id, self.turn_seq, data, done=done, attached=attached,
