@@ -11,7 +11,7 @@
 const [major, scenario, configText] = process.argv.slice(2);
 const config = JSON.parse(configText ?? "{}");
 const ai = await import(major === "7" ? "ai7" : "ai6");
-const { AbstractChat, DefaultChatTransport, validateUIMessages, generateId } = ai;
+const { AbstractChat, DefaultChatTransport, validateUIMessages, generateId, readUIMessageStream } = ai;
 
 class State {
   constructor(messages = []) {
@@ -161,6 +161,36 @@ switch (scenario) {
     notes.afterCut = { status: chat.status, error: chat.error?.message ?? null,
                        text: chat.messages.at(-1)?.parts.filter((p) => p.type === "text").map((p) => p.text).join("") };
     await chat.resumeStream();
+    break;
+  }
+  case "abort_reconnect": {
+    // the user stops mid-text (the SDK aborts the fetch; the server finishes the run), then the app
+    // reconnects itself and reads the stream with the SDK's own processor (readUIMessageStream)
+    // (config.sendAgain: after the stop the user sends again, and the app reconnects during that answer)
+    chat = makeChat(chatId);
+    const first = chat.sendMessage({ text: config.text ?? "slow 30 60" });
+    await waitFor(() => chatShows("word1"));
+    await chat.stop();
+    await first;
+    let second = null;
+    if (config.sendAgain) {
+      second = chat.sendMessage({ text: config.sendAgain });
+      await waitFor(() => chat.messages.length === 4 && chatShows("word1"));
+    }
+    const transport = new DefaultChatTransport({ api: config.api, fetch: trackingFetch });
+    const stream = await transport.reconnectToStream({ chatId });
+    notes.reconnected = stream != null;
+    if (stream) {
+      let last;
+      try {
+        for await (const message of readUIMessageStream({ stream, terminateOnError: true })) last = message;
+      } catch (err) {
+        notes.resumeError = String(err?.message ?? err);
+      }
+      notes.resumed = last == null ? null
+        : last.parts.filter((p) => p.type === "text").map((p) => p.text).join("");
+    }
+    await second;
     break;
   }
   case "reload": {

@@ -303,6 +303,31 @@ def _rich_history() -> list[pm.ModelMessage]:
     )
 
 
+def test_events_from_messages_append_to_a_fresh_store(tmp_path: Path) -> None:
+    """Only ``agent_id`` and ``thread_id``: the events register the agent, so the store takes them
+    (rule v3.3-agent-ref) and the thread validates; ``agent_name`` names it when given."""
+    from tplog import thread_id_for
+    from tplog.protocol.validate import validate
+
+    agent = Agent(TestModel(), name="weather")
+
+    @agent.tool_plain
+    def get_weather(city: str) -> str:
+        return f"sunny in {city}"
+
+    msgs = agent.run_sync("weather in Paris?").all_messages()
+    with Store(tmp_path / "db") as store:
+        for tid, name in (("imported-run", None), ("named-run", "Weather bot")):
+            events = events_from_messages(msgs, agent_id="a1", thread_id=tid, agent_name=name)
+            store.append(thread_id_for(tid), events)
+            th = thread_of(store, thread_id_for(tid))
+            assert validate(th).errors == []
+            assert {k: (a.agent_id, a.agent_name) for k, a in th.agents.items()} == {"a1": ("a1", name or "a1")}
+            assert [type(t).__name__ for t in th.turns] == ["UserTurn", "AgentTurn"]
+            agent_turn = th.turns[1]
+            assert isinstance(agent_turn, m.AgentTurn) and len(agent_turn.messages) == 3
+
+
 def test_rich_history_round_trip() -> None:
     msgs = _rich_history()
     events = events_from_messages(msgs, agent_id="a", thread_id="t")

@@ -6,7 +6,7 @@
   the run's "attached" state and picks up stop requests made by other workers.
 - :func:`resume_response`: ``GET /api/chat/{id}/stream`` -- 204 when the thread has no open turn
   (or none whose stream this store holds); else the open turn's chunks from its ``start``, then
-  live to its end.
+  live to its end, through :class:`Replay` (every part it continues is started in it).
 - :func:`settle_open_turn`: a new message while a turn is open. A run whose client went away
   (the user pressed stop: the SDK aborts the fetch) is interrupted (``user_cancelled``) or waited
   for, per ``after_stop``; a run whose client is still reading is a conflict (409 ``turn_open``).
@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import logging
 import os
 import socket
@@ -30,7 +31,7 @@ from tplog.integrations.http import UI_STREAM_HEADERS, HTTPError, SSEResponse, h
 if TYPE_CHECKING:
     from starlette.responses import Response
 
-__all__ = ["AfterStop", "LiveWriter", "resume_response", "settle_open_turn", "sweeper"]
+__all__ = ["AfterStop", "LiveWriter", "Replay", "resume_response", "settle_open_turn", "sweeper"]
 
 log = logging.getLogger("tplog.server")
 
@@ -57,7 +58,9 @@ class LiveWriter:
 
     A flusher task writes what was pushed since its last write, in one batch, at most every
     ``interval`` seconds (a batch is one store transaction). A failing live write never fails
-    the run: the stream just stops being resumable (logged).
+    the run: the stream just stops being resumable (logged). It stops writing once a newer turn
+    of the thread streams (the run was stopped and the next one began), and writes its stream
+    again, whole, if an older turn's late write replaced it.
     """
 
     def __init__(self, live: LiveStreams, thread_id: str, *, interval: float,
@@ -100,6 +103,7 @@ class LiveWriter:
         last = -self.interval
         stopped = False
         attached_written = True
+        sent: list[str] = []  # every frame written: what a replaced stream is written again from
         try:
             while True:
                 with contextlib.suppress(TimeoutError):
@@ -112,15 +116,22 @@ class LiveWriter:
                 done = self._closed
                 attached = self.attached
                 last = loop.time()
+                hdr: LiveHeader | None
+                hdr, _ = await asyncio.to_thread(self.live.read, self.thread_id, after=0, limit=0)
+                # A write for another turn replaces the thread's entries, and a stopped run's last
+                # writes can come after the next run's first (its replay would start mid-text):
+                if hdr is not None and hdr.turn_seq > self.turn_seq:
+                    break  # a newer turn streams now (ours ended): leave its entries alone
+                if sent and (hdr is None or hdr.turn_seq != self.turn_seq):
+                    batch = sent + batch  # an older turn's late write replaced ours: ours again, whole
                 if batch or done or attached != attached_written:
+                    sent += batch
                     data = ["".join(batch).encode()] if batch else []
-                    hdr: LiveHeader | None = await asyncio.to_thread(
+                    hdr = await asyncio.to_thread(
                         self.live.write, self.thread_id, self.turn_seq, data, done=done, attached=attached,
                         owner=OWNER)
                     self.writes += 1
                     attached_written = attached
-                else:  # idle: only look for a stop request
-                    hdr, _ = await asyncio.to_thread(self.live.read, self.thread_id, after=0, limit=0)
                 if hdr is not None and hdr.stop and not stopped and not done:
                     stopped = True
                     self.on_stop()
@@ -129,6 +140,7 @@ class LiveWriter:
         except Exception as exc:  # the run goes on; its stream is just not resumable any more
             log.warning("thread %s: the live stream table failed (%s: %s); the stream cannot be resumed",
                         self.thread_id, type(exc).__name__, exc)
+
 
 
 async def sweeper(live: LiveStreams, *, every: float = _LINGER, stale: float = _STALE) -> None:
@@ -172,12 +184,13 @@ async def resume_response(srv: Any, thread_id: str) -> Response:
     async def body() -> AsyncIterator[str]:
         after = 0
         idle = 0.0
+        replay = Replay()
         while True:
             h, batches = await asyncio.to_thread(live.read, thread_id, after=after)
             if h is None or h.turn_seq != seq:  # expired: the turn ended long ago
                 return
             for b in batches:
-                yield b.decode()
+                yield replay.frames(b.decode())
             after += len(batches)
             if h.done and after >= h.batches:
                 return
@@ -197,6 +210,54 @@ async def resume_response(srv: Any, thread_id: str) -> Response:
         media_type="text/event-stream",
         headers={**UI_STREAM_HEADERS, "x-tplog-thread": header_safe(thread_id), "x-tplog-worker": str(os.getpid())},
     )
+
+
+class Replay:
+    """Keeps a replayed stream processable by the AI SDK (its processor refuses a delta or end of a
+    part it never saw start): a text/reasoning part whose start the stored stream lacks (its first
+    batches were lost, e.g. replaced by a late write of the previous turn) gets its ``*-start``
+    before its first chunk; tool input deltas of a call never started are dropped (its
+    ``tool-input-available`` carries the whole input), as are outputs of calls never announced."""
+
+    _STARTS: Final = {"text-start": "text", "reasoning-start": "reasoning", "tool-input-start": "tool"}
+    _CONTINUES: Final = {"text-delta": "text", "text-end": "text", "reasoning-delta": "reasoning",
+                         "reasoning-end": "reasoning"}
+    _NEEDS_CALL: Final = frozenset({"tool-input-delta", "tool-output-available", "tool-output-error",
+                                    "tool-output-denied", "tool-approval-request"})
+
+    def __init__(self) -> None:
+        self.opened: set[tuple[str, str]] = set()
+
+    def frames(self, text: str) -> str:
+        """``text`` (whole SSE frames) with what a client needs before each frame."""
+        out: list[str] = []
+        for frame in text.split("\n\n"):
+            chunk = _chunk(frame)
+            kind = chunk.get("type") if chunk is not None else None
+            if chunk is None or not isinstance(kind, str):
+                pass
+            elif kind in self._STARTS or kind == "tool-input-available":
+                self.opened.add((self._STARTS.get(kind, "tool"), str(chunk.get("id", chunk.get("toolCallId")))))
+            elif kind in self._CONTINUES and (self._CONTINUES[kind], str(chunk.get("id"))) not in self.opened:
+                self.opened.add((self._CONTINUES[kind], str(chunk.get("id"))))
+                start = {"type": f"{self._CONTINUES[kind]}-start", "id": chunk.get("id")}
+                out.append(f"data: {json.dumps(start, separators=(',', ':'))}\n\n")
+            elif kind in self._NEEDS_CALL and ("tool", str(chunk.get("toolCallId"))) not in self.opened:
+                continue
+            if frame:
+                out.append(frame + "\n\n")
+        return "".join(out)
+
+
+def _chunk(frame: str) -> dict[str, Any] | None:
+    """The chunk of an SSE ``data:`` frame (``None`` for comments, ``[DONE]``, anything else)."""
+    if not frame.startswith("data: {"):
+        return None
+    try:
+        value: dict[str, Any] = json.loads(frame[6:])  # an object: it starts with "{"
+    except ValueError:  # not ours to judge: passed on as it is
+        return None
+    return value
 
 
 async def settle_open_turn(srv: Any, thread_id: str, head: Any) -> Any:

@@ -117,6 +117,7 @@ from tplog.integrations.pydantic_ai.mapping import Append as Append
 from tplog.integrations.pydantic_ai.mapping import now_iso as now_iso
 from tplog.integrations.pydantic_ai.recorder import RecordedRun, ThreadRecorder
 from tplog.integrations.pydantic_ai.recorder import pm_capture as pm_capture
+from tplog.integrations.pydantic_ai.unstreamed import can_stream
 from tplog.integrations.pydantic_ai_fast import HistoryCache
 
 __all__ = [
@@ -124,6 +125,7 @@ __all__ = [
     "HistoryCache",
     "RecordedRun",
     "ThreadRecorder",
+    "can_stream",
     "events_from_messages",
     "history_from_thread",
     "is_user_request",

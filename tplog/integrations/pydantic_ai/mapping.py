@@ -486,8 +486,9 @@ def events_from_messages(
 ) -> list[Event]:
     """Events that record a Pydantic AI message history (e.g. a ``ModelMessagesTypeAdapter`` JSON).
 
-    With ``thread_id`` the list starts with ``ThreadStarted`` (and
-    ``AgentRegistered`` when ``agent_name`` is given); its id is
+    With ``thread_id`` the list starts with ``ThreadStarted`` and the agent's
+    ``AgentRegistered`` (named ``agent_name``, default ``agent_id``), so a fresh
+    store takes it as it is; its id is
     ``tplog.thread_id_for(thread_id)`` (the one id rule: a UUID stays as it is, any
     other id becomes its UUIDv5), the id to append the events under. A user-prompt-only
     request opens a user turn and a new agent turn; a change of ``run_id``
@@ -504,10 +505,8 @@ def events_from_messages(
         first_ts = first_ts or now_iso()
     if thread_id is not None:
         events.append(ThreadStarted(thread_id=thread_id_for(thread_id), created_at=first_ts))
-        if agent_name is not None:
-            events.append(
-                AgentRegistered(agent=m.AgentConfig(agent_id=agent_id, agent_name=agent_name, created_at=first_ts))
-            )
+        name = agent_name if agent_name is not None else agent_id
+        events.append(AgentRegistered(agent=m.AgentConfig(agent_id=agent_id, agent_name=name, created_at=first_ts)))
     open_run: object = None
     is_open = False
     last_ts = first_ts

@@ -41,6 +41,7 @@ from tplog.integrations.pydantic_ai.mapping import (
     run_usage_to_tp,
     user_turn_from_request,
 )
+from tplog.integrations.pydantic_ai.unstreamed import can_stream, node_events, run_model
 from tplog.protocol import model as m
 
 __all__ = ["RecordedRun", "ThreadRecorder", "pm_capture"]
@@ -249,6 +250,10 @@ class ThreadRecorder:
     ) -> AsyncIterator[AsyncIterator[Any]]:
         """Run ``agent`` with ``run_stream_events`` and record it; yields the native event stream.
 
+        A model that cannot stream (:func:`~tplog.integrations.pydantic_ai.can_stream`: e.g.
+        ``FunctionModel(fn)`` without a ``stream_function``) runs node by node (``agent.iter``),
+        recorded the same way; its stream gives each response's parts whole, without deltas.
+
         The stream is what ``UIEventStream.transform_stream`` consumes (it ends
         with the ``AgentRunResultEvent``). On ``RunCancelled`` the turn is
         recorded as interrupted and the exception re-raised inside the stream
@@ -303,13 +308,18 @@ class ThreadRecorder:
         try:
             with pm_capture() as captured:
                 self.last_run_messages = captured
-                async with agent.run_stream_events(
-                    user_prompt,
+                kw: dict[str, Any] = dict(
                     message_history=message_history,
                     deferred_tool_results=deferred_tool_results,
                     run_id=run_id,
                     **run_kwargs,
-                ) as events:
+                )
+                # a model that cannot stream runs node by node: the same events, minus the deltas
+                if can_stream(run_model(agent, run_kwargs.get("model"))):
+                    native = agent.run_stream_events(user_prompt, **kw)
+                else:
+                    native = node_events(agent, user_prompt, **kw)
+                async with native as events:
                     async for ev in events:
                         await self._sync(state, captured)
                         if isinstance(ev, AgentRunResultEvent):
