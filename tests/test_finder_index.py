@@ -76,7 +76,7 @@ def test_an_update_in_the_same_nanosecond_keeps_the_shared_entries_and_replaces_
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """A coarse clock: the update's entries share updated ns with the old ones; only those whose
     activity changed are replaced (the agent-only entries are the same keys, kept)."""
-    monkeypatch.setattr(lmdb_recorder, "_now_ns", lambda: 1_700_000_000_000_000_000)
+    monkeypatch.setattr(lmdb_recorder, "now_ns", lambda: 1_700_000_000_000_000_000)
     with Store(tmp_path / "s") as s:
         s.append("t", [started("t"), user(), agent_start("a1"), response("r", "a1")])
         _check(s, {None: ["t"]})
