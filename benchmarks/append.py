@@ -199,7 +199,7 @@ def tplog_rows(Store: Any, path: pathlib.Path, evs: Sequence[Ev]) -> list[list[B
     store = Store(path / "rows", durability="relaxed")
     me = threading.get_ident()
     out: list[list[B.Op]] = []
-    run_write = store.engine.run_write
+    run_write = store.backend.engine.run_write
 
     def recording(fn: Callable[[Any], Any]) -> Any:
         if threading.get_ident() != me:  # e.g. the dictionary trainer: not an append's rows
@@ -214,12 +214,12 @@ def tplog_rows(Store: Any, path: pathlib.Path, evs: Sequence[Ev]) -> list[list[B
         out.append(ops)
         return result
 
-    store.engine.run_write = recording
+    store.backend.engine.run_write = recording
     try:
         for e in evs:
             store.append(e.tid, [e.obj])
     finally:
-        store.engine.run_write = run_write
+        store.backend.engine.run_write = run_write
         store.close()
     if len(out) != len(evs):
         raise RuntimeError(f"recorded {len(out)} write transactions for {len(evs)} appends")

@@ -54,12 +54,12 @@ PHASES: dict[str, str] = {
     "Store._encode (checks, msgpack, zstd, CRC)": "store.py:*(_encode)",
     "Codec.encode": "codec.py:*(encode)",
     "zstd compress (append path)": "*'compress' of 'zstd.ZstdCompressor'*",
-    "_Request (per-event rule checks)": "commit.py:*(__init__)",
+    "Request (per-event rule checks)": "commit.py:*(__init__)",
     "engine.run_write (transaction + commit)": "engine.py:*(run_write)",
     "LmdbRecorder._apply (rows, projections)": "recorder.py:*(_apply)",
     "chunks.compact (turn end)": "chunks.py:*(compact)",
     "finder.reindex": "finder.py:*(reindex)",
-    "contract.advance (order rules)": "contract.py:*(advance)",
+    "common.advance (order rules)": "common.py:*(advance)",
 }
 
 
@@ -123,7 +123,7 @@ BREAKDOWN: list[tuple[str, str, str, str]] = [
     ("mapping: pydantic-ai message → events", "benchmarks.peers", "TplogSystem", "events"),
     ("Store.append (all)", "tplog.store", "Store", "append"),
     ("  Store._encode (checks, msgpack, CRC)", "tplog.store", "Store", "_encode"),
-    ("  _Request (per-event rule checks)", "tplog.backends.lmdb.commit", "_Request", "__init__"),
+    ("  Request (per-event rule checks)", "tplog.backends.lmdb.commit", "Request", "__init__"),
     ("  engine.run_write (txn build + commit)", "tplog.backends.lmdb.engine", "LmdbEngine", "run_write"),
     ("    LmdbRecorder._apply (one append's rows)", "tplog.backends.lmdb.recorder", "LmdbRecorder", "_apply"),
     ("      advance (order rules, state)", "tplog.backends.lmdb.recorder", "", "advance"),

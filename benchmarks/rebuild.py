@@ -101,7 +101,7 @@ def full_decode_scan(store: Any) -> int:
     except ImportError:  # before chunk rows: the table is one event per row
         chunk_events = is_chunk = None
     n = 0
-    with store.engine.read() as txn:
+    with store.backend.engine.read() as txn:
         for k, v in txn.range("events"):
             if is_chunk is not None and is_chunk(v):
                 n += len(chunk_events(codec, bytes(k), v, txn, None))
@@ -125,7 +125,7 @@ def header_scan(store: Any, sink: Callable[[Any], None] | None = None) -> int:
         if sink is not None:
             sink(out)
 
-    with store.engine.read() as txn:
+    with store.backend.engine.read() as txn:
         current = b""
         items: list[Any] = []
         for k, v in _rows(store, txn):
@@ -372,7 +372,8 @@ def main(argv: list[str] | None = None) -> int:
 
     report.notes.append(
         "The header-only scan and the full decode are written against the store's public engine and codec "
-        "(`store.engine.read()`, `store.codec.header/body_bytes/decode_event`), as a `Store.rebuild()` would run; "
+        "(`store.backend.engine.read()`, `store.codec.header/body_bytes/decode_event`), as a `Store.rebuild()` "
+        "would run; "
         "both verify every value's CRC-32."
     )
     report.notes.append(

@@ -172,12 +172,12 @@ def main(argv: list[str] | None = None) -> int:
             asyncio.run(_chats(f"http://127.0.0.1:{port}", 10, 10, "warm"))
             with Store(store, readonly=True) as s:
                 pos0 = s.last_position
-                txn0 = s.engine._env.info()["last_txnid"]
+                txn0 = s.backend.engine._env.info()["last_txnid"]
             wall, lat, errors = asyncio.run(_chats(f"http://127.0.0.1:{port}", args.chats, args.concurrency, "run"))
             with Store(store, readonly=True) as s:
                 recorded = [e for e in s.read_all(after=pos0) if e.thread_id in run_ids]
                 # every LMDB write transaction is a durable commit: the live stream table's included
-                txns = s.engine._env.info()["last_txnid"] - txn0
+                txns = s.backend.engine._env.info()["last_txnid"] - txn0
         finally:
             proc.send_signal(signal.SIGINT)
             try:

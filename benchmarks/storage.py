@@ -51,7 +51,7 @@ def tplog_sizes(Store: Any, path: Any) -> dict[str, Any]:
     with Store(path, durability="relaxed") as s:
         st = s.stats()
         value_bytes = 0
-        with s.engine.read() as txn:
+        with s.backend.engine.read() as txn:
             for _k, v in txn.range("events"):
                 value_bytes += len(v)
             blob_bytes = sum(len(v) for _k, v in txn.range("blobs"))
@@ -73,10 +73,10 @@ def install_dictionary(Store: Any, train_path: Any, path: Any, threads: list[Any
         dict_id = t.train_dictionary()
         if not dict_id:
             raise RuntimeError("train_dictionary found too few samples")
-        with t.engine.read() as txn:
+        with t.backend.engine.read() as txn:
             data = bytes(txn.get("dicts", u64(dict_id)))
     with Store(path, durability="relaxed") as s:
-        s.engine.run_write(lambda txn: txn.put("dicts", u64(1), data))
+        s.backend.engine.run_write(lambda txn: txn.put("dicts", u64(1), data))
     # reopened by the bulk load: the store loads its dictionaries on open and compresses with the newest
     tplog_bulk_load(Store, path, threads, batch=50)
     return dict_id, len(data)

@@ -25,7 +25,7 @@ with Store(sys.argv[1], map_size=256 << 10) as s:
     s.append("big", [started("big")])
     for i in range(40):
         s.append("big", [user(os.urandom(30_000).hex())])  # incompressible: the map must grow
-    print(s.engine.info()["map_size"])
+    print(s.backend.engine.info()["map_size"])
 """
 
 

@@ -108,7 +108,7 @@ def test_every_read_verb_answers_as_the_reference(pair: Any) -> None:
         assert lm.load(tid).thread == mem.load(tid).thread
         assert lm.export(tid) == mem.export(tid)
         assert lm.pending(tid) == mem.pending(tid)
-        assert [(s, h.event_id) for s, h, _ in lm.iter_thread_values(tid)] == [
+        assert [(s, h.event_id) for s, h, _ in lm.backend.iter_thread_values(tid)] == [
             (e.seq, e.event_id) for e in full]
     assert lm.children("t2") == mem.children("t2") == ["kid"]
 

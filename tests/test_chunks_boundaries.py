@@ -60,7 +60,7 @@ def _chunks_of(where: Path | Store, tid: str) -> list[tuple[bytes, bytes]]:
     if isinstance(where, Path):
         rows = _rows(where)
     else:
-        with where.engine.read() as txn:
+        with where.backend.engine.read() as txn:
             rows = [(bytes(k), bytes(v)) for k, v in txn.range("events")]
     return [(k, v) for k, v in rows if k[:TKEY_SIZE] == tkey(tid) and v[0] == CHUNK]
 
@@ -259,12 +259,12 @@ def test_reading_a_thread_never_reads_the_chunk_of_the_thread_after_it(tmp_path:
         assert [e.seq for e in s.read(a)] == list(range(1, n + 1))
         assert [e.seq for e in s.read(a, direction="backward")] == list(range(n, 0, -1))
         assert [e.seq for e in s.read(a, after=9, direction="backward", limit=3)] == [8, 7, 6]
-        assert [seq for seq, _, _ in s.iter_thread_values(a)] == list(range(1, n + 1))
+        assert [seq for seq, _, _ in s.backend.iter_thread_values(a)] == list(range(1, n + 1))
         assert [it.seq for it in s.backend.items(a)] == list(range(1, n + 1))
         assert [lk.thread_id for lk in s.links(a)] == ["x"]
         assert len(s.backend.thread_events(a)[1]) == n
         assert s.load(a).thread is not None
-        for call in (lambda: s.read(b), lambda: s.backend.items(b), lambda: list(s.iter_thread_values(b))):
+        for call in (lambda: s.read(b), lambda: s.backend.items(b), lambda: list(s.backend.iter_thread_values(b))):
             with pytest.raises(CorruptionError) as exc:
                 call()
             assert (exc.value.thread_id, exc.value.seq) == (b, 7)
@@ -308,7 +308,7 @@ FULL_READS = {
     "read": lambda s: s.read("t"),
     "read backward": lambda s: s.read("t", direction="backward"),
     "read backward from inside": lambda s: s.read("t", after=4, direction="backward"),
-    "iter_thread_values": lambda s: list(s.iter_thread_values("t")),
+    "iter_thread_values": lambda s: list(s.backend.iter_thread_values("t")),
     "thread_events": lambda s: s.backend.thread_events("t"),
     "load": lambda s: s.load("t"),
     "read_all": lambda s: s.read_all(),
@@ -467,7 +467,7 @@ EARLY_READS_T = {
     "thread_events": lambda s: s.backend.thread_events("t")[1],
     "items": lambda s: s.backend.items("t"),
     "links": lambda s: s.links("t"),
-    "iter_thread_values": lambda s: [(seq, bytes(v)) for seq, _, v in s.iter_thread_values("t")],
+    "iter_thread_values": lambda s: [(seq, bytes(v)) for seq, _, v in s.backend.iter_thread_values("t")],
 }
 EARLY_READS = {
     "read": lambda s: [e.event for e in s.read("z")],
@@ -475,7 +475,7 @@ EARLY_READS = {
     "thread_events": lambda s: s.backend.thread_events("z")[1],
     "items": lambda s: [(it.seq, it.kind) for it in s.backend.items("z")],
     "links": lambda s: s.links("z"),
-    "iter_thread_values": lambda s: [seq for seq, _, _ in s.iter_thread_values("z")],
+    "iter_thread_values": lambda s: [seq for seq, _, _ in s.backend.iter_thread_values("z")],
 }
 
 
@@ -500,7 +500,7 @@ def test_a_store_opened_before_a_dictionary_was_trained_reads_chunks_compressed_
             other = {"4": lambda: _as_v4(w.codec, key, value, 1), "5": lambda: value,
                      "5, bodies section only": lambda: _one_section_compressed(w.codec, key, value, 2, 1)}[fmt]()
         # (the file is open in this process: written through the early store's engine)
-        early.engine.run_write(lambda txn: txn.put("events", key, other))
+        early.backend.engine.run_write(lambda txn: txn.put("events", key, other))
         assert not early.codec.has_dictionary(1)
         assert EARLY_READS[how](early) == want
         # an id-only read of a chunk whose index section is plain never needs the dictionary
@@ -532,11 +532,11 @@ def test_a_chunks_events_read_back_as_the_values_appended_byte_for_byte(tmp_path
     same values back (``iter_thread_values``: prefix, header, body and both CRCs)."""
     with Store(tmp_path / "s") as s:
         s.append("t", [started("t"), user("q " * 30), agent_start(), *_talk(1), link("x")])
-        before = list(s.iter_thread_values("t"))
+        before = list(s.backend.iter_thread_values("t"))
         assert not _chunks_of(s, "t")
         s.append("t", [completed()])
         assert [_seqs(k, v) for k, v in _chunks_of(s, "t")] == [(1, 8)]
-        after = list(s.iter_thread_values("t"))
+        after = list(s.backend.iter_thread_values("t"))
     assert [(seq, bytes(v)) for seq, _, v in after[:7]] == [(seq, bytes(v)) for seq, _, v in before]
 
 
@@ -604,7 +604,7 @@ def test_a_blob_reference_stays_a_row_of_its_own_when_its_turn_is_chunked(tmp_pa
     with Store(tmp_path / "s") as s:
         s.append("t", [started("t"), user("q " * 30), agent_start(), response("r " * 60), response(big),
                        response("after " * 60), completed()])
-        with s.engine.read() as txn:
+        with s.backend.engine.read() as txn:
             rows = [(from_u64(bytes(k), TKEY_SIZE), bytes(v)[:2]) for k, v in txn.range("events")]
         assert (5, bytes([3, 2])) in rows  # format 3, the blob flag: a row of its own
         assert [seq for seq, v in rows if v[0] == CHUNK] == [4, 7]  # 1..4 and 6..7 chunked around it
@@ -652,7 +652,7 @@ def test_a_chunk_holds_less_than_max_bytes_of_values(tmp_path: Path) -> None:
     texts = [" ".join(rng.choice(words) for _ in range(20_000)) for _ in range(12)]  # ~120 KB each
     with Store(tmp_path / "s") as s:
         s.append("t", [started("t"), user("q"), agent_start(), *[response(t) for t in texts], completed()])
-        sizes = {seq: len(v) for seq, _, v in s.iter_thread_values("t")}
+        sizes = {seq: len(v) for seq, _, v in s.backend.iter_thread_values("t")}
         want, run, size = [], [1], sizes[1]
         for seq in range(2, len(sizes) + 1):  # the cut: the next value would reach MAX_BYTES
             if size + sizes[seq] < MAX_BYTES:
@@ -682,7 +682,7 @@ def test_a_damaged_row_is_never_re_stored_in_a_chunk(tmp_path: Path, part: str, 
             v[14 if part == "header" else len(v) - 6] ^= 0x01
             txn.put("events", key, bytes(v))
 
-        s.engine.run_write(damage)
+        s.backend.engine.run_write(damage)
         closing = [response("x" * 300_000), response("after " * 60), completed()] if blob_after else [completed()]
         with pytest.raises(CorruptionError) as exc:
             s.append("t", closing)
@@ -820,5 +820,5 @@ def test_an_open_turn_is_compacted_by_the_append_that_reaches_a_multiple_of_open
 
 
 def _chunks_of_all(s: Store) -> list[tuple[bytes, bytes]]:
-    with s.engine.read() as txn:
+    with s.backend.engine.read() as txn:
         return [(bytes(k), bytes(v)) for k, v in txn.range("events")]

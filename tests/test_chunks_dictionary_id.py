@@ -16,7 +16,7 @@ from tplog.backends.lmdb.keys import TKEY_SIZE, tkey
 
 
 def _chunk_of(s: Store, tid: str) -> bytes:
-    with s.engine.read() as txn:
+    with s.backend.engine.read() as txn:
         rows = [bytes(v) for k, v in txn.range("events") if bytes(k[:TKEY_SIZE]) == tkey(tid) and v[0] == CHUNK]
     assert len(rows) == 1, rows
     return rows[0]
@@ -55,7 +55,7 @@ def test_a_chunk_whose_bodies_section_alone_shrank_names_the_dictionary(tmp_path
     with Store(path, auto_dictionary=0) as w:
         w.append("z", [started("z")])
         w.append("z", [agent_start(), response("answer z " * 200)])
-        with w.engine.read() as txn:
+        with w.backend.engine.read() as txn:
             singles = [bytes(v) for k, v in txn.range("events") if bytes(k[:TKEY_SIZE]) == tkey("z")][2:]
         assert len(singles) == 1 and all(v[0] != CHUNK for v in singles)  # an open turn: single rows
         from tplog.backends.lmdb.chunks import encode_chunk
@@ -72,5 +72,5 @@ def test_a_chunk_whose_bodies_section_alone_shrank_names_the_dictionary(tmp_path
 
     with Store(path, auto_dictionary=0) as r:
         reader: Codec = r.codec
-        with r.engine.read() as txn:
+        with r.backend.engine.read() as txn:
             assert chunk_events(reader, key, value, txn, "z") == [response("answer z " * 200)]

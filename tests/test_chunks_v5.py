@@ -202,7 +202,7 @@ def test_rebuild_in_chunks_of_any_size_splits_chunk_rows_exactly(tmp_path: Path,
             s.append(tid, [started(tid), user("q"), agent_start(), _call(f"c{t}a"), response("r " * 50),
                            link("t0"), _call(f"c{t}b"), completed()])
             s.append(tid, [user("again"), agent_start(), response("open")])  # an open turn: single rows
-        with s.engine.read() as txn:
+        with s.backend.engine.read() as txn:
             assert sum(v[0] == CHUNK for _, v in txn.range("events")) == 3
         want = {t: (s.pending(t), s.interrupts(t), s.links(t)) for t in ("t0", "t1", "t2")}
         assert [c.tool_call_id for c in want["t1"][0].pending] == ["c1a", "c1b"]  # never returned

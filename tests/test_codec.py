@@ -479,15 +479,15 @@ def test_whole_values_whose_body_does_not_decode_say_so() -> None:
 def test_a_missing_or_truncated_shared_blob_is_named(tmp_path: Path) -> None:
     with Store(tmp_path / "s", limits=codec.Limits(blob_threshold=4096)) as s:
         s.append("t", [started("t"), user("lorem ipsum " * 700)])
-        with s.engine.read() as txn:
+        with s.backend.engine.read() as txn:
             [(sha, blob)] = [(bytes(k), bytes(v)) for k, v in txn.range("blobs")]
         for stored, message in ((blob[:12], "the event's shared blob is truncated"),
                                 (blob[:13], "shared blob failed its CRC-32 check"),  # a whole prefix, no data
                                 (None, "the event's shared blob is missing")):
             if stored is None:
-                s.engine.run_write(lambda txn: txn.delete("blobs", sha))
+                s.backend.engine.run_write(lambda txn: txn.delete("blobs", sha))
             else:
-                s.engine.run_write(lambda txn, v=stored: txn.put("blobs", sha, v))
+                s.backend.engine.run_write(lambda txn, v=stored: txn.put("blobs", sha, v))
             with pytest.raises(CorruptionError, match=rf"^{message} \(thread t, seq 2\)$") as ei:
                 s.read("t")
             assert (ei.value.thread_id, ei.value.seq) == ("t", 2)
@@ -501,7 +501,7 @@ def test_a_reader_without_the_dictionary_loads_it_from_the_store(tmp_path: Path)
         s.codec.compress_bodies = True  # a value compressed alone, as older LMDB stores and PostgreSQL hold them
         s.append("t", [ev])
         key = event_key(tkey("t"), 153)
-        with s.engine.read() as txn:
+        with s.backend.engine.read() as txn:
             value = bytes(txn.get("events", key))
             assert value[1] == codec.F_COMPRESSED and int.from_bytes(value[2:6], "big") == 1
             fresh = codec.Codec()

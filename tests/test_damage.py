@@ -113,9 +113,9 @@ def test_a_head_row_that_does_not_decode_is_a_corruption_error(tmp_path: Path) -
     path = tmp_path / "s"
     with Store(path) as s:
         s.append("t", [started("t"), user("hello")])
-        with s.engine.read() as txn:
+        with s.backend.engine.read() as txn:
             key = bytes(next(k for k, _ in txn.range("heads")))
-        s.engine.run_write(lambda txn: txn.put("heads", key, b"\xc1not msgpack"))
+        s.backend.engine.run_write(lambda txn: txn.put("heads", key, b"\xc1not msgpack"))
     with Store(path) as s, pytest.raises(CorruptionError, match=str(path)):
         s.read_all()
 

@@ -28,7 +28,7 @@ def _dict_id(value: bytes) -> int:
 
 
 def _values(s: Store) -> list[bytes]:
-    with s.engine.read() as txn:
+    with s.backend.engine.read() as txn:
         return [bytes(v) for _, v in txn.range("events")]
 
 

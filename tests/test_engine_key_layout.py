@@ -30,7 +30,7 @@ def test_a_scoped_store_writes_those_keys(tmp_path: Path) -> None:
     with Store(tmp_path / "s") as s:
         s.scoped("acme").append("t", [started("t"), user("hi")], event_ids=["e1", "e2"])
         s.append("t", [started("t")], event_ids=["e1"])  # the same ids unscoped: other rows
-        with s.engine.read() as txn:
+        with s.backend.engine.read() as txn:
             eids = [bytes(k) for k, _ in txn.range("eventids")]
             updated = [bytes(k) for k, _ in txn.range("updated")]
     assert eids == [b"e1", b"\xff" + ACME_TAG + b"e1", b"\xff" + ACME_TAG + b"e2"]

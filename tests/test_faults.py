@@ -320,7 +320,7 @@ _READER = """
     import sys, time
     from conftest import ToyStore as Store
     s = Store(sys.argv[1])
-    with s.engine.read() as txn:
+    with s.backend.engine.read() as txn:
         txn.get("heads", b"x" * 16)
         print("holding", flush=True)
         time.sleep(60)
@@ -358,7 +358,7 @@ def test_stale_reader_slot_of_a_killed_reader(tmp_path: Path) -> None:
         for p in procs:
             _kill(p)
         with Store(path) as s:  # opening clears the dead readers' slots (reader_check), not the live one's
-            pids = _reader_pids(s.engine._env.readers())
+            pids = _reader_pids(s.backend.engine._env.readers())
             assert keeper.pid in pids, pids
             assert not pids & {p.pid for p in procs}, pids
             for i in range(200):  # the store keeps working: appends reuse pages the dead readers pinned
@@ -370,9 +370,9 @@ def test_stale_reader_slot_of_a_killed_reader(tmp_path: Path) -> None:
     with Store(path) as s:
         p = _hold_a_read(path)
         _kill(p)
-        assert p.pid in _reader_pids(s.engine._env.readers())
-        assert s.engine._env.reader_check() >= 1
-        assert p.pid not in _reader_pids(s.engine._env.readers())
+        assert p.pid in _reader_pids(s.backend.engine._env.readers())
+        assert s.backend.engine._env.reader_check() >= 1
+        assert p.pid not in _reader_pids(s.backend.engine._env.readers())
         s.append("t", [user("still fine")])
         assert len(s.read("t")) == 202
 

@@ -15,7 +15,7 @@ import pytest
 from conftest import ToyStore as Store
 from conftest import agent_start, completed, response, started, user
 
-from tplog.backends.contract import thread_key
+from tplog.backends.common import thread_key
 from tplog.backends.lmdb import finder
 from tplog.backends.lmdb import recorder as lmdb_recorder
 from tplog.backends.lmdb.keys import scope_tag
@@ -35,7 +35,7 @@ def _documented(head: Any, scope: str | None) -> set[bytes]:
 
 
 def _table(s: Store) -> dict[bytes, bytes]:
-    with s.engine.read() as txn:
+    with s.backend.engine.read() as txn:
         return {bytes(k): bytes(v) for k, v in txn.range("finder")}
 
 
@@ -76,7 +76,7 @@ def test_an_update_in_the_same_nanosecond_keeps_the_shared_entries_and_replaces_
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """A coarse clock: the update's entries share updated ns with the old ones; only those whose
     activity changed are replaced (the agent-only entries are the same keys, kept)."""
-    monkeypatch.setattr(lmdb_recorder, "_now_ns", lambda: 1_700_000_000_000_000_000)
+    monkeypatch.setattr(lmdb_recorder, "now_ns", lambda: 1_700_000_000_000_000_000)
     with Store(tmp_path / "s") as s:
         s.append("t", [started("t"), user(), agent_start("a1"), response("r", "a1")])
         _check(s, {None: ["t"]})
@@ -122,7 +122,7 @@ def test_a_filter_by_agent_and_status_reads_only_that_pairs_entries(tmp_path: Pa
         s.append("done", [started("done"), user(), agent_start("rare-agent"), response("r", "rare-agent"),
                           completed()])
         tag = scope_tag(None)
-        with s.engine.read() as txn:
+        with s.backend.engine.read() as txn:
             def keys(where: ThreadFilter) -> list[bytes]:
                 return [bytes(k[8:]) for k in finder.candidates(txn, tag, where, b"", b"\xff" * 8, True)]
 
@@ -150,10 +150,10 @@ def test_a_store_without_finder_entries_gets_them_at_its_next_writable_open(tmp_
             for k, _ in list(txn.range("finder")):
                 txn.delete("finder", k)
 
-        s.engine.run_write(unbuilt)
+        s.backend.engine.run_write(unbuilt)
         assert _table(s) == {}
     with Store(path) as s:
         _check(s, threads)
-        with s.engine.read() as txn:
+        with s.backend.engine.read() as txn:
             assert txn.get("meta", finder.DONE) is not None
         assert [h.thread_id for h in s.scoped("team").threads(agent="a2", status="idle").threads] == ["c"]

@@ -293,7 +293,7 @@ def fuzz_store(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Store
 
 
 def _table_items(s: Store, table: str) -> list[tuple[bytes, bytes]]:
-    with s.engine.read() as txn:
+    with s.backend.engine.read() as txn:
         return [(bytes(k), bytes(v)) for k, v in txn.range(table)]
 
 
@@ -327,7 +327,7 @@ def test_decoder_on_mutated_stored_values(fuzz_store: tuple[Store, dict[str, lis
     fix_crc = data.draw(st.booleans())
     if fix_crc:
         new = _fix_crc(table, key, new)
-    s.engine.run_write(lambda txn: txn.put(table, key, new))
+    s.backend.engine.run_write(lambda txn: txn.put(table, key, new))
     try:
         got = typed("decoder:read" + (":crc_fixed" if fix_crc else ""), lambda: _read_all_threads(s),
                     allowed=CorruptionError)
@@ -336,7 +336,7 @@ def test_decoder_on_mutated_stored_values(fuzz_store: tuple[Store, dict[str, lis
         typed("decoder:read_all", lambda: s.read_all(), allowed=CorruptionError)
         typed("decoder:projections", lambda: (s.pending("t1"), s.interrupts("t2"), s.links("t1")))
     finally:
-        s.engine.run_write(lambda txn: txn.put(table, key, old))
+        s.backend.engine.run_write(lambda txn: txn.put(table, key, old))
     assert _read_all_threads(s) == originals
 
 
@@ -359,12 +359,12 @@ def test_decoder_on_every_truncation(fuzz_store: tuple[Store, dict[str, list[Any
         readers = _readers_of(s, table, key)
         assert readers
         for n in range(min(len(old), 40)):
-            s.engine.run_write(lambda txn, k=key, v=old[:n]: txn.put(table, k, v))
+            s.backend.engine.run_write(lambda txn, k=key, v=old[:n]: txn.put(table, k, v))
             try:
                 exc = must_fail(f"decoder:truncated_{table}", lambda: _read_all_threads(s))
                 assert (exc.thread_id, exc.seq) in readers, (n, str(exc), readers)
             finally:
-                s.engine.run_write(lambda txn, k=key, v=old: txn.put(table, k, v))
+                s.backend.engine.run_write(lambda txn, k=key, v=old: txn.put(table, k, v))
     assert _read_all_threads(s) == originals
 
 
@@ -376,13 +376,13 @@ def test_decoder_on_invalid_utf8_with_a_valid_crc(fuzz_store: tuple[Store, dict[
     key, old = next((k, v) for k, v in _table_items(s, "events") if eid in v)
     i = old.index(eid)
     bad = _fix_crc("events", key, old[:i] + b"\xff" + old[i + 1:])
-    s.engine.run_write(lambda txn: txn.put("events", key, bad))
+    s.backend.engine.run_write(lambda txn: txn.put("events", key, bad))
     try:
         exc = must_fail("decoder:invalid_utf8", lambda: _read_all_threads(s))
         assert (exc.thread_id, exc.seq) == ("t2", 1), str(exc)
         assert str(exc).startswith("event header does not decode"), str(exc)
     finally:
-        s.engine.run_write(lambda txn: txn.put("events", key, old))
+        s.backend.engine.run_write(lambda txn: txn.put("events", key, old))
     assert _read_all_threads(s) == originals
 
 
@@ -536,7 +536,7 @@ _BOMB = textwrap.dedent("""
     with Store(sys.argv[1]) as s:
         s.append("t", [started("t"), user("x" * 300)])   # seq 2 is stored compressed
         key = event_key(tkey("t"), 2)
-        with s.engine.read() as txn:
+        with s.backend.engine.read() as txn:
             value = bytes(txn.get("events", key))
         hlen = int.from_bytes(value[10:12], "big")
         head = value[12:12 + hlen]
@@ -548,7 +548,7 @@ _BOMB = textwrap.dedent("""
             body = b"".join(cobj.compress(chunk) for _ in range(200)) + cobj.flush()
             tail = len(head).to_bytes(2, "big") + head + body
             bomb = bytes([1, 1]) + (0).to_bytes(4, "big") + zlib.crc32(key, zlib.crc32(tail)).to_bytes(4, "big") + tail
-            s.engine.run_write(lambda txn: txn.put("events", key, bomb))
+            s.backend.engine.run_write(lambda txn: txn.put("events", key, bomb))
             base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
             try:
                 s.read("t")

@@ -148,7 +148,7 @@ def _plant(s: Store, tid: str, pairs: list[tuple[dict[str, Any], dict[str, Any]]
         head[1], head[2] = n, n  # version, last_position
         txn.put("heads", tkey(tid), msgspec.msgpack.encode(head))
 
-    s.engine.run_write(plant)
+    s.backend.engine.run_write(plant)
 
 
 @pytest.mark.parametrize("version", FORMATS)
@@ -169,7 +169,7 @@ def test_id_only_folds_agree_with_the_events_in_every_format(tmp_path: Path, ver
     with Store(tmp_path / "s") as s:
         _plant(s, tid, pairs)
         assert state_of(s._items(tid)) == want  # the per-thread read a stale projection falls back on
-        with s.engine.read() as txn:  # the rebuild's key-order scan ...
+        with s.backend.engine.read() as txn:  # the rebuild's key-order scan ...
             chunk = proj._scan_keys(txn, s.codec, b"", 10**6, True, True, None)
             assert chunk.states[tkey(tid)] == want
             got, *_ = proj._items_in(txn, s.codec, 1, 10**6)  # ... and its catch-up over the global log
@@ -315,7 +315,7 @@ def test_store_reads_golden_chunks(tmp_path: Path, version: int) -> None:
             for c in CHUNK_SETS[version]:
                 txn.put("events", c["key"], c["value"])
 
-        s.engine.run_write(swap)
+        s.backend.engine.run_write(swap)
         evs = s.read(tid)
         assert [e.seq for e in evs] == list(range(1, 22))
         assert [_j(msgspec.to_builtins(e.event)) for e in evs] == [e["struct"] for e in expected["events"]]

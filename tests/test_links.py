@@ -568,7 +568,7 @@ def test_engine_scan_is_range_in_one_read(store: Store) -> None:
     parents = [make(store, new_id(rng)) for _ in range(5)]
     for _ in range(60):
         make(store, new_id(rng), link(rng.choice(parents), "spawned_from"), link(rng.choice(parents), "referenced"))
-    eng = store.engine
+    eng = store.backend.engine
     with eng.read() as txn:
         for table in ("children", "links_in", "heads"):
             keys = [k for k, _ in txn.range(table)]
@@ -586,7 +586,7 @@ def test_engine_scan_is_range_in_one_read(store: Store) -> None:
 def test_engine_scan_check_runs_in_the_scan_and_errors_release_the_reader(store: Store) -> None:
     parent = make(store, new_id())
     child = make(store, new_id(), link(parent, "spawned_from"))
-    eng = store.engine
+    eng = store.backend.engine
     seen: list[Any] = []
     rows = eng.scan("children", tkey(parent), tkey(parent) + b"\xff" * 17, check=lambda txn: seen.append(
         txn.get("heads", tkey(child)) is not None))
@@ -617,7 +617,7 @@ def test_links_queries_raise_when_the_projection_is_stale(tmp_path: Path, monkey
             with pytest.raises(RebuildRequiredError, match="--projection links"):
                 query(parent)
         assert s.descendants(parent, max_depth=0) == []  # no walk, no query (as before)
-        assert s.engine._rw._readers == 0
+        assert s.backend.engine._rw._readers == 0
 
 
 def test_scan_adopts_a_map_grown_by_another_process(store: Store) -> None:
@@ -625,7 +625,7 @@ def test_scan_adopts_a_map_grown_by_another_process(store: Store) -> None:
 
     parent = make(store, new_id())
     child = make(store, new_id(), link(parent, "spawned_from"))
-    eng = store.engine
+    eng = store.backend.engine
     real = eng._env
     calls = {"begin": 0, "adopted": 0}
 

@@ -24,7 +24,7 @@ from tplog.codec import Codec
 def _stored_bodies(s: Store) -> list[bytes]:
     """Every stored body, newest first."""
     out: list[bytes] = []
-    with s.engine.read() as txn:
+    with s.backend.engine.read() as txn:
         rows = chunks.EventRows(txn, s.codec)
         for _pk, key in txn.range("global", b"", None, reverse=True):
             v = rows.get(key)
@@ -74,7 +74,7 @@ def _spy(monkeypatch: pytest.MonkeyPatch) -> list[list[bytes]]:
 
 
 def _dict(s: Store, i: int) -> bytes:
-    with s.engine.read() as txn:
+    with s.backend.engine.read() as txn:
         raw = txn.get("dicts", i.to_bytes(8, "big"))
         assert raw is not None
         return bytes(raw)
@@ -92,7 +92,7 @@ def test_a_dictionary_is_trained_on_the_newest_bodies_up_to_64_kib(
                          user("m" + os.urandom(50 << 10).hex()),  # 100 KiB: left out
                          user("b" + os.urandom(150 << 10).hex())])  # 300 KiB: a blob, left out
         s.append("new", [started("new"), *_diverse(40, 3)])
-        with s.engine.read() as txn:
+        with s.backend.engine.read() as txn:
             assert len(list(txn.range("blobs"))) == 1
         want = _newest_bodies(s, 64)
         assert len(want) == 64 and (64 << 10) in [len(b) for b in want]

@@ -19,7 +19,7 @@ from tplog import InvalidInputError, StoreClosedError
 def test_two_stores_on_one_directory_share_it(tmp_path: Path) -> None:
     a = Store(tmp_path / "s")
     b = Store(str(tmp_path / "s") + os.sep)  # another spelling of the same directory
-    assert a.engine is b.engine
+    assert a.backend.engine is b.backend.engine
     a.append("t1", [started("t1"), register(), user("hi")])
     assert [e.seq for e in b.read("t1")] == [1, 2, 3]
     b.append("t1", [user("again")], expected_version=3)
@@ -29,7 +29,7 @@ def test_two_stores_on_one_directory_share_it(tmp_path: Path) -> None:
     assert b.head("t1").version == 4  # the other handle keeps working
     b.close()
     with Store(tmp_path / "s") as c:  # closed by both: a fresh open works
-        assert c.engine is not a.engine
+        assert c.backend.engine is not a.backend.engine
         assert c.head("t1").version == 4
 
 

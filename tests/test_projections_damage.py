@@ -43,7 +43,7 @@ def damage(s: Store, tid: str, seq: int, at: int) -> None:
         value[at] ^= 0xFF
         txn.put("events", key, bytes(value))  # type: ignore[attr-defined]
 
-    s.engine.run_write(work)
+    s.backend.engine.run_write(work)
 
 
 @pytest.mark.parametrize("part", ["header", "body"])
@@ -75,7 +75,7 @@ def test_links_declared_by_a_thread_started_stored_as_a_blob_are_rebuilt(tmp_pat
     with Store(tmp_path / "s", limits=Limits(blob_threshold=1024)) as s:
         s.append(PARENT, [start(PARENT, (X, "referenced"), title="t" * 5000)])
         s.append(FORK, [start(FORK), link(PARENT, "spawned_from"), link(X)])
-        with s.engine.read() as txn:
+        with s.backend.engine.read() as txn:
             assert len(list(txn.range("blobs"))) == 1
         assert [r.differences for r in s.rebuild(verify=True)] == [[], []]
         s.rebuild("links")
@@ -115,7 +115,7 @@ def test_damage_the_key_order_scan_meets_is_named(tmp_path: Path, at: int) -> No
     with Store(tmp_path / "c") as s:
         s.append(PARENT, [start(PARENT), AgentTurnStarted(agent_id="a", started_at=T),
                           AgentTurnCompleted(completed_at=T)])
-        with s.engine.read() as txn:
+        with s.backend.engine.read() as txn:
             [key] = [bytes(k) for k, v in txn.range("events") if bytes(v)[:1] in (b"\x04", b"\x05")]
 
         def hit(txn: object) -> None:
@@ -123,7 +123,7 @@ def test_damage_the_key_order_scan_meets_is_named(tmp_path: Path, at: int) -> No
             v[len(v) // 2] ^= 0x10
             txn.put("events", key, bytes(v))  # type: ignore[attr-defined]
 
-        s.engine.run_write(hit)
+        s.backend.engine.run_write(hit)
         with pytest.raises(CorruptionError) as exc:
             s.rebuild("state")
         assert exc.value.thread_id == PARENT, str(exc.value)
@@ -147,7 +147,7 @@ def test_damage_the_catch_up_meets_is_named(tmp_path: Path, part: str) -> None:
         from tplog.backends.lmdb import projections as proj
 
         with pytest.raises(CorruptionError) as exc:
-            proj.rebuild(s.engine, s.codec, ["links"], chunk=1, progress=progress)
+            proj.rebuild(s.backend.engine, s.codec, ["links"], chunk=1, progress=progress)
         assert (exc.value.thread_id, exc.value.seq) == (FIRST, 2), str(exc.value)
 
 
@@ -166,6 +166,6 @@ def test_a_link_stored_as_a_blob_and_appended_during_the_scan_is_caught_up_on(tm
             if calls == 1:  # FORK's chunk is scanned: FIRST's events are the catch-up's
                 s.append(FIRST, [start(FIRST), LinkAdded(link=big)])
 
-        proj.rebuild(s.engine, s.codec, ["links"], chunk=1, progress=progress)
+        proj.rebuild(s.backend.engine, s.codec, ["links"], chunk=1, progress=progress)
         assert s.incoming(X) == [(FIRST, "referenced")]
         assert [r.differences for r in s.rebuild(verify=True)] == [[], []]

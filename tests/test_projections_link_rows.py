@@ -14,6 +14,7 @@ from conftest import ToyStore as Store
 from test_rebuild_compare import link, spawn_turn, start
 from test_rebuild_compare import link_rows as rows
 
+from tplog.backends.common import CHILD_LINK, CHILD_SPAWN
 from tplog.backends.lmdb import projections as proj
 from tplog.backends.lmdb.keys import tkey
 from tplog.errors import NotFoundError
@@ -35,12 +36,12 @@ def test_deleting_a_parent_leaves_its_child_only_the_childs_own_link(tmp_path: P
         s.append(p, [start(p), link(x, "referenced"), *spawn_turn(c1), *spawn_turn(c2)])
         s.append(d, [start(d), link(p, "referenced")])
         pk, c1k, c2k = tkey(p, scope), tkey(c1, scope), tkey(c2, scope)
-        assert rows(root)["children"] == {pk + c1k: [c1, proj.C_LINK | proj.C_SPAWN], pk + c2k: [c2, proj.C_SPAWN]}
+        assert rows(root)["children"] == {pk + c1k: [c1, CHILD_LINK | CHILD_SPAWN], pk + c2k: [c2, CHILD_SPAWN]}
         s.delete_thread(d)
         s.delete_thread(p)
         assert rows(root) == {
             "links_in": {proj.link_key(p, "spawned_from", c1k, 2, scope): [c1, p]},
-            "children": {pk + c1k: [c1, proj.C_LINK]},
+            "children": {pk + c1k: [c1, CHILD_LINK]},
             "spawner": {},
         }
         assert s.incoming(p) == [(c1, "spawned_from")]

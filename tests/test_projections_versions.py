@@ -21,7 +21,7 @@ NAMES = ("links", "state")
 
 
 def _infos(s: Store) -> dict[str, tuple[int, int, str] | None]:
-    with s.engine.read() as txn:
+    with s.backend.engine.read() as txn:
         out: dict[str, tuple[int, int, str] | None] = {}
         for name in NAMES:
             info = proj.read_info(txn, name)
@@ -43,7 +43,7 @@ def test_an_older_store_without_tracking_rows_gets_them_stale(tmp_path: Path) ->
     path = tmp_path / "s"
     _with_events(path)
     with Store(path) as s:
-        s.engine.run_write(lambda txn: [txn.delete("meta", proj.meta_key(n)) for n in NAMES])
+        s.backend.engine.run_write(lambda txn: [txn.delete("meta", proj.meta_key(n)) for n in NAMES])
     with Store(path) as s:
         assert _infos(s) == {n: (proj.VERSIONS[n], 0, "stale") for n in NAMES}
 
@@ -52,7 +52,7 @@ def test_a_projection_of_another_version_is_marked_stale_where_it_was(tmp_path: 
     path = tmp_path / "s"
     _with_events(path)
     with Store(path) as s:
-        s.engine.run_write(lambda txn: [
+        s.backend.engine.run_write(lambda txn: [
             proj.write_info(txn, "links", proj.ProjectionInfo(proj.VERSIONS["links"] - 1, 4, "live")),
             proj.write_info(txn, "state", proj.ProjectionInfo(proj.VERSIONS["state"] + 1, 3, "stale")),
         ])
@@ -66,7 +66,7 @@ def test_current_projections_are_left_alone_on_open(tmp_path: Path) -> None:
     _with_events(path)
     with Store(path) as s:
         before = _infos(s)
-        s.engine.run_write(lambda txn: proj.write_info(
+        s.backend.engine.run_write(lambda txn: proj.write_info(
             txn, "state", proj.ProjectionInfo(proj.VERSIONS["state"], 2, "stale")))
     assert before == {n: (proj.VERSIONS[n], 0, "live") for n in NAMES}
     with Store(path) as s:
@@ -80,10 +80,10 @@ def test_a_links_read_names_why_the_projection_is_not_current(tmp_path: Path,
     with Store(tmp_path / "s") as s:
         s.append("p", [started("p"), user(), agent_start(), spawn_message("kid"), completed()])
         if info is None:
-            s.engine.run_write(lambda txn: txn.delete("meta", proj.meta_key("links")))
+            s.backend.engine.run_write(lambda txn: txn.delete("meta", proj.meta_key("links")))
             have = "missing"
         else:
-            s.engine.run_write(lambda txn: proj.write_info(txn, "links", proj.ProjectionInfo(*info)))
+            s.backend.engine.run_write(lambda txn: proj.write_info(txn, "links", proj.ProjectionInfo(*info)))
             have = f"version {info[0]}, {info[2]}"
         with pytest.raises(RebuildRequiredError) as exc:
             s.children("p")

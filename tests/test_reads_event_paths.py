@@ -67,7 +67,7 @@ def test_thread_events_name_a_damaged_single_row_by_thread_and_seq(tmp_path: Pat
             v[-6] ^= 0x01
             txn.put("events", key, bytes(v))
 
-        s.engine.run_write(damage)
+        s.backend.engine.run_write(damage)
         for after in (0, 6):
             with pytest.raises(CorruptionError) as exc:
                 s.backend.thread_events("t", after=after)
@@ -88,9 +88,9 @@ def _planted_v2(s: Store) -> tuple[str, int, bytes, bytes]:
     pairs = [(r, e) for r, e in zip(records, expected["events"], strict=True) if e["kind"] != "thread_deleted"]
     tid = expected["thread_id"]
     _plant(s, tid, pairs)
-    seq = next(seq for seq, hdr, _ in s.iter_thread_values(tid) if hdr.kind in BODY_KINDS and hdr.turn is None)
+    seq = next(seq for seq, hdr, _ in s.backend.iter_thread_values(tid) if hdr.kind in BODY_KINDS and hdr.turn is None)
     key = event_key(tkey(tid), seq)
-    with s.engine.read() as txn:
+    with s.backend.engine.read() as txn:
         value = bytes(txn.get("events", key))
     assert value[0] == 2
     return tid, seq, key, value
@@ -115,7 +115,7 @@ def _move_body_to_blob(s: Store, key: bytes, value: bytes, *, keep_blob: bool) -
         if keep_blob:
             txn.put("blobs", sha, stored)
 
-    s.engine.run_write(to_blob)
+    s.backend.engine.run_write(to_blob)
 
 
 @pytest.mark.parametrize("blob", ["present", "missing"])
@@ -139,7 +139,7 @@ def test_items_name_a_format_2_turn_boundary_whose_body_does_not_decode(tmp_path
     """Its CRCs hold (the body's rewritten with it), but the body is no msgpack."""
     with Store(tmp_path / "s") as s:
         tid, seq, key, value = _planted_v2(s)
-        s.engine.run_write(lambda txn: txn.put("events", key, _with_body(key, value, 0, b"\xc1")))
+        s.backend.engine.run_write(lambda txn: txn.put("events", key, _with_body(key, value, 0, b"\xc1")))
         with pytest.raises(CorruptionError) as exc:
             s.backend.items(tid)
         assert (exc.value.thread_id, exc.value.seq) == (tid, seq)

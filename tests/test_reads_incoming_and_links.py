@@ -87,7 +87,7 @@ def _single_link(s: Store) -> tuple[bytes, bytes]:
     s.append("t", [started("t"), user("q"), agent_start(), response("r"), completed()])  # a chunk
     s.append("t", [user("open"), link("u")])  # seqs 6, 7: single rows
     key = event_key(tkey("t"), 7)
-    with s.engine.read() as txn:
+    with s.backend.engine.read() as txn:
         return key, bytes(txn.get("events", key))
 
 
@@ -111,7 +111,7 @@ def test_links_name_a_link_whose_body_does_not_decode(tmp_path: Path) -> None:
     """Its CRCs hold (the body's rewritten with it), but the body is no msgpack."""
     with Store(tmp_path / "s") as s:
         key, value = _single_link(s)
-        s.engine.run_write(lambda txn: txn.put("events", key, _with_body(key, value, 0, b"\xc1")))
+        s.backend.engine.run_write(lambda txn: txn.put("events", key, _with_body(key, value, 0, b"\xc1")))
         with pytest.raises(CorruptionError) as exc:
             s.links("t")
         assert (exc.value.thread_id, exc.value.seq) == ("t", 7)

@@ -102,8 +102,8 @@ def test_reads_in_a_scope_read_that_scopes_thread(tmp_path: Path) -> None:
     s = _scoped_pair(tmp_path / "s")
     try:
         a = s.scoped("a")
-        assert [seq for seq, _, _ in a.iter_thread_values("p")] == list(range(1, 11))
-        assert [seq for seq, _, _ in s.iter_thread_values("p")] == list(range(1, 6))
+        assert [seq for seq, _, _ in s.backend.iter_thread_values("p", scope="a")] == list(range(1, 11))
+        assert [seq for seq, _, _ in s.backend.iter_thread_values("p")] == list(range(1, 6))
         assert [it.seq for it in s.backend.items("p", scope="a")] == list(range(1, 11))
         assert [it.seq for it in s.backend.items("p")] == list(range(1, 6))
         assert s.backend.has_spawned("p", scope="a") is True
@@ -137,7 +137,7 @@ def _want_items(s: Store, tid: str) -> list[Any]:
     from tplog.events import KIND_CODE
     from tplog.projections.fold import Item
 
-    headers = {seq: hdr for seq, hdr, _ in s.iter_thread_values(tid)}
+    headers = {seq: hdr for seq, hdr, _ in s.backend.iter_thread_values(tid)}
     out = []
     for e in s.read(tid):
         kind, hdr = KIND_CODE[type(e.event)], headers[e.seq]
@@ -189,8 +189,8 @@ def test_items_and_links_name_a_damaged_single_row_by_thread_and_seq(tmp_path: P
             v[14 if part == "header" else len(v) - 6] ^= 0x01
             txn.put("events", key, bytes(v))
 
-        s.engine.run_write(damage)
-        calls = [lambda: s.links("t"), lambda: list(s.iter_thread_values("t"))]
+        s.backend.engine.run_write(damage)
+        calls = [lambda: s.links("t"), lambda: list(s.backend.iter_thread_values("t"))]
         if part == "header":
             calls.append(lambda: s.backend.items("t"))
         for call in calls:
@@ -211,7 +211,7 @@ def test_items_name_a_damaged_body_of_a_value_written_before_format_3(tmp_path: 
     tid = expected["thread_id"]
     with Store(tmp_path / "s") as s:
         _plant(s, tid, pairs)
-        seq, key = next((seq, event_key(tkey(tid), seq)) for seq, hdr, _ in s.iter_thread_values(tid)
+        seq, key = next((seq, event_key(tkey(tid), seq)) for seq, hdr, _ in s.backend.iter_thread_values(tid)
                         if hdr.kind in BODY_KINDS)
 
         def damage(txn: Any) -> None:
@@ -219,7 +219,7 @@ def test_items_name_a_damaged_body_of_a_value_written_before_format_3(tmp_path: 
             v[-6] ^= 0x01  # in the body: the header's CRC still holds
             txn.put("events", key, bytes(v))
 
-        s.engine.run_write(damage)
+        s.backend.engine.run_write(damage)
         with pytest.raises(CorruptionError) as exc:
             s.backend.items(tid)
         assert (exc.value.thread_id, exc.value.seq) == (tid, seq)
@@ -286,7 +286,7 @@ def test_a_listing_before_the_finder_index_is_built_scans_every_thread(tmp_path:
             for k, _ in list(txn.range("finder")):
                 txn.delete("finder", k)
 
-        s.engine.run_write(unbuilt)
+        s.backend.engine.run_write(unbuilt)
         assert {h.thread_id for h in s.threads(agent="a1").threads} == want
         assert {h.thread_id for h in s.threads(status="active").threads} == want
 
@@ -313,7 +313,7 @@ def test_link_reads_on_a_stale_links_index_name_the_store_and_the_fix(tmp_path: 
 
     with Store(tmp_path / "s") as s:
         s.append("p", [started("p"), user(), agent_start(), spawn_message("kid"), completed()])
-        s.engine.run_write(lambda txn: proj.write_info(txn, "links", proj.ProjectionInfo(
+        s.backend.engine.run_write(lambda txn: proj.write_info(txn, "links", proj.ProjectionInfo(
             proj.VERSIONS["links"], 1, "stale")))
         for call in (lambda: s.backend.has_spawned("p"), lambda: s.descendants("p"), lambda: s.children("p"),
                      lambda: s.incoming("kid")):
@@ -362,7 +362,7 @@ def test_an_event_whose_id_index_entry_is_lost_reads_at_position_0(tmp_path: Pat
             for seq in (2, 6):
                 assert txn.delete("eventids", ids[seq].encode())
 
-        s.engine.run_write(lose)
+        s.backend.engine.run_write(lose)
         assert [e.position for e in s.read("t")] == [1, 0, 3, 4, 5, 0]
 
 
@@ -397,10 +397,10 @@ def test_every_read_names_a_damaged_single_row_by_thread_and_seq(tmp_path: Path,
                 v[6:10] = crc.to_bytes(4, "big")
             txn.put("events", key, bytes(v))
 
-        s.engine.run_write(damage)
+        s.backend.engine.run_write(damage)
         calls = {"read": lambda: s.read("t"), "backward": lambda: s.read("t", direction="backward"),
                  "read_all": lambda: s.read_all(), "links": lambda: s.links("t"),
-                 "iter_thread_values": lambda: list(s.iter_thread_values("t"))}
+                 "iter_thread_values": lambda: list(s.backend.iter_thread_values("t"))}
         if part == "header bytes":
             calls["items"] = lambda: s.backend.items("t")
         for how, call in calls.items():

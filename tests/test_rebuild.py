@@ -18,6 +18,7 @@ import pytest
 from conftest import ToyStore as Store
 from conftest import user
 
+from tplog.backends.common import CHILD_LINK, CHILD_SPAWN
 from tplog.backends.lmdb import projections as proj
 from tplog.cli import main
 from tplog.errors import CorruptionError, InvalidInputError, RebuildInProgressError, RebuildRequiredError
@@ -274,7 +275,7 @@ def test_rebuild_in_small_chunks_while_threads_are_appended_and_deleted(tmp_path
             if actions:
                 actions.pop(0)()
 
-        reports = proj.rebuild(s.engine, s.codec, ["links", "state"], chunk=7, progress=progress)
+        reports = proj.rebuild(s.backend.engine, s.codec, ["links", "state"], chunk=7, progress=progress)
         assert calls > len(kids) // 2  # the log really was scanned in many chunks
         assert {r.projection for r in reports} == {"links", "state"}
         assert all(r.differences == [] for r in reports)
@@ -289,7 +290,7 @@ def test_rebuild_in_small_chunks_while_threads_are_appended_and_deleted(tmp_path
 
 
 def _marker(s: Store, name: str) -> tuple[int, bytes, int] | None:
-    with s.engine.read() as txn:
+    with s.backend.engine.read() as txn:
         raw = txn.get("meta", b"rebuild:" + name.encode())
     return None if raw is None else tuple(msgspec.msgpack.decode(raw))  # type: ignore[return-value]
 
@@ -307,7 +308,7 @@ def test_a_second_rebuild_in_the_same_process_is_refused(tmp_path: Path) -> None
                 refused.append(exc.value)
                 s.append(parent, tool_turn("late"))
 
-        reports = proj.rebuild(s.engine, s.codec, ["links", "state"], chunk=7, progress=progress)
+        reports = proj.rebuild(s.backend.engine, s.codec, ["links", "state"], chunk=7, progress=progress)
         assert refused and all(r.differences == [] for r in reports)
         assert _marker(s, "links") is None and _marker(s, "state") is None  # released by the swap
         assert all(r.differences == [] for r in s.rebuild(verify=True))
@@ -324,7 +325,7 @@ with Store(path) as s:
         print("holding", flush=True)
         while not flag.exists():
             time.sleep(0.01)
-    proj.rebuild(s.engine, s.codec, ["links"], chunk=5, progress=progress)
+    proj.rebuild(s.backend.engine, s.codec, ["links"], chunk=5, progress=progress)
 print("done", flush=True)
 """
 
@@ -362,7 +363,7 @@ def test_a_rebuild_running_in_another_process_is_refused_then_a_dead_ones_marker
     gone = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
     dead_pid = int(gone.stdout)
     with Store(path) as s:
-        s.engine.run_write(lambda txn: txn.put("meta", b"rebuild:links",
+        s.backend.engine.run_write(lambda txn: txn.put("meta", b"rebuild:links",
                                                msgspec.msgpack.encode((dead_pid, b"x" * 16, time.time_ns()))))
         assert all(r.differences == [] for r in s.rebuild("links"))
         assert _marker(s, "links") is None
@@ -371,17 +372,17 @@ def test_a_rebuild_running_in_another_process_is_refused_then_a_dead_ones_marker
 def test_a_rebuild_taken_over_stops_without_swapping(tmp_path: Path) -> None:
     with Store(tmp_path / "s") as s:
         populate(s, 12)
-        with s.engine.read() as txn:
+        with s.backend.engine.read() as txn:
             before = [(bytes(k), bytes(v)) for k, v in txn.range("children")]
 
         def take_over(done: int, total: int) -> None:  # another rebuild found this one gone
-            s.engine.run_write(lambda txn: txn.put("meta", b"rebuild:links",
+            s.backend.engine.run_write(lambda txn: txn.put("meta", b"rebuild:links",
                                                    msgspec.msgpack.encode((os.getpid(), b"y" * 16, time.time_ns()))))
-            s.engine.run_write(lambda txn: txn.delete("children", before[0][0]))  # so a swap would show
+            s.backend.engine.run_write(lambda txn: txn.delete("children", before[0][0]))  # so a swap would show
 
         with pytest.raises(RebuildInProgressError, match="took this one over"):
-            proj.rebuild(s.engine, s.codec, ["links"], chunk=7, progress=take_over)
-        with s.engine.read() as txn:
+            proj.rebuild(s.backend.engine, s.codec, ["links"], chunk=7, progress=take_over)
+        with s.backend.engine.read() as txn:
             assert [(bytes(k), bytes(v)) for k, v in txn.range("children")] == before[1:]  # not swapped
         assert _marker(s, "links") is not None and _marker(s, "links")[1] == b"y" * 16  # the other's, kept
 
@@ -394,7 +395,7 @@ def test_a_failed_rebuild_releases_its_claim(tmp_path: Path) -> None:
             raise KeyboardInterrupt
 
         with pytest.raises(KeyboardInterrupt):
-            proj.rebuild(s.engine, s.codec, ["links", "state"], chunk=7, progress=boom)
+            proj.rebuild(s.backend.engine, s.codec, ["links", "state"], chunk=7, progress=boom)
         assert _marker(s, "links") is None and _marker(s, "state") is None
         assert all(r.differences == [] for r in s.rebuild(verify=True))
 
@@ -408,7 +409,7 @@ def test_a_claim_whose_process_id_now_names_another_process_is_taken_over(
         populate(s, 5)
         sleeper = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
         try:
-            s.engine.run_write(lambda txn: txn.put("meta", b"rebuild:links",
+            s.backend.engine.run_write(lambda txn: txn.put("meta", b"rebuild:links",
                                                    msgspec.msgpack.encode((sleeper.pid, b"z" * 16, time.time_ns()))))
             assert all(r.differences == [] for r in s.rebuild("links"))
             assert _marker(s, "links") is None
@@ -416,7 +417,7 @@ def test_a_claim_whose_process_id_now_names_another_process_is_taken_over(
             sleeper.kill()
             sleeper.wait()
         # Through the CLI, naming process 1 (always there).
-        s.engine.run_write(lambda txn: txn.put("meta", b"rebuild:links",
+        s.backend.engine.run_write(lambda txn: txn.put("meta", b"rebuild:links",
                                                msgspec.msgpack.encode((1, b"z" * 16, time.time_ns()))))
     assert main(["rebuild", path, "--projection", "links"]) == 0
     assert json.loads(capsys.readouterr().out)[0]["differences"] == []
@@ -472,7 +473,7 @@ def test_progress_counts_events_up_to_the_total(tmp_path: Path) -> None:
             if len(calls) == 2:  # appended during the key-order pass: caught up on afterwards
                 s.append(parent, tool_turn("late"))
 
-        reports = proj.rebuild(s.engine, s.codec, ["links", "state"], chunk=7, progress=progress)
+        reports = proj.rebuild(s.backend.engine, s.codec, ["links", "state"], chunk=7, progress=progress)
         dones = [d for d, _ in calls]
         assert dones == sorted(dones) and all(d <= t for d, t in calls)
         assert calls[-1][0] == calls[-1][1] == reports[0].events
@@ -494,7 +495,7 @@ def test_verify_during_a_rebuild_skips_that_projection_check(tmp_path: Path,
                 seen.append(subprocess.run([sys.executable, "-m", "tplog", "verify", path], env=env,
                                            capture_output=True, text=True, timeout=60))
 
-        proj.rebuild(s.engine, s.codec, ["links"], chunk=7, progress=progress)
+        proj.rebuild(s.backend.engine, s.codec, ["links"], chunk=7, progress=progress)
     assert seen[0].returncode == 0, seen[0].stderr
     report = json.loads(seen[0].stdout)
     assert report["ok"] is True and report["problems"] == []
@@ -520,9 +521,9 @@ def test_phantom_link_rows_are_reported_and_rebuild_deletes_them(tmp_path: Path)
         parent, kids = populate(s, 3)
         ghost = str(uuid.uuid4())
         pk, gk = uuid.UUID(parent).bytes, uuid.UUID(ghost).bytes
-        s.engine.run_write(lambda txn: (
+        s.backend.engine.run_write(lambda txn: (
             txn.put("links_in", proj.link_key(parent, "referenced", gk, 7), msgspec.msgpack.encode([ghost, parent])),
-            txn.put("children", pk + gk, msgspec.msgpack.encode((ghost, proj.C_LINK)))))
+            txn.put("children", pk + gk, msgspec.msgpack.encode((ghost, CHILD_LINK)))))
         assert ghost in s.children(parent) and (ghost, "referenced") in s.incoming(parent)  # readers see them
         expected = [
             f"links: links_in[{pk.hex()} … {gk.hex()} seq 7]: live ['{ghost}', '{parent}'], rebuilt absent",
@@ -546,13 +547,13 @@ def test_changed_projection_values_are_reported_and_rebuild_restores_them(tmp_pa
         pk, k0 = uuid.UUID(parent).bytes, uuid.UUID(kids[0]).bytes
         state_key = proj.STATE_PREFIX + pk
         link_key = proj.link_key(parent, "spawned_from", k0, 2)
-        with s.engine.read() as txn:
+        with s.backend.engine.read() as txn:
             old_state = bytes(txn.get("proj", state_key))
             assert bytes(txn.get("links_in", link_key)) == msgspec.msgpack.encode([kids[0], parent])
         empty = proj.encode_state(proj.decode_state(None))
-        s.engine.run_write(lambda txn: (
+        s.backend.engine.run_write(lambda txn: (
             txn.put("proj", state_key, empty),
-            txn.put("children", pk + k0, msgspec.msgpack.encode((kids[0], proj.C_LINK | proj.C_SPAWN))),
+            txn.put("children", pk + k0, msgspec.msgpack.encode((kids[0], CHILD_LINK | CHILD_SPAWN))),
             txn.put("links_in", link_key, msgspec.msgpack.encode([kids[1], parent]))))
         assert s.pending(parent).pending == []  # the damage is what readers get
         links_diffs = [
@@ -567,9 +568,9 @@ def test_changed_projection_values_are_reported_and_rebuild_restores_them(tmp_pa
         assert s.pending(parent).pending == []  # --verify changes nothing
         s.rebuild()
         assert [c.tool_call_id for c in s.pending(parent).pending] == ["p1"]
-        with s.engine.read() as txn:
+        with s.backend.engine.read() as txn:
             assert bytes(txn.get("proj", state_key)) == old_state
-            assert msgspec.msgpack.decode(txn.get("children", pk + k0)) == [kids[0], proj.C_LINK]
+            assert msgspec.msgpack.decode(txn.get("children", pk + k0)) == [kids[0], CHILD_LINK]
         assert s.incoming(parent, relation="spawned_from").count((kids[1], "spawned_from")) == 1
         assert [r.differences for r in s.rebuild(verify=True)] == [[], []]
         assert _verify_problems(s) == []
@@ -583,12 +584,12 @@ def test_verify_reports_a_wrong_blob_reference_count(tmp_path: Path) -> None:
     big = "x" * 5000
     with Store(tmp_path / "s", limits=Limits(blob_threshold=1024)) as s:
         s.append(tid, [start(tid), user(big), user(big)])  # one blob, referenced twice
-        with s.engine.read() as txn:
+        with s.backend.engine.read() as txn:
             [(sha, blob)] = [(bytes(k), bytes(v)) for k, v in txn.range("blobs")]
         assert blob_refcount(blob) == 2
         assert _verify_problems(s) == []
         for wrong in (5, 1):
-            s.engine.run_write(lambda txn, w=wrong: txn.put("blobs", sha, blob_with_refcount(blob, w)))
+            s.backend.engine.run_write(lambda txn, w=wrong: txn.put("blobs", sha, blob_with_refcount(blob, w)))
             assert _verify_problems(s) == [f"blob {sha.hex()}: refcount {wrong}, referenced 2"]
 
 
@@ -598,7 +599,7 @@ def test_verify_reports_an_event_missing_from_the_event_id_index(tmp_path: Path)
         s.append(tid, [start(tid), *tool_turn("c")])
         eid = s.read(tid)[2].event_id
         assert _verify_problems(s) == []
-        s.engine.run_write(lambda txn: txn.delete("eventids", eid.encode()))
+        s.backend.engine.run_write(lambda txn: txn.delete("eventids", eid.encode()))
         assert _verify_problems(s) == [f"thread {tid}, seq 3: event id {eid!r} is not indexed to it"]
 
 
@@ -637,7 +638,7 @@ def _damage(s: Store, tid: str, what: str) -> None:
         elif what == "stale":
             proj.write_info(t, "links", proj.ProjectionInfo(proj.VERSIONS["links"], 3, "stale"))
 
-    s.engine.run_write(edit)
+    s.backend.engine.run_write(edit)
 
 
 @pytest.mark.parametrize("what", ["gap", "garbage_header", "global_elsewhere", "positions_out_of_order",

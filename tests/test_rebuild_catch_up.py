@@ -52,9 +52,9 @@ def test_the_report_counts_every_event_once_and_names_the_last_position(tmp_path
         tids = populate(s, 6)
         for t in tids[:3]:  # rows of their own (the rest are chunks: closed turns): split by chunk=3 below
             s.append(t, [LinkAdded(link=m.ThreadLink(thread_id=tids[5], relation="referenced"))] * 2)
-        with s.engine.read() as txn:
+        with s.backend.engine.read() as txn:
             assert sum(1 for _, v in txn.range("events") if bytes(v)[:1] not in (b"\x04", b"\x05")) == 6
-        split = proj.rebuild(s.engine, s.codec, names, chunk=3)
+        split = proj.rebuild(s.backend.engine, s.codec, names, chunk=3)
         assert [r.events for r in split] == [6 * 5 + 6] * len(names)
         late = "00000000-0000-4000-8000-0000000000ff"  # sorts first: in a chunk already scanned
         calls = 0
@@ -69,8 +69,8 @@ def test_the_report_counts_every_event_once_and_names_the_last_position(tmp_path
                 s.append(tids[0], turn("late"))
                 s.append(late, [start(late, (tids[1], "referenced"), (tids[2], "spawned_from"))])
 
-        [report] = proj.rebuild(s.engine, s.codec, names[:1], chunk=5, progress=progress) if len(names) == 1 \
-            else proj.rebuild(s.engine, s.codec, names, chunk=5, progress=progress)[:1]
+        [report] = proj.rebuild(s.backend.engine, s.codec, names[:1], chunk=5, progress=progress) if len(names) == 1 \
+            else proj.rebuild(s.backend.engine, s.codec, names, chunk=5, progress=progress)[:1]
         assert calls > 3
         assert report.events == s.stats()["events"] == 6 * 5 + 6 + 3 + 1
         assert report.position == s.last_position
@@ -79,11 +79,11 @@ def test_the_report_counts_every_event_once_and_names_the_last_position(tmp_path
             assert s.children(tids[2]) == [late]
         if "state" in names:
             assert [c.tool_call_id for c in s.pending(tids[0]).pending] == ["c", "late"]
-        with s.engine.read() as txn:  # the catch-up wrote shadow rows of the rebuilt projections only
+        with s.backend.engine.read() as txn:  # the catch-up wrote shadow rows of the rebuilt projections only
             assert [bytes(k) for k, _ in txn.range("proj") if bytes(k).startswith(b"~")] == []
         assert all(r.differences == [] for r in s.rebuild(verify=True))
         # A rebuild with nothing to catch up on (one snapshot held the whole log).
-        [again] = proj.rebuild(s.engine, s.codec, names[:1])
+        [again] = proj.rebuild(s.backend.engine, s.codec, names[:1])
         assert (again.events, again.position) == (6 * 5 + 6 + 3 + 1, s.last_position)
 
 
@@ -99,7 +99,7 @@ def test_a_second_rebuild_is_refused_naming_the_first_ones_process_and_start(tmp
                     s.rebuild("state")
                 seen.append(str(exc.value))
 
-        proj.rebuild(s.engine, s.codec, ["state"], chunk=5, progress=progress)
+        proj.rebuild(s.backend.engine, s.codec, ["state"], chunk=5, progress=progress)
         pattern = (r"a rebuild of projection 'state' is already running \(process (\d+), started "
                    r"(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ)\); wait for it to finish \(two rebuilds would fold the same "
                    r"events into the same shadow rows\), or, if it is stuck, take its claim over with --force \(it "
@@ -114,7 +114,7 @@ def test_a_second_rebuild_is_refused_naming_the_first_ones_process_and_start(tmp
 def test_a_rebuild_whose_lock_is_held_before_its_claim_is_refused_saying_so(tmp_path: Path) -> None:
     with Store(tmp_path / "s") as s:
         populate(s, 2)
-        lock = s.engine.try_lock("rebuild-links")
+        lock = s.backend.engine.try_lock("rebuild-links")
         assert lock is not None
         try:
             with pytest.raises(RebuildInProgressError) as exc:
@@ -154,9 +154,9 @@ def test_the_catch_up_goes_on_past_events_a_later_snapshot_held(tmp_path: Path) 
                 s.append(b, turn("b2"))
                 s.append(n, [start(n), LinkAdded(link=m.ThreadLink(thread_id=a, relation="referenced")), *turn("n1")])
 
-        [report] = proj.rebuild(s.engine, s.codec, ["state"], chunk=4, progress=progress)
+        [report] = proj.rebuild(s.backend.engine, s.codec, ["state"], chunk=4, progress=progress)
         assert report.events == s.stats()["events"] == 16
-        with s.engine.read() as txn:  # a state rebuild's catch-up writes no link rows
+        with s.backend.engine.read() as txn:  # a state rebuild's catch-up writes no link rows
             assert [bytes(k) for k, _ in txn.range("proj") if bytes(k).startswith(b"~")] == []
         assert [c.tool_call_id for c in s.pending(n).pending] == ["n1"]
         assert [c.tool_call_id for c in s.pending(b).pending] == ["b1", "b2"]
@@ -170,8 +170,8 @@ def test_a_rebuild_of_one_projection_leaves_no_shadow_rows(tmp_path: Path) -> No
         s.append(p, [start(p), LinkAdded(link=m.ThreadLink(thread_id=p, relation="referenced")), *turn("c")])
         s.fork(p, 5)
         for names in (["state"], ["links"], ["links", "state"]):
-            proj.rebuild(s.engine, s.codec, names, chunk=3)
-            with s.engine.read() as txn:
+            proj.rebuild(s.backend.engine, s.codec, names, chunk=3)
+            with s.backend.engine.read() as txn:
                 assert [bytes(k) for k, _ in txn.range("proj") if bytes(k).startswith(b"~")] == []
         assert all(r.differences == [] for r in s.rebuild(verify=True))
 
@@ -182,11 +182,11 @@ def test_the_refusal_dates_the_running_rebuild_from_its_claim(tmp_path: Path) ->
 
     with Store(tmp_path / "s") as s:
         populate(s, 1)
-        lock = s.engine.try_lock("rebuild-state")
+        lock = s.backend.engine.try_lock("rebuild-state")
         assert lock is not None
         since = 1_577_934_245_678_000_000  # 2020-01-02T03:04:05.678Z
         marker = msgspec.msgpack.encode((4242, b"t" * 16, since))
-        s.engine.run_write(lambda txn: txn.put("meta", b"rebuild:state", marker))
+        s.backend.engine.run_write(lambda txn: txn.put("meta", b"rebuild:state", marker))
         try:
             with pytest.raises(RebuildInProgressError, match=r"already running \(process 4242, started "
                                                              r"2020-01-02T03:04:05Z\); wait"):
@@ -213,8 +213,8 @@ def test_a_thread_started_during_a_rebuild_keeps_its_state_row(tmp_path: Path, n
             if calls == 1:
                 s.append(first, [start(first)])
 
-        proj.rebuild(s.engine, s.codec, names, chunk=5, progress=progress)
-        with s.engine.read() as txn:
+        proj.rebuild(s.backend.engine, s.codec, names, chunk=5, progress=progress)
+        with s.backend.engine.read() as txn:
             assert txn.get("proj", proj.STATE_PREFIX + uuid.UUID(first).bytes) == proj.encode_state(
                 proj.decode_state(None))
         assert verify_store(s).problems == []
@@ -227,19 +227,19 @@ def test_the_rebuilds_arguments_are_checked(tmp_path: Path) -> None:
         tids = populate(s, 2)
         for bad in (0, -1, True, "5", 2.0):
             with pytest.raises(InvalidInputError) as exc:
-                proj.rebuild(s.engine, s.codec, ["links"], chunk=bad)  # type: ignore[arg-type]
+                proj.rebuild(s.backend.engine, s.codec, ["links"], chunk=bad)  # type: ignore[arg-type]
             assert str(exc.value) == f"chunk must be a positive number of events, not {bad!r}"
         with pytest.raises(InvalidInputError, match=r"unknown projection 'link'; expected one of \['links', 'state'\]"):
-            proj.rebuild(s.engine, s.codec, ["link"])
-        [report] = proj.rebuild(s.engine, s.codec, "links", chunk=1)  # one name; one event per chunk
+            proj.rebuild(s.backend.engine, s.codec, ["link"])
+        [report] = proj.rebuild(s.backend.engine, s.codec, "links", chunk=1)  # one name; one event per chunk
         assert (report.projection, report.verify, report.events) == ("links", False, 10)
         assert sorted(s.incoming(tids[0])) == sorted((t, "referenced") for t in tids)
-        lock = s.engine.try_lock("rebuild-links")
+        lock = s.backend.engine.try_lock("rebuild-links")
         assert lock is not None
         try:  # refused by default; ``force`` takes the claim over
             with pytest.raises(RebuildInProgressError):
-                proj.rebuild(s.engine, s.codec, ["links"])
-            [forced] = proj.rebuild(s.engine, s.codec, ["links"], force=True)
+                proj.rebuild(s.backend.engine, s.codec, ["links"])
+            [forced] = proj.rebuild(s.backend.engine, s.codec, ["links"], force=True)
             assert forced.differences == []
         finally:
             lock.release()
@@ -264,7 +264,7 @@ def test_links_appended_in_a_scope_during_the_scan_are_keyed_in_that_scope(tmp_p
             if calls == 1:  # sorts first: the catch-up folds it
                 s.append(first, [start(first), LinkAdded(link=m.ThreadLink(thread_id=target, relation="referenced"))])
 
-        proj.rebuild(root.engine, root.codec, ["links"], chunk=3, progress=progress)
+        proj.rebuild(root.backend.engine, root.codec, ["links"], chunk=3, progress=progress)
         assert s.incoming(target) == [(first, "referenced")]
         assert [r.differences for r in root.rebuild(verify=True)] == [[], []]
 
@@ -286,7 +286,7 @@ def test_an_event_at_a_snapshots_last_position_is_folded_once(tmp_path: Path) ->
             if calls == 1:
                 s.append(b, [user("again")])
 
-        proj.rebuild(s.engine, s.codec, ["state"], chunk=4, progress=progress)
+        proj.rebuild(s.backend.engine, s.codec, ["state"], chunk=4, progress=progress)
         assert [r.differences for r in s.rebuild(verify=True)] == [[], []]
 
 
@@ -317,9 +317,9 @@ def test_the_catch_up_folds_forks_spawns_and_deletions(tmp_path: Path) -> None:
                 s.append(h, [start(h), *turn("h")])
                 s.delete_thread(h)
 
-        proj.rebuild(s.engine, s.codec, ["links", "state"], chunk=5, progress=progress)
+        proj.rebuild(s.backend.engine, s.codec, ["links", "state"], chunk=5, progress=progress)
         assert sorted(s.incoming(x)) == sorted([(p, "referenced"), (f, "referenced")])
         assert s.children(g) == [child]
-        with s.engine.read() as txn:
+        with s.backend.engine.read() as txn:
             assert txn.get("proj", proj.STATE_PREFIX + uuid.UUID(h).bytes) is None
         assert [r.differences for r in s.rebuild(verify=True)] == [[], []]

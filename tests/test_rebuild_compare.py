@@ -13,6 +13,7 @@ import msgspec
 import pytest
 from conftest import ToyStore as Store
 
+from tplog.backends.common import CHILD_LINK, CHILD_SPAWN
 from tplog.backends.lmdb import projections as proj
 from tplog.errors import NotFoundError
 from tplog.events import AgentTurnCompleted, AgentTurnStarted, LinkAdded, MessageRecorded, ThreadStarted
@@ -45,7 +46,7 @@ def spawn_turn(child: str) -> list[Any]:
 
 def link_rows(s: Store) -> dict[str, dict[bytes, Any]]:
     """Every live row of the links projection, values decoded."""
-    with s.engine.read() as txn:
+    with s.backend.engine.read() as txn:
         return {
             "links_in": {bytes(k): msgspec.msgpack.decode(v) for k, v in txn.range("links_in")},
             "children": {bytes(k): msgspec.msgpack.decode(v) for k, v in txn.range("children")},
@@ -70,7 +71,7 @@ def test_every_kind_of_link_row_is_named_in_the_report(tmp_path: Path) -> None:
         family(s)
         ghost = uuid.UUID("eeeeeeee-0000-4000-8000-000000000001").bytes
         declared = proj.link_key(X, "referenced", ghost, proj.DECLARED | 3)
-        s.engine.run_write(lambda txn: (
+        s.backend.engine.run_write(lambda txn: (
             txn.delete("proj", proj.SPAWNER_PREFIX + C1K + PK),
             txn.put("proj", proj.SPAWNER_PREFIX + ghost + PK, b""),
             txn.delete("children", PK + C2K),
@@ -86,7 +87,7 @@ def test_every_kind_of_link_row_is_named_in_the_report(tmp_path: Path) -> None:
         assert [r.differences for r in s.rebuild(verify=True)] == [[], []]
         rows = link_rows(s)
         assert set(rows["spawner"]) == {proj.SPAWNER_PREFIX + C1K + PK, proj.SPAWNER_PREFIX + C2K + PK}
-        assert rows["children"][PK + C2K] == [C2, proj.C_SPAWN]
+        assert rows["children"][PK + C2K] == [C2, CHILD_SPAWN]
 
 
 def test_a_live_only_row_after_every_rebuilt_row_is_reported_and_deleted(tmp_path: Path) -> None:
@@ -95,11 +96,11 @@ def test_a_live_only_row_after_every_rebuilt_row_is_reported_and_deleted(tmp_pat
         family(s)
         last = b"\xff" * 16  # after every real thread's key
         empty = proj.encode_state(proj.decode_state(None))
-        s.engine.run_write(lambda txn: txn.put("proj", proj.STATE_PREFIX + last, empty))
+        s.backend.engine.run_write(lambda txn: txn.put("proj", proj.STATE_PREFIX + last, empty))
         expected = [f"state: state of thread key {last.hex()}: live {msgspec.msgpack.decode(empty)!r}, rebuilt absent"]
         assert [r.differences for r in s.rebuild("state", verify=True)] == [expected]
         s.rebuild("state")
-        with s.engine.read() as txn:
+        with s.backend.engine.read() as txn:
             assert txn.get("proj", proj.STATE_PREFIX + last) is None
         assert [r.differences for r in s.rebuild(verify=True)] == [[], []]
 
@@ -108,13 +109,13 @@ def test_a_live_only_row_after_every_rebuilt_row_is_reported_and_deleted(tmp_pat
 def test_a_parent_deleted_after_the_scan_folded_it_leaves_no_rows(tmp_path: Path, names: list[str]) -> None:
     """The key-order scan folds P (its own chunk) into the shadow rows, then P is deleted: what
     is swapped in must be what the deletion left in the live rows — C1's own link to P (flag
-    C_LINK alone), no row for C2 (only P's spawn named it), no spawner row, no link of P's.
+    CHILD_LINK alone), no row for C2 (only P's spawn named it), no spawner row, no link of P's.
     Regression: a rebuild of ``links`` alone swapped all of P's rows back in (the scan noted a
     thread deleted between its chunks only when it carried the state projection's fold)."""
     with Store(tmp_path / "s") as s:
         n = family(s)
         before = link_rows(s)
-        assert before["children"][PK + C1K] == [C1, proj.C_LINK | proj.C_SPAWN]
+        assert before["children"][PK + C1K] == [C1, CHILD_LINK | CHILD_SPAWN]
         calls = 0
 
         def progress(done: int, total: int) -> None:
@@ -123,15 +124,15 @@ def test_a_parent_deleted_after_the_scan_folded_it_leaves_no_rows(tmp_path: Path
             if calls == 1:  # after the chunk holding exactly P's events
                 s.delete_thread(P)
 
-        reports = proj.rebuild(s.engine, s.codec, names, chunk=n, progress=progress)
+        reports = proj.rebuild(s.backend.engine, s.codec, names, chunk=n, progress=progress)
         assert calls > 2 and [r.projection for r in reports] == names
         rows = link_rows(s)
-        assert rows["children"] == {PK + C1K: [C1, proj.C_LINK]}
+        assert rows["children"] == {PK + C1K: [C1, CHILD_LINK]}
         assert rows["spawner"] == {}
         assert rows["links_in"] == {proj.link_key(P, "spawned_from", C1K, 2): [C1, P]}
         with pytest.raises(NotFoundError, match="no stored thread links to it"):  # P's link to X is gone
             s.incoming(X)
-        with s.engine.read() as txn:  # nor P's state row (the scan wrote one, then dropped it)
+        with s.backend.engine.read() as txn:  # nor P's state row (the scan wrote one, then dropped it)
             assert txn.get("proj", proj.STATE_PREFIX + PK) is None
         assert [r.differences for r in s.rebuild(verify=True)] == [[], []]
 
@@ -151,7 +152,7 @@ def test_a_child_deleted_after_its_parent_was_folded_is_nobodys_child(tmp_path: 
                 s.delete_thread(C1)
                 s.delete_thread(C2)
 
-        proj.rebuild(s.engine, s.codec, names, chunk=n, progress=progress)
+        proj.rebuild(s.backend.engine, s.codec, names, chunk=n, progress=progress)
         rows = link_rows(s)
         assert rows["children"] == {} and rows["spawner"] == {}
         assert rows["links_in"] == {proj.link_key(X, "referenced", PK, 2): [P, X]}

@@ -29,6 +29,7 @@ from strategies import THREAD_SETTINGS, threads
 from test_validate import A1, A2, T1, base
 
 import tplog
+from tplog.backends.common import decode_head, thread_key
 from tplog.errors import InvalidEventError, InvalidInputError, ValidationError
 from tplog.events import (
     AgentRegistered,
@@ -44,7 +45,7 @@ from tplog.projections.fold import events_from_thread, fold
 from tplog.protocol import model as m
 from tplog.protocol.json import from_builtins, to_json
 from tplog.protocol.validate import RULES, thread_id_for, validate
-from tplog.store import Store, ThreadHead, _head_dec
+from tplog.store import Store, ThreadHead
 
 T0 = "2025-01-20T10:00:00Z"
 
@@ -411,15 +412,15 @@ def test_a_head_written_before_the_rules_is_filled_from_the_log(tmp_path: Path) 
                            AgentTurnStarted(agent_id=A1, started_at=ts(20)),
                            MessageRecorded(message=m.ResponseMessage(timestamp=ts(25), agent_id=A1,
                                                                      parts=[m.TextPart(content="x")]))])
-        tk = store._tk(tid)
+        tk = thread_key(tid)
         head = store.head(tid)
     # the head as the store wrote it before it kept the rules' values (those fields absent)
     fields = ThreadHead.__struct_fields__
     old = msgspec.msgpack.encode([getattr(head, f) for f in fields[: fields.index("agents")]])
     with Store(path) as store:
-        store.engine.run_write(lambda txn: txn.put("heads", tk, old))
+        store.backend.engine.run_write(lambda txn: txn.put("heads", tk, old))
     with Store(path) as store:
-        assert _head_dec.decode(old).rules == 0
+        assert decode_head(old).rules == 0
         with pytest.raises(InvalidEventError) as exc:  # the open turn's last message is known again
             store.append(tid, [MessageRecorded(message=m.ResponseMessage(timestamp=ts(24), agent_id=A1,
                                                                          parts=[m.TextPart(content="y")]))])

@@ -19,7 +19,7 @@ import pytest
 from test_rules import T0, _agent_turn, _new_thread_events, _user_answer, ts
 from test_validate import A1
 
-import tplog.backends.contract as contract
+import tplog.backends.common as common
 from tplog.errors import InvalidEventError
 from tplog.events import (
     AgentRegistered,
@@ -145,13 +145,13 @@ def folds(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     """How many times an append's tool-call check folded the thread (the slow path): the real
     fold, counted."""
     calls: list[int] = []
-    real = contract.exported_calls
+    real = common.exported_calls
 
     def counted(events: list[Event]) -> set[str]:
         calls.append(len(events))
         return real(events)
 
-    monkeypatch.setattr(contract, "exported_calls", counted)
+    monkeypatch.setattr(common, "exported_calls", counted)
     return calls
 
 

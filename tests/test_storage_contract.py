@@ -1,9 +1,9 @@
-"""The LMDB backend's key/value engine contract (tplog/backends/lmdb/engine.py ``Engine``).
+"""The LMDB backend's key/value engine (tplog/backends/lmdb/engine.py ``LmdbEngine``).
 
-Written against the contract only — named ordered tables of bytes, ``read()``
-snapshots, ``run_write(fn)`` all-or-nothing, ``try_lock(name)`` advisory locks
-that die with their holder — and parametrized over engines;
-LMDB is the only one today. A new engine is added to ``ENGINES``.
+What the backend's modules rely on, tested through the engine's own verbs: named ordered
+tables of bytes, ``read()`` snapshots, ``run_write(fn)`` all-or-nothing, ``try_lock(name)``
+advisory locks that die with their holder. (The other backends are checked against the
+recorder contract instead: tests/backends.)
 """
 
 from __future__ import annotations

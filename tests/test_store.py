@@ -74,7 +74,7 @@ from tplog.verify import verify_store
 
 def event_ids_stored(store: Store, eids: list[str]) -> list[bool]:
     """Whether each id is in the event-id index (read straight through the engine)."""
-    with store.engine.read() as txn:
+    with store.backend.engine.read() as txn:
         return [txn.get("eventids", e.encode()) is not None for e in eids]
 
 
@@ -601,12 +601,12 @@ def test_blob_changed_in_a_way_only_its_crc_can_tell_is_detected(open_store: Cal
     text = "lorem ipsum " * 700
     s = open_store(path, limits=Limits(blob_threshold=4096))
     s.append("t", [started("t"), user(text), user("after")])
-    with s.engine.read() as txn:
+    with s.backend.engine.read() as txn:
         [(sha, blob)] = [(bytes(k), bytes(v)) for k, v in txn.range("blobs")]
     _refcount, flags, dict_id, _crc = struct.unpack_from(">IBII", blob)
     assert flags & 1  # compressed: the new bytes must still be a valid zstd frame
     bad = blob[:13] + _reencoded(s, blob[13:], flags, dict_id, b"lorem", b"LOREM")
-    s.engine.run_write(lambda txn: txn.put("blobs", sha, bad))
+    s.backend.engine.run_write(lambda txn: txn.put("blobs", sha, bad))
     with pytest.raises(CorruptionError, match=r"^shared blob failed its CRC-32 check \(thread t, seq 2\)$") as ei:
         s.read("t")
     assert (ei.value.thread_id, ei.value.seq) == ("t", 2)
@@ -624,12 +624,12 @@ def test_event_body_changed_in_a_way_only_its_crc_can_tell_is_detected(open_stor
     s.codec.compress_bodies = compressed  # values compressed one by one, as older stores hold them
     s.append("t", [started("t"), user("lorem ipsum " * 20 if compressed else "lorem"), user("after")])
     key = event_key(tkey("t"), 2)
-    with s.engine.read() as txn:
+    with s.backend.engine.read() as txn:
         v = bytes(txn.get("events", key))
     assert v[0] == 3 and bool(v[1] & 1) == compressed
     end = 12 + int.from_bytes(v[10:12], "big")
     bad = v[:end] + _reencoded(s, v[end:-4], v[1], int.from_bytes(v[2:6], "big"), b"lorem", b"LOREM") + v[-4:]
-    s.engine.run_write(lambda txn: txn.put("events", key, bad))
+    s.backend.engine.run_write(lambda txn: txn.put("events", key, bad))
     with pytest.raises(CorruptionError, match=r"^stored value failed its CRC-32 check \(thread t, seq 2\)$"):
         s.read("t")
     with pytest.raises(CorruptionError, match=r"^stored value failed its CRC-32 check \(thread t, seq 2\)$"):
@@ -718,7 +718,7 @@ def test_identical_large_bodies_share_one_blob(open_store: Callable[..., Store],
         s.append(n, [started(n), agent_start(), big, completed()])
     assert s.stats()["tables"]["blobs"]["entries"] == 1
     assert s.read("a")[2].event == s.read("b")[2].event == big
-    with s.engine.read() as txn:
+    with s.backend.engine.read() as txn:
         v = txn.get("events", event_key(tkey("a"), 3))
         assert v[1] & 2  # stored as a blob reference
     s.delete_thread("a")
@@ -987,7 +987,7 @@ def test_dictionary_training(open_store: Callable[..., Store], tmp_path: Path, r
     assert s.stats()["dictionaries"] == 1
     new = [_chatty(1000 + i, rng) for i in range(20)]
     s.append("t", new)
-    dicts = {seq: int.from_bytes(v[2:6], "big") for seq, _, v in s.iter_thread_values("t")}
+    dicts = {seq: int.from_bytes(v[2:6], "big") for seq, _, v in s.backend.iter_thread_values("t")}
     assert all(dicts[seq] == 0 for seq in range(1, 302))
     assert all(dicts[seq] == dict_id for seq in range(302, 322)), dicts
     assert [e.event for e in s.read("t")] == [started("t"), *old, *new]
@@ -997,7 +997,7 @@ def test_dictionary_training(open_store: Callable[..., Store], tmp_path: Path, r
     assert s2.codec.has_dictionary(dict_id)
     assert [e.event for e in s2.read("t")] == [started("t"), *old, *new]
     s2.append("t", [_chatty(5000, rng)])
-    assert int.from_bytes(list(s2.iter_thread_values("t"))[-1][2][2:6], "big") == dict_id
+    assert int.from_bytes(list(s2.backend.iter_thread_values("t"))[-1][2][2:6], "big") == dict_id
     assert s2.train_dictionary(size=16 << 10) == 2
 
 
@@ -1076,7 +1076,7 @@ class _Staged(HookedStore):
 
     def _holding(self, batch: list[Any], after_build: Callable[[], None],
                  before_build: Callable[[], None] = lambda: None) -> None:
-        run_write = self.engine.run_write
+        run_write = self.backend.engine.run_write
 
         def held(fn: Any) -> Any:
             def build(txn: Any) -> Any:
@@ -1087,11 +1087,11 @@ class _Staged(HookedStore):
 
             return run_write(build)
 
-        self.engine.run_write = held  # type: ignore[method-assign]
+        self.backend.engine.run_write = held  # type: ignore[method-assign]
         try:
             super()._commit(batch)
         finally:
-            self.engine.run_write = run_write  # type: ignore[method-assign]
+            self.backend.engine.run_write = run_write  # type: ignore[method-assign]
 
     def _commit(self, batch: list[Any]) -> None:
         self.groups += 1

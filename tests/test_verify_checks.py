@@ -46,7 +46,7 @@ def test_verify_names_a_fork_whose_parent_no_longer_holds_its_prefix(tmp_path: P
                 changed = {"version": 3} if parent_is == "shorter" else {"status": "deleted"}
                 txn.put("heads", tk, msgspec.msgpack.encode(msgspec.structs.replace(head, **changed)))
 
-        s.engine.run_write(edit)
+        s.backend.engine.run_write(edit)
         expected = {f"thread {g}: forked from {parent} at seq 4, which it does not hold"}
         if parent_is == "shorter":
             expected.add(f"thread {parent}: head version 3 but last seq 4")
@@ -75,7 +75,7 @@ def test_verify_checks_a_fork_inside_a_scope_against_its_parent_in_that_scope(tm
         view.append(f, [user("mine")])
         assert _problems(s, projections=True) == []
         head, tk = view.head(parent), tkey(parent, "tenant-a")
-        s.engine.run_write(lambda txn: txn.put("heads", tk, msgspec.msgpack.encode(
+        s.backend.engine.run_write(lambda txn: txn.put("heads", tk, msgspec.msgpack.encode(
             msgspec.structs.replace(head, version=1))))
         assert sorted(_problems(s)) == sorted([f"thread {f}: forked from {parent} at seq 2, which it does not hold",
                                                f"thread {parent}: head version 1 but last seq 3"])
@@ -90,7 +90,7 @@ def test_a_damaged_chunk_is_reported_once_and_the_thread_checked_on(tmp_path: Pa
         s.append("t", [started("t"), *_turn(1)])  # closed turns are stored as chunks: seqs 1..5
         s.append("t", _turn(2))  # seqs 6..9
         s.append("t", [user("open")])  # seq 10, a row of its own
-        with s.engine.read() as txn:
+        with s.backend.engine.read() as txn:
             keys = [bytes(k) for k, v in txn.range("events") if v[0] == CHUNK]
         assert len(keys) == 2
 
@@ -99,7 +99,7 @@ def test_a_damaged_chunk_is_reported_once_and_the_thread_checked_on(tmp_path: Pa
             v[len(v) // 2] ^= 0x10
             txn.put("events", keys[0], bytes(v))
 
-        s.engine.run_write(damage)
+        s.backend.engine.run_write(damage)
         rep = verify_store(s, projections=False)
         assert rep.problems == ["stored chunk (events up to seq 5) is truncated or its index section failed its "
                                 "CRC-32 check (thread t, seq 5)"]  # the byte in the middle is the index section's
@@ -145,7 +145,7 @@ def test_a_body_that_does_not_decode_is_named_as_reads_name_it(tmp_path: Path) -
             body = b"\xc1" + v[end + 1:-4]  # 0xc1: a byte msgpack never uses
             txn.put("events", key, v[:end] + body + zlib.crc32(key, zlib.crc32(body)).to_bytes(4, "big"))
 
-        s.engine.run_write(garble)
+        s.backend.engine.run_write(garble)
         with pytest.raises(CorruptionError) as exc:
             s.read(tid)
         assert str(exc.value).endswith(f"(thread {tid}, seq 2)")
@@ -161,7 +161,8 @@ def test_two_events_at_one_position_are_out_of_order(tmp_path: Path) -> None:
         s.append(tid, [start(tid), user("one"), user("two")])
         eid = s.read(tid)[2].event_id
         k3 = event_key(tkey(tid), 3)
-        s.engine.run_write(lambda txn: txn.put("eventids", eid.encode(), k3 + u64(2)))  # seq 3 claims position 2
+        # seq 3 claims position 2
+        s.backend.engine.run_write(lambda txn: txn.put("eventids", eid.encode(), k3 + u64(2)))
         assert _problems(s) == [f"thread {tid}, seq 3: global position 2 does not name it",
                                 f"thread {tid}, seq 3: position 2 not after 2"]
 
@@ -174,10 +175,10 @@ def test_a_blob_nothing_references_and_a_blob_after_a_deletion(tmp_path: Path) -
         s.delete_thread(a)  # its blob goes with its last reference
         rep = verify_store(s)
         assert (rep.problems, rep.blobs) == ([], 1)
-        with s.engine.read() as txn:
+        with s.backend.engine.read() as txn:
             [(sha, blob)] = [(bytes(k), bytes(v)) for k, v in txn.range("blobs")]
         orphan = b"\x01" * len(sha)
-        s.engine.run_write(lambda txn: txn.put("blobs", orphan, blob))  # refcount 1, no event refers to it
+        s.backend.engine.run_write(lambda txn: txn.put("blobs", orphan, blob))  # refcount 1, no event refers to it
         rep = verify_store(s, projections=False)
         assert (rep.problems, rep.blobs) == ([f"blob {orphan.hex()}: refcount 1, referenced 0"], 2)
 
@@ -193,7 +194,7 @@ def test_every_stale_projection_is_named(tmp_path: Path) -> None:
             for name in ("links", "state"):
                 proj.write_info(txn, name, proj.ProjectionInfo(proj.VERSIONS[name], 1, "stale"))
 
-        s.engine.run_write(stale)
+        s.backend.engine.run_write(stale)
         assert _problems(s, projections=True) == [
             f"projection {n!r} is stale: run `tplog rebuild {s.path} --projection {n}`" for n in ("links", "state")]
 
@@ -211,7 +212,7 @@ def test_verify_in_the_middle_of_a_rebuild_skips_that_projection_and_says_why(tm
             if not seen:
                 seen.append(verify_store(s))
 
-        proj.rebuild(s.engine, s.codec, ["links"], chunk=7, progress=progress)
+        proj.rebuild(s.backend.engine, s.codec, ["links"], chunk=7, progress=progress)
         rep = seen[0]
         assert rep.problems == [] and len(rep.skipped) == 1
         assert rep.skipped[0].startswith("projection 'links' not compared with a rebuild: a rebuild of projection "

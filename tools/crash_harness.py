@@ -396,7 +396,7 @@ def check_structure(store: Store) -> tuple[list[str], dict[str, Any]]:
     """
     problems: list[str] = []
     bad = problems.append
-    with store.engine.read() as txn:
+    with store.backend.engine.read() as txn:
         heads = {bytes(k): _head_dec.decode(v) for k, v in txn.range("heads")}
         values = {bytes(k): bytes(v) for k, v in EventRows(txn, store.codec).range()}  # chunk rows expanded
         row_bytes: Counter[bytes] = Counter()

@@ -64,7 +64,7 @@ def probe(path: str, threads: int, appends: int) -> dict[str, Any]:
         store.append(tid, events[:1])  # ThreadStarted: every append below is one message-sized event
     spans: list[tuple[float, float, float, float, float, int]] = []
     marks: dict[str, float] = {}
-    engine, commit = store.engine, store.backend._commit
+    engine, commit = store.backend.engine, store.backend._commit
     run_write = engine.run_write
 
     def timed_run_write(fn: Any) -> Any:

@@ -27,20 +27,20 @@ from tplog.codec import Codec
 from tplog.errors import TplogError
 from tplog.events import Event, RecordedEvent
 from tplog.pipeline import Pipeline
+from tplog.prepare import (
+    EVENT_CLASSES,
+    check_chunk,
+    check_expected_version,
+    check_position,
+    drain,
+    encode,
+    log_appended,
+    log_refused,
+)
 from tplog.projections.fold import FoldResult, InterruptState, PendingState
 from tplog.protocol import model as m
 from tplog.retire import PruneReport, RetentionPolicy
-from tplog.store import (
-    _EVENT_CLASSES,
-    CHUNK,
-    ExpectedVersion,
-    Store,
-    _check_chunk,
-    _check_position,
-    _drain,
-    _log_appended,
-    _log_refused,
-)
+from tplog.store import CHUNK, ExpectedVersion, Store
 
 __all__ = ["ASYNC_INLINE_BYTES", "AsyncStore"]
 
@@ -53,13 +53,13 @@ ASYNC_INLINE_BYTES = 64 << 10
 
 def _bodies(codec: Codec, events: object) -> list[bytes] | None:
     """The events' msgpack bodies (msgspec's encoding is cheap enough for the loop), or
-    ``None`` if they are not all encodable events (``Store._encode`` then raises the
+    ``None`` if they are not all encodable events (:func:`tplog.prepare.encode` then raises the
     error, naming the thread and the event)."""
     if isinstance(events, (str, bytes)) or not isinstance(events, Sequence):
         return None
     out: list[bytes] = []
     for ev in events:
-        if not isinstance(ev, _EVENT_CLASSES):
+        if not isinstance(ev, EVENT_CLASSES):
             return None
         try:
             out.append(codec.encode_body(cast(Event, ev)))
@@ -120,19 +120,19 @@ class AsyncStore:
         if bodies is not None and sum(map(len, bodies)) > ASYNC_INLINE_BYTES:
             # The checks, compression and hashing of a large event take long enough
             # to stall other tasks: not on the loop.
-            encoded = await asyncio.to_thread(s._encode, thread_id, events, event_ids, bodies)
+            encoded = await asyncio.to_thread(encode, s.backend, thread_id, events, event_ids, bodies)
         else:
-            encoded = s._encode(thread_id, events, event_ids, bodies)
-        s._check_expected(expected_version)
-        part = ThreadAppend(thread_id=thread_id, events=encoded, expected=expected_version, scope=s._scope,
+            encoded = encode(s.backend, thread_id, events, event_ids, bodies)
+        check_expected_version(expected_version)
+        part = ThreadAppend(thread_id=thread_id, events=encoded, expected=expected_version, scope=s.scope,
                             fresh_ids=event_ids is None, check_rules=s.check_rules)
         handle = s.backend.submit((part,), lead=False)
         try:
             res: AppendResult = (await asyncio.wrap_future(handle))[0]  # type: ignore[arg-type]
         except TplogError as exc:
-            _log_refused(thread_id, exc)
+            log_refused(thread_id, exc)
             raise
-        _log_appended(res)
+        log_appended(res)
         return res
 
     def pipeline(self, thread_id: str, *, expected_version: ExpectedVersion = ANY) -> Pipeline:
@@ -154,15 +154,15 @@ class AsyncStore:
 
     def iter_all(self, *, after: int = 0, chunk: int = 64) -> AsyncIterator[RecordedEvent]:
         """As :meth:`Store.iter_all` (``async for``): each chunk is read in the default executor."""
-        _check_position(after)
-        _check_chunk(chunk)
-        self.store._check_open()
+        check_position(after)
+        check_chunk(chunk)
+        self.store.backend.check_open()
         return self._iter_all(after, chunk)
 
     async def _iter_all(self, pos: int, chunk: int) -> AsyncIterator[RecordedEvent]:
         while page := await asyncio.to_thread(self.store.read_all, after=pos, limit=chunk):
             pos = page[-1].position
-            for ev in _drain(page):
+            for ev in drain(page):
                 yield ev
 
     async def head(self, thread_id: str) -> ThreadHead:

@@ -32,17 +32,8 @@ from typing import TYPE_CHECKING, Any
 
 import msgspec
 
-from tplog.backends.contract import (
-    NO_STREAM,
-    Direction,
-    ForkSeed,
-    Inherited,
-    ThreadAppend,
-    ThreadHead,
-    inherited,
-    outgoing,
-    thread_key,
-)
+from tplog.backends.common import inherited, outgoing, thread_key
+from tplog.backends.contract import NO_STREAM, Direction, ForkSeed, Inherited, ThreadAppend, ThreadHead
 from tplog.errors import InvalidInputError, NotFoundError, ThreadDeletedError, TplogError
 from tplog.events import (
     AgentTurnCompleted,
@@ -54,7 +45,8 @@ from tplog.events import (
     ThreadStarted,
     UserTurnSubmitted,
 )
-from tplog.lifecycle import note
+from tplog.lifecycle import SPAWNED_FROM, note
+from tplog.prepare import encode
 from tplog.projections.fold import Item
 from tplog.protocol import model as m
 
@@ -64,7 +56,6 @@ if TYPE_CHECKING:
 
 __all__ = ["SPAWNED_FROM", "fork", "forks_of", "items", "links", "read", "seed_of", "thread_events"]
 
-SPAWNED_FROM = "spawned_from"
 
 
 def _is_fork(head: ThreadHead | None) -> bool:
@@ -230,7 +221,7 @@ def _may_inherit(store: Store, thread_id: str, phead: ThreadHead, first: ThreadS
 def _seed(store: Store, thread_id: str, phead: ThreadHead, at: int,
           first: ThreadStarted) -> tuple[ThreadHead, int, list[Inherited]]:
     """The head values the parent's first ``at`` events lead to, its closed turns there,
-    and the link-index rows the fork inherits (:func:`tplog.backends.contract.inherited`);
+    and the link-index rows the fork inherits (:func:`tplog.backends.common.inherited`);
     ``InvalidInputError`` if an agent turn is open at ``at``."""
     if at == phead.version:  # the parent's own head says it all
         if phead.open_turn_agent is not None:
@@ -306,7 +297,7 @@ def fork(store: Store, thread_id: str, at: int, *, new_thread_id: str | None = N
         raise ThreadDeletedError(f"thread {thread_id} was deleted; it cannot be forked")
     if at > phead.version:
         raise InvalidInputError(f"fork of thread {thread_id}: at={at} is past its last seq {phead.version}")
-    if store._tk(new_id) == store._tk(thread_id):
+    if thread_key(new_id, store.scope) == thread_key(thread_id, store.scope):
         raise InvalidInputError(f"fork of thread {thread_id}: new_thread_id names the thread itself")
     first = read(store, thread_id, limit=1)[0].event
     if not isinstance(first, ThreadStarted):  # pragma: no cover - the order rules put it first
@@ -325,7 +316,7 @@ def fork(store: Store, thread_id: str, at: int, *, new_thread_id: str | None = N
     seed.links += len(declared)
     seed.parent = thread_id
     b.gate()
-    encoded = store._encode(new_id, [started], None)
+    encoded = encode(b, new_id, [started], None)
     part = ThreadAppend(thread_id=new_id, events=encoded, expected=NO_STREAM, scope=store.scope, fresh_ids=True,
                         check_rules=store.check_rules,
                         fork=ForkSeed(parent=thread_id, at=at, head=seed, inherited=tuple(inh)))

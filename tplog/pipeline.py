@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING, Any
 from tplog.backends.contract import ANY, EXISTS, NO_STREAM, AppendResult, ExpectedVersion, ThreadAppend
 from tplog.errors import PipelineError, TplogError, WrongExpectedVersionError
 from tplog.events import AgentTurnCompleted, AgentTurnInterrupted, Event
+from tplog.prepare import check_expected_version, encode
 
 if TYPE_CHECKING:
     from tplog.store import Store
@@ -62,7 +63,7 @@ class Pipeline:
     """
 
     def __init__(self, store: Store, thread_id: str, *, expected_version: ExpectedVersion = ANY) -> None:
-        store._check_expected(expected_version)
+        check_expected_version(expected_version)
         self.store = store
         self.thread_id = thread_id
         self._expected: ExpectedVersion = expected_version
@@ -74,7 +75,7 @@ class Pipeline:
         backend = store.backend
         # Backends that commit one process's submissions in submission order (LMDB's and
         # the memory store's queue); on others each append waits for the one before it.
-        self._in_order = bool(getattr(backend, "submits_in_order", False))
+        self._in_order = backend.submits_in_order
 
     # ------------------------------------------------------------------ sync
 
@@ -133,11 +134,11 @@ class Pipeline:
         if not self._in_order and self._pending:
             self.commit()
         s = self.store
-        encoded = s._encode(self.thread_id, events, event_ids)
+        encoded = encode(s.backend, self.thread_id, events, event_ids)
         version = self._version
         if version is None:
             version = self._start_version()
-        part = ThreadAppend(thread_id=self.thread_id, events=encoded, expected=version, scope=s._scope,
+        part = ThreadAppend(thread_id=self.thread_id, events=encoded, expected=version, scope=s.scope,
                             fresh_ids=event_ids is None, check_rules=s.check_rules)
         handle: Future[Any] = s.backend.submit((part,), lead=lead)  # type: ignore[assignment]
         self._pending.append((handle, version + 1, version + len(encoded)))
@@ -150,7 +151,7 @@ class Pipeline:
             return exp
         if exp == NO_STREAM:
             return 0
-        head = self.store.backend.head(self.thread_id, scope=self.store._scope)
+        head = self.store.backend.head(self.thread_id, scope=self.store.scope)
         version = 0 if head is None else head.version
         if exp == EXISTS and version == 0:
             raise WrongExpectedVersionError(self.thread_id, exp, 0)

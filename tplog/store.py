@@ -14,9 +14,8 @@ from __future__ import annotations
 import copy
 import logging
 import os
-import time
 from collections.abc import Callable, Iterator, Sequence
-from typing import Any, Final, Literal, Unpack, cast
+from typing import Any, Final, Literal, Unpack
 
 import msgspec
 
@@ -24,11 +23,11 @@ from tplog import fork as _fork
 from tplog import forklog as _forklog
 from tplog import retire as _retire
 from tplog.backends import contract
+from tplog.backends.common import PROJECTIONS, thread_key
 from tplog.backends.contract import (
     ANY,
     EXISTS,
     NO_STREAM,
-    PROJECTIONS,
     AppendResult,
     RebuildReport,
     Recorder,
@@ -36,18 +35,25 @@ from tplog.backends.contract import (
     ThreadHead,
     ThreadPage,
     VerifyReport,
-    outgoing,
-    thread_key,
 )
 from tplog.backends.lmdb import LmdbOptions
 from tplog.backends.urls import MEMORY, open_backend
-from tplog.codec import Codec, Encoded, Header
+from tplog.codec import Codec, Encoded
 from tplog.errors import InvalidInputError, NotFoundError, ThreadDeletedError, TplogError
-from tplog.events import KIND_CODE, Event, LinkAdded, RecordedEvent, ThreadDeleted, ThreadStarted
+from tplog.events import Event, RecordedEvent, ThreadDeleted
 from tplog.foldcache import FoldCache
-from tplog.ids import new_event_id
 from tplog.lifecycle import check_filter
 from tplog.pipeline import Pipeline
+from tplog.prepare import (
+    check_chunk,
+    check_expected_version,
+    check_page_limit,
+    check_position,
+    drain,
+    encode,
+    log_appended,
+    log_refused,
+)
 from tplog.projections.fold import (
     Folder,
     FoldResult,
@@ -68,48 +74,19 @@ __all__ = ["ANY", "EXISTS", "NO_STREAM", "AppendResult", "ExpectedVersion", "Sto
 
 ExpectedVersion = contract.ExpectedVersion  # the types live in the backend contract; re-exported here
 
-_EVENT_CLASSES = tuple(KIND_CODE)
-_LINKING = (LinkAdded, ThreadStarted)  # the events that may record links (outgoing)
-MAX_RELATION_BYTES: Final = 400  # keeps LMDB's link keys under its 511-byte key limit
 CHUNK: Final = 20_000  # events a rebuild folds per snapshot and per commit (see Store.rebuild)
 
 
 log = logging.getLogger("tplog.store")
 
 
-def _log_appended(res: AppendResult) -> None:
-    if log.isEnabledFor(logging.DEBUG):  # one per append: built only when someone reads it
-        log.debug("appended" if not res.duplicate else "append repeated (idempotent retry, nothing written)",
-                  extra={"thread_id": res.thread_id, "first_seq": res.first_seq, "last_seq": res.last_seq,
-                         "first_position": res.first_position, "last_position": res.last_position})
-
-
-def _log_refused(thread_id: str, exc: TplogError) -> None:
-    log.info("append refused: %s", exc, extra={"thread_id": thread_id, "error": type(exc).__name__})
-
-
-def _check_page_limit(limit: object) -> None:
-    if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 0):
-        raise InvalidInputError(f"limit must be None or an int ≥ 0, not {limit!r}")
-
-
-def _check_position(after: object) -> None:
-    if isinstance(after, bool) or not isinstance(after, int) or after < 0:
-        raise InvalidInputError(f"after must be a log position (an int ≥ 0), not {after!r}")
-
-
-def _now_ns() -> int:
-    return time.time_ns()
-
-
-_head_dec = msgspec.msgpack.Decoder(ThreadHead)  # a stored head, as the LMDB backend writes it
-
-
 class Store:
     """A tplog store: in the directory ``path`` (created if missing; ``lmdb:///dir``
     names one too), or ``"memory:"`` for the in-memory reference backend (its
     content lives as long as the object; handy in tests; ``"memory:DIR"`` starts
-    from what :meth:`backup` of a memory store wrote into DIR).
+    from what :meth:`backup` of a memory store wrote into DIR), or a backend object
+    (a :class:`~tplog.backends.contract.Recorder` the caller opened with its own
+    options; ``path`` is then ``""``, and closing the store closes it).
 
     Thread-safe; several processes may open the same directory (LMDB allows
     one writer at a time; readers are never blocked). Options:
@@ -139,7 +116,7 @@ class Store:
 
     def __init__(
         self,
-        path: str | os.PathLike[str],
+        path: str | os.PathLike[str] | Recorder,
         *,
         fold_cache: int = 20_000,
         check_rules: bool = True,
@@ -149,24 +126,25 @@ class Store:
             raise InvalidInputError(f"check_rules must be True or False, not {check_rules!r}")
         if isinstance(fold_cache, bool) or not isinstance(fold_cache, int) or fold_cache < 0:
             raise InvalidInputError(f"fold_cache must be an int ≥ 0 (events), not {fold_cache!r}")
-        self.path = path if isinstance(path, str) and path.startswith(MEMORY) else os.fspath(path)
         unknown = sorted(set(options) - LmdbOptions.__optional_keys__)
         if unknown:  # as Python says it of a signature: the memory and PostgreSQL backends ignore these
             raise TypeError(f"Store() got unexpected keyword arguments: {', '.join(unknown)}")
-        self.backend: Recorder = open_backend(path, **options)
-        if isinstance(self.path, str) and self.path.startswith("lmdb://"):
-            self.path = self.path[len("lmdb://"):]
+        if not isinstance(path, (str, os.PathLike)):  # a backend opened by the caller, with its own options
+            if options:
+                raise InvalidInputError(f"Store() of a backend object takes no backend options: {sorted(options)}")
+            self.backend: Recorder = path
+            self.path = ""
+        else:
+            self.path = path if isinstance(path, str) and path.startswith(MEMORY) else os.fspath(path)
+            self.backend = open_backend(path, **options)
+            if isinstance(self.path, str) and self.path.startswith("lmdb://"):
+                self.path = self.path[len("lmdb://"):]
         self.codec: Codec = self.backend.codec
         self._folds = FoldCache(fold_cache)
         self.readonly = options.get("readonly", False)
         self.check_rules = check_rules
         self._scope: str | None = None
         self._view = False
-
-    @property
-    def engine(self) -> Any:
-        """The LMDB backend's key/value engine (an LMDB store only: maintenance and tests)."""
-        return cast(Any, self.backend).engine
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -197,9 +175,6 @@ class Store:
         """The scope of this view, or ``None`` for the unscoped store."""
         return self._scope
 
-    def _tk(self, thread_id: str) -> bytes:
-        return thread_key(thread_id, self._scope)
-
     def close(self) -> None:
         """Close the store. Pending appends finish first; later calls raise StoreClosedError."""
         if self._view:
@@ -211,51 +186,8 @@ class Store:
 
     # ------------------------------------------------------------------ append
 
-    def _encode(self, thread_id: str, events: Sequence[Event], event_ids: Sequence[str] | None,
-                bodies: Sequence[bytes] | None = None) -> list[Encoded]:
-        """Check and encode an append's events (``bodies``: their msgpack bodies, if known)."""
-        self._check_open()
-        if not isinstance(thread_id, str) or not thread_id or len(thread_id.encode()) > 512:
-            raise InvalidInputError(f"thread id must be a non-empty string of at most 512 bytes, not {thread_id!r}")
-        if isinstance(events, (str, bytes)) or not isinstance(events, Sequence):
-            raise InvalidInputError("events must be a sequence of tplog events")
-        if not events:
-            raise InvalidInputError(f"thread {thread_id}: append needs at least one event")
-        if event_ids is not None and len(event_ids) != len(events):
-            raise InvalidInputError(
-                f"thread {thread_id}: {len(event_ids)} event ids for {len(events)} events"
-            )
-        now = _now_ns()
-        out: list[Encoded] = []
-        for i, ev in enumerate(events):
-            if not isinstance(ev, _EVENT_CLASSES):
-                raise InvalidInputError(
-                    f"thread {thread_id}: events[{i}] is a {type(ev).__name__}, not a tplog event "
-                    f"(one of {', '.join(c.__name__ for c in _EVENT_CLASSES)})"
-                )
-            for j, (_, lk) in enumerate(outgoing(0, ev) if isinstance(ev, _LINKING) else ()):
-                # The relation is part of the links_in key (NUL-terminated, under LMDB's key limit).
-                at = "link" if isinstance(ev, LinkAdded) else f"relationships.links[{j}]"
-                if "\x00" in lk.relation:
-                    raise InvalidInputError(f"thread {thread_id}: events[{i}] {at} relation contains a NUL character")
-                if len(lk.relation.encode()) > MAX_RELATION_BYTES:
-                    raise InvalidInputError(
-                        f"thread {thread_id}: events[{i}] {at} relation is {len(lk.relation.encode())} bytes; "
-                        f"at most {MAX_RELATION_BYTES} are allowed"
-                    )
-            eid = new_event_id() if event_ids is None else event_ids[i]
-            if not isinstance(eid, str) or not eid or len(eid.encode()) > 256:
-                raise InvalidInputError(f"thread {thread_id}: event_ids[{i}] must be a non-empty string ≤ 256 bytes")
-            try:
-                out.append(self.codec.encode(ev, eid, now, None if bodies is None else bodies[i]))
-            except InvalidInputError as exc:
-                if exc.path is None or type(exc) is not InvalidInputError:
-                    raise
-                base = str(exc.args[0]).removesuffix(f" (at {exc.path})")
-                raise InvalidInputError(f"thread {thread_id}: events[{i}]: {base}", path=exc.path) from exc
-        if event_ids is not None and len(set(event_ids)) != len(event_ids):
-            raise InvalidInputError(f"thread {thread_id}: the same event id appears twice in one append")
-        return out
+    def _encode(self, thread_id: str, events: Sequence[Event], event_ids: Sequence[str] | None) -> list[Encoded]:
+        return encode(self.backend, thread_id, events, event_ids)
 
     def append(
         self,
@@ -283,30 +215,21 @@ class Store:
         backend = self.backend
         backend.gate()
         encoded = self._encode(thread_id, events, event_ids)
-        self._check_expected(expected_version)
+        check_expected_version(expected_version)
         part = ThreadAppend(thread_id=thread_id, events=encoded, expected=expected_version, scope=self._scope,
                             fresh_ids=event_ids is None, check_rules=self.check_rules)
         try:
             res: AppendResult = backend.submit((part,)).result()[0]
         except TplogError as exc:
-            _log_refused(thread_id, exc)
+            log_refused(thread_id, exc)
             raise
-        _log_appended(res)
+        log_appended(res)
         return res
 
     def pipeline(self, thread_id: str, *, expected_version: ExpectedVersion = ANY) -> Pipeline:
         """A :class:`~tplog.pipeline.Pipeline` recording ``thread_id``: appends acknowledged
         once queued, each turn's end (and ``commit()``) durable with everything before it."""
         return Pipeline(self, thread_id, expected_version=expected_version)
-
-    @staticmethod
-    def _check_expected(expected: object) -> None:
-        if isinstance(expected, bool) or not (
-            (isinstance(expected, int) and expected >= 0) or expected in (ANY, NO_STREAM, EXISTS)
-        ):
-            raise InvalidInputError(
-                f"expected_version must be 'any', 'no_stream', 'exists' or an int ≥ 0, not {expected!r}"
-            )
 
     # ------------------------------------------------------------------ fork
 
@@ -408,10 +331,6 @@ class Store:
                 raise InvalidInputError(f"{name} must be ≥ 0, not {value}")
         return _fork.read(self, thread_id, after=after, limit=limit, direction=direction)
 
-    def iter_thread_values(self, thread_id: str) -> Iterator[tuple[int, Header, bytes]]:
-        """(seq, header, raw value) for a thread, without decoding bodies (LMDB only)."""
-        return cast(Any, self.backend).iter_thread_values(thread_id, scope=self._scope)  # type: ignore[no-any-return]
-
     def read_all(self, *, after: int = 0, limit: int | None = None) -> list[RecordedEvent]:
         """The store-wide log after ``position`` ``after`` (exclusive) in commit order
         (catch-up readers: continue with ``after=page[-1].position``).
@@ -422,8 +341,8 @@ class Store:
         position, as a copy's would be in the log (:mod:`tplog.forklog`): such a
         page may hold more than ``limit`` events.
         """
-        _check_position(after)
-        _check_page_limit(limit)
+        check_position(after)
+        check_page_limit(limit)
         page = self.backend.read_log(0, after=after, limit=limit, scope=self._scope)
         return _forklog.expand(self, page) if limit != 0 else page
 
@@ -436,15 +355,15 @@ class Store:
         iterating are included once their positions are reached. Each chunk is its own
         snapshot: a thread deleted between chunks leaves the rest of its events out.
         """
-        _check_position(after)
-        _check_chunk(chunk)
+        check_position(after)
+        check_chunk(chunk)
         self._check_open()
         return self._iter_all(after, chunk)
 
     def _iter_all(self, pos: int, chunk: int) -> Iterator[RecordedEvent]:
         while page := self.read_all(after=pos, limit=chunk):
             pos = page[-1].position
-            yield from _drain(page)
+            yield from drain(page)
 
     @property
     def last_position(self) -> int:
@@ -459,10 +378,7 @@ class Store:
         tell a timeout from a wake-up. Appends in this process wake waiters at
         once; appends by other processes are seen by polling every ``poll`` seconds.
         """
-        wait = getattr(self.backend, "wait_for_position", None)
-        if wait is not None:
-            return wait(position, timeout, poll=poll)  # type: ignore[no-any-return]
-        return self.backend.wait((position - 1,), timeout)[0]
+        return self.backend.wait_for_position(position, timeout, poll=poll)
 
     def threads(
         self,
@@ -498,7 +414,7 @@ class Store:
         Scope: a :meth:`scoped` view lists its scope's threads only. Status, agent
         and update range are answered from indexes. A bad value raises
         :class:`InvalidInputError` naming the filter."""
-        _check_page_limit(limit)
+        check_page_limit(limit)
         if limit is None or limit <= 0:
             raise InvalidInputError("limit must be > 0")
         if after is not None and (not isinstance(after, str) or not after):
@@ -531,7 +447,7 @@ class Store:
         Page with ``limit`` and ``after=<the last pair of the previous page>``: the
         next page starts after every link of that pair, so a page never ends
         between two links of one pair (it holds more than ``limit`` pairs then)."""
-        _check_page_limit(limit)
+        check_page_limit(limit)
         if after is not None:
             if (not isinstance(after, tuple) or len(after) != 2
                     or not all(isinstance(x, str) and x for x in after)):
@@ -546,7 +462,7 @@ class Store:
         A deleted thread is nobody's child (whatever spawned it); the children of a
         deleted parent are those live threads whose own ``spawned_from`` link names it.
         A ``thread_id`` neither stored nor linked to raises :class:`NotFoundError`."""
-        _check_page_limit(limit)
+        check_page_limit(limit)
         return self.backend.children(thread_id, scope=self._scope, after=after, limit=limit)
 
     # ------------------------------------------------------------------ projections (folds)
@@ -559,7 +475,7 @@ class Store:
         appended since (by any process: the head says how far the log goes). A
         deleted thread is folded from its log (the tombstone alone). Treat the
         result as read-only: its turns are shared with the cache."""
-        tk = self._tk(thread_id)
+        tk = thread_key(thread_id, self._scope)
         cache = self._folds
         folder = cache.take(tk) if cache.budget else None
         after = folder.seq if folder is not None else 0
@@ -699,18 +615,3 @@ class Store:
     def verify(self, *, projections: bool = True) -> VerifyReport:
         """Check the whole store against itself (``tplog verify``)."""
         return self.backend.verify(projections=projections)
-
-
-def _check_chunk(chunk: object) -> None:
-    if isinstance(chunk, bool) or not isinstance(chunk, int) or chunk <= 0:
-        raise InvalidInputError(f"chunk must be an int > 0, not {chunk!r}")
-
-
-def _drain(page: list[RecordedEvent]) -> Iterator[RecordedEvent]:
-    """``page``'s events in order, each dropped from the list as it is handed over
-    (the caller decides how long an event lives, not the chunk)."""
-    page.reverse()
-    while page:
-        yield page.pop()
-
-

@@ -1,4 +1,4 @@
-"""What every backend refuses before touching storage (tplog.backends.contract.check_append),
+"""What every backend refuses before touching storage (tplog.backends.common.check_append),
 on every backend in FACTORIES: each refusal typed and naming the thread, nothing written; and
 one id in two scopes is two threads, which one append may touch together.
 

@@ -21,7 +21,8 @@ from contract_helpers import (
     tombstone,
 )
 
-from tplog.backends.contract import Handle, Recorder, ThreadAppend, thread_key
+from tplog.backends.common import thread_key
+from tplog.backends.contract import Handle, Recorder, ThreadAppend
 from tplog.errors import (
     IdempotencyError,
     InvalidEventError,

@@ -21,7 +21,8 @@ from contract_helpers import (
     tombstone,
 )
 
-from tplog.backends.contract import Recorder, thread_key
+from tplog.backends.common import thread_key
+from tplog.backends.contract import Recorder
 from tplog.errors import (
     IdempotencyError,
     InvalidInputError,

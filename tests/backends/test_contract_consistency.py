@@ -21,7 +21,8 @@ from contract_helpers import (
 )
 
 from tplog import Store
-from tplog.backends.contract import FOLD_KINDS, Recorder
+from tplog.backends.common import FOLD_KINDS
+from tplog.backends.contract import Recorder
 from tplog.backends.lmdb import LmdbRecorder
 from tplog.backends.memory import MemoryRecorder
 from tplog.codec import TurnFacts
@@ -89,11 +90,21 @@ def test_wait_takes_every_log_or_the_first_logs_only(rec: Recorder) -> None:
 
 @pytest.mark.parametrize("backend", ["memory:", "lmdb"])
 def test_waiting_for_position_zero_returns_at_once(tmp_path: Path, backend: str) -> None:
-    # Store.wait_for_position(0) passes the cursor (-1,) to a backend without its own wait_for_position
+    # Store.wait_for_position(0) asks the backend's wait_for_position (memory and PostgreSQL: wait((-1,)))
     with Store(backend if backend == "memory:" else tmp_path / "s") as s:
         t0 = time.monotonic()
         assert s.wait_for_position(0, timeout=30) == 0
         assert time.monotonic() - t0 < 10
+
+
+def test_every_backend_waits_for_a_position_of_log_0_and_says_if_it_submits_in_order(rec: Recorder) -> None:
+    from tplog.backends.postgres import PostgresRecorder
+
+    assert rec.submits_in_order is not isinstance(rec, PostgresRecorder)  # PostgreSQL: several writers
+    assert rec.wait_for_position(0, 30.0) == 0  # position 0: at once
+    t0 = time.monotonic()
+    assert rec.wait_for_position(1, 0.2) == rec.positions()[0] == 0  # a timeout: the last position seen
+    assert time.monotonic() - t0 >= 0.15
 
 
 def test_wait_on_the_first_log_only_wakes_on_its_append(rec: Recorder) -> None:
@@ -140,7 +151,7 @@ def test_every_verb_takes_the_contracts_parameters_and_defaults(cls: type) -> No
     # The Protocol's signatures document the defaults (its bodies never run): each backend keeps
     # them. (PostgreSQL's reads are wrapped by a retry without a signature, so not compared.)
     verbs = [n for n, v in vars(Recorder).items() if callable(v) and not n.startswith("_")]
-    assert len(verbs) == 28
+    assert len(verbs) == 29
     for name in verbs:
         got = inspect.signature(getattr(cls, name)).parameters
         for p in inspect.signature(getattr(Recorder, name)).parameters.values():

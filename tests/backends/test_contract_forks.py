@@ -1,7 +1,7 @@
 """A fork's append through the recorder contract, on every backend in FACTORIES: the head it
-leaves takes every lifecycle value from its seed (:func:`tplog.backends.contract.apply_fork`),
+leaves takes every lifecycle value from its seed (:func:`tplog.backends.common.apply_fork`),
 and a parent that is missing, deleted or too short is refused with an error naming it
-(:func:`tplog.backends.contract.check_fork_parent`), with nothing written.
+(:func:`tplog.backends.common.check_fork_parent`), with nothing written.
 
 Written for the survivors of tplog/backends/contract.py's mutation run (tests/MUTANTS.md): the
 contract suite's forks had seeds whose values the fork's own ThreadStarted gave the head anyway.

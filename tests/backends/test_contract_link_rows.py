@@ -1,6 +1,6 @@
 """The link-index rows the contract's helpers decide, on every backend in FACTORIES: how a
-children row spells a child named in several cases (:func:`tplog.backends.contract.child_spelling`),
-and one incoming row per declared link, repeated ones too (:func:`tplog.backends.contract.outgoing`'s
+children row spells a child named in several cases (:func:`tplog.backends.common.child_spelling`),
+and one incoming row per declared link, repeated ones too (:func:`tplog.backends.common.outgoing`'s
 ordinals), before and after a rebuild.
 
 Written for the survivors of tplog/backends/contract.py's mutation run (tests/MUTANTS.md).

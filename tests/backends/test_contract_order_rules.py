@@ -1,4 +1,4 @@
-"""The order rules every backend checks with :func:`tplog.backends.contract.advance`, on every
+"""The order rules every backend checks with :func:`tplog.backends.common.advance`, on every
 backend in FACTORIES: each refusal's whole message (the thread, the event's index in the append,
 the seq it would have had, what to append instead), nothing written, and the head's counters
 after the events that pass.

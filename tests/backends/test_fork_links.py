@@ -17,7 +17,7 @@ from conftest import agent_start, completed, exchange, link, register, spawn_mes
 from test_lifecycle import copy_by_append, store, tid  # noqa: F401  (the every-backend fixture)
 
 from tplog import Store
-from tplog.backends.contract import thread_key
+from tplog.backends.common import thread_key
 from tplog.errors import RebuildRequiredError
 from tplog.protocol import model as m
 
@@ -204,7 +204,7 @@ def test_forks_written_without_inherited_rows_make_links_stale_until_rebuilt(
     wrong; ``tplog rebuild --projection links`` (a memory backup: ``rebuild("links")``)
     derives the rows and the fork is listed as its copy is."""
     import tplog.fork
-    from tplog.backends.contract import VERSIONS
+    from tplog.backends.common import VERSIONS
     from tplog.cli import main
 
     schema = f"stale{os.getpid()}_{uuid.uuid4().hex[:8]}"

@@ -9,7 +9,7 @@ roots with declared links, whole turns that add links or spawn threads, forks at
 boundary (forks of forks, forks at a parent's end), plain copies, cascading deletes and
 rebuilds; targets named, and threads appended to, under either case of their ids. The
 reference (:class:`Family`) holds each thread's events as a copy would hold them; the brute
-force reads links and spawn facts from those with :func:`tplog.backends.contract.outgoing`
+force reads links and spawn facts from those with :func:`tplog.backends.common.outgoing`
 and :func:`tplog.codec.facts_of`.
 
 Seeded (``derandomize``): the default run checks the same families every time.
@@ -34,7 +34,7 @@ from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
 from tplog import Store
-from tplog.backends.contract import outgoing, thread_key
+from tplog.backends.common import outgoing, thread_key
 from tplog.codec import facts_of
 from tplog.copy import copy_store
 from tplog.errors import NotFoundError

@@ -63,7 +63,7 @@ def test_tracking_of_a_projection_an_older_tplog_built_says_where_it_stopped(tmp
     path = tmp_path / "s"
     with Store(path) as s:
         _events(s, 8)
-        s.engine.run_write(lambda txn: proj.write_info(
+        s.backend.engine.run_write(lambda txn: proj.write_info(
             txn, proj.STATE, proj.ProjectionInfo(proj.VERSIONS[proj.STATE] - 1, 5, "live")))
     with Store(path) as s:
         got = {t.name: (t.version, t.status, t.position) for t in s.backend.tracking()}
@@ -82,7 +82,7 @@ def test_tracking_of_a_store_without_projection_info_opened_read_only(tmp_path: 
             for n in proj.PROJECTIONS:
                 assert txn.delete("meta", proj.meta_key(n))  # type: ignore[attr-defined]
 
-        s.engine.run_write(drop)
+        s.backend.engine.run_write(drop)
     with Store(path, readonly=True) as s:
         got = [(t.name, t.version, t.status, t.position) for t in s.backend.tracking()]
         assert got == [(n, None, "stale", (0,)) for n in proj.PROJECTIONS]
@@ -145,7 +145,7 @@ def test_deleting_a_thread_with_a_damaged_row_names_its_thread_and_seq(tmp_path:
     with Store(tmp_path / "s") as s:
         s.append("t", [started("t"), user("q"), agent_start(), response("r"), completed()])  # a chunk
         s.append("t", [user("open"), link("u")])  # seqs 6, 7: single rows
-        s.engine.run_write(lambda txn: _flip_header(txn, event_key(tkey("t"), 7)))
+        s.backend.engine.run_write(lambda txn: _flip_header(txn, event_key(tkey("t"), 7)))
         with pytest.raises(CorruptionError) as exc:
             s.delete_thread("t")
         assert (exc.value.thread_id, exc.value.seq) == ("t", 7)
@@ -158,7 +158,7 @@ def test_deleting_a_thread_with_a_damaged_row_names_its_thread_and_seq(tmp_path:
             v[-6] ^= 0x01
             txn.put("events", key, bytes(v))
 
-        s.engine.run_write(body)
+        s.backend.engine.run_write(body)
         with pytest.raises(CorruptionError) as exc:
             s.delete_thread("d")
         assert (exc.value.thread_id, exc.value.seq) == ("d", 1)
@@ -175,7 +175,7 @@ def test_deleting_a_thread_with_a_damaged_row_names_its_thread_and_seq(tmp_path:
             w[-10] ^= 0x01
             txn.put("blobs", bytes(k), bytes(w))
 
-        s.engine.run_write(blob)
+        s.backend.engine.run_write(blob)
         with pytest.raises(CorruptionError) as exc:
             s.delete_thread("b")
         assert (exc.value.thread_id, exc.value.seq) == ("b", 2)
@@ -192,7 +192,7 @@ def test_deleting_a_thread_with_a_damaged_chunk_names_the_thread(tmp_path: Path)
             w[len(w) // 2] ^= 0x01
             txn.put("events", bytes(k), bytes(w))
 
-        s.engine.run_write(damage)
+        s.backend.engine.run_write(damage)
         with pytest.raises(CorruptionError) as exc:
             s.delete_thread("t")
         assert exc.value.thread_id == "t"
@@ -209,10 +209,10 @@ def test_deleting_a_thread_whose_start_and_link_are_blobs_drops_their_links_and_
 
         s.append("t", [LinkAdded(link=m.ThreadLink(thread_id="v2", relation="referenced", metadata=big), at=T)])
         assert s.incoming("u") == [("t", "referenced")] and s.incoming("v2") == [("t", "referenced")]
-        with s.engine.read() as txn:
+        with s.backend.engine.read() as txn:
             assert len(list(txn.range("blobs"))) == 2
         s.delete_thread("t")
-        with s.engine.read() as txn:
+        with s.backend.engine.read() as txn:
             assert list(txn.range("blobs")) == []
             assert list(txn.range("links_in")) == []  # u, v, w and v2 are now unknown to the store
         assert s.verify().problems == []
@@ -224,7 +224,7 @@ def test_deleting_a_scoped_thread_removes_its_event_ids_not_those_of_the_same_id
         s.append("u", [started("u"), user()], event_ids=["e1", "e2"])
         team.append("t", [started("t"), user()], event_ids=["e1", "e2"])
         res = team.delete_thread("t")
-        with s.engine.read() as txn:
+        with s.backend.engine.read() as txn:
             assert {bytes(k) for k, _ in txn.range("eventids")} == {
                 eid_key("e1", None), eid_key("e2", None), eid_key(res.event_ids[0], "team")}
         assert s.verify().problems == []
@@ -266,7 +266,7 @@ def test_a_deleted_head_and_the_deletion_result_say_what_the_tombstone_is(tmp_pa
         head = s.head("t")
         assert (head.status, head.version, head.last_position, head.open_turn_agent, head.open_turn_seq,
                 head.stored_bytes) == ("deleted", 5, 6, None, 0, 0)
-        with s.engine.read() as txn:
+        with s.backend.engine.read() as txn:
             got = {bytes(k): bytes(v) for k, v in txn.range("updated")}
         assert got == {scope_tag(None) + u64(s.head(t).updated_ns) + tkey(t): b"" for t in ("o", "t")}
 
@@ -289,7 +289,7 @@ def test_the_backend_checks_projection_names_and_passes_its_options_on(tmp_path:
 def test_verify_checks_the_projections_unless_told_not_to(tmp_path: Path) -> None:
     with Store(tmp_path / "s") as s:
         s.append("t", [started("t"), user(), link("x")])
-        s.engine.run_write(lambda txn: proj.write_info(
+        s.backend.engine.run_write(lambda txn: proj.write_info(
             txn, proj.LINKS, proj.ProjectionInfo(proj.VERSIONS[proj.LINKS], 3, "stale")))
         default = s.backend.verify().problems
         assert default and default == s.backend.verify(projections=True).problems

@@ -19,7 +19,8 @@ from contract_helpers import append, encode, part, tombstone
 from test_backend_contract import fork_part
 
 from tplog import Store
-from tplog.backends.contract import VERSIONS, ThreadAppend, thread_key
+from tplog.backends.common import VERSIONS, thread_key
+from tplog.backends.contract import ThreadAppend
 from tplog.backends.memory import BACKUP_FILE, BACKUP_FORMAT, MemoryRecorder
 from tplog.codec import Limits
 from tplog.errors import (

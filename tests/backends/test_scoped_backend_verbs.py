@@ -23,7 +23,8 @@ from test_backend_contract import fork_part, tool_answer
 from test_lifecycle import store  # noqa: F401  (the every-backend fixture)
 
 from tplog import Store
-from tplog.backends.contract import Recorder, thread_key
+from tplog.backends.common import thread_key
+from tplog.backends.contract import Recorder
 from tplog.errors import HasForksError, InvalidEventError, NotFoundError
 from tplog.events import MessageRecorded
 from tplog.projections.fold import ThreadState

@@ -172,3 +172,31 @@ def test_async_store_over_postgres() -> None:
         assert asyncio.run(main()) == list(range(1, 49))
     finally:
         _drop(schema)
+
+
+def test_a_store_opens_on_a_backend_object_the_caller_made(tmp_path: Path) -> None:
+    """``Store(recorder)``: any Recorder, opened with its own options; Store's backend options
+    are refused then (they would be silently ignored), and closing the store closes it."""
+    rec = MemoryRecorder(logs=2)
+    with pytest.raises(InvalidInputError, match=r"takes no backend options: \['readonly'\]"):
+        Store(rec, readonly=True)
+    s = Store(rec, check_rules=False)
+    assert s.backend is rec and s.path == ""
+    s.append("t", [started("t"), user()])
+    assert [r.seq for r in Store(rec).read("t")] == [1, 2]
+    s.close()
+    with pytest.raises(StoreClosedError):
+        rec.head("t")
+    with Store(LmdbRecorder(str(tmp_path / "l"), durability="relaxed"), check_rules=False) as lm:
+        assert lm.append("t", [started("t")]).last_position == 1
+
+
+@pytest.mark.parametrize("path", ["memory:", "lmdb"])
+def test_the_backends_declare_what_the_facade_relies_on(tmp_path: Path, path: str) -> None:
+    """Declared in the Recorder Protocol, not looked up: whether submissions commit in order
+    (tplog.pipeline), and waiting for a log position (Store.wait_for_position)."""
+    with Store(path if path == "memory:" else tmp_path / "s", check_rules=False) as s:
+        assert s.backend.submits_in_order is True
+        assert s.wait_for_position(1, timeout=0.01) == 0  # a timeout: the last position seen
+        s.append("t", [started("t")])
+        assert s.backend.wait_for_position(1, timeout=5) == 1 == s.wait_for_position(0)

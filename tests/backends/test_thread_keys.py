@@ -1,6 +1,6 @@
 """A thread's key is the documented function of its id and scope, byte for byte: every
 backend stores rows under it and orders pages by it, so a store written by one version is
-read by the next only if the formula never changes (tplog.backends.contract.thread_key).
+read by the next only if the formula never changes (tplog.backends.common.thread_key).
 
 Written for the survivors of contract.py's first mutation pass (tests/MUTANTS.md).
 """
@@ -12,7 +12,7 @@ import uuid
 
 import pytest
 
-from tplog.backends.contract import thread_key
+from tplog.backends.common import thread_key
 
 U = "0f8fad5b-d9cb-469f-a165-70867728950e"
 

@@ -18,7 +18,7 @@ from conftest import link, started, user
 from contract_helpers import part, tombstone
 
 from tplog import ThreadLink, ThreadRelationships
-from tplog.backends.contract import thread_key
+from tplog.backends.common import thread_key
 from tplog.backends.postgres import PostgresRecorder
 from tplog.errors import TplogError
 

@@ -36,7 +36,8 @@ def test_an_append_whose_request_is_cancelled_commits_and_the_writer_goes_on_fro
         w = _Writer(srv, "t", NO_STREAM, [started("t")])  # type: ignore[arg-type]  # the server: only these
         await w([user("one")])
         holding, release = threading.Event(), threading.Event()
-        holder = threading.Thread(target=lambda: s.engine.run_write(lambda _txn: (holding.set(), release.wait(30))))
+        engine = s.backend.engine
+        holder = threading.Thread(target=lambda: engine.run_write(lambda _txn: (holding.set(), release.wait(30))))
         holder.start()
         try:
             assert holding.wait(10)

@@ -1,4 +1,5 @@
-"""Storage backends behind one contract (:mod:`tplog.backends.contract`).
+"""Storage backends behind one contract (:mod:`tplog.backends.contract`), sharing its rules
+(:mod:`tplog.backends.common`).
 
 ``memory`` is the pure-Python reference; ``lmdb`` is the embedded default. Only
 ``tplog.backends.lmdb`` imports the ``lmdb`` driver; nothing here imports a

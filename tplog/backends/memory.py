@@ -21,9 +21,34 @@ from typing import Any, Final, TypeVar, Union
 
 import msgspec
 
+from tplog.backends.common import (
+    CHILD_LINK,
+    CHILD_SPAWN,
+    SPAWNED_FROM,
+    VERSIONS,
+    advance,
+    apply_fork,
+    check_append,
+    check_collision,
+    check_cursor,
+    check_deletable,
+    check_expected,
+    check_fork_parent,
+    check_no_forks,
+    check_threads_page,
+    check_tombstone,
+    child_spelling,
+    fold_item,
+    inherited,
+    outgoing,
+    own_seqs,
+    retry_refs,
+    retry_result,
+    thread_key,
+    tombstone_taken,
+    with_prefix,
+)
 from tplog.backends.contract import (
-    EXISTS,
-    NO_STREAM,
     Append,
     AppendResult,
     Cursor,
@@ -36,31 +61,15 @@ from tplog.backends.contract import (
     ThreadPage,
     Tracking,
     VerifyReport,
-    advance,
-    apply_fork,
-    check_append,
-    check_cursor,
-    check_fork_parent,
-    child_spelling,
-    fold_item,
-    inherited,
-    outgoing,
-    own_seqs,
-    thread_key,
 )
-from tplog.backends.contract import VERSIONS as VERSIONS
 from tplog.backends.files import backup_dir, create_file
 from tplog.codec import Codec, Encoded, Facts, Limits
 from tplog.errors import (
-    HasForksError,
-    IdempotencyError,
     InvalidInputError,
     NotFoundError,
     RebuildInProgressError,
     StoreClosedError,
-    ThreadDeletedError,
     TplogError,
-    WrongExpectedVersionError,
 )
 from tplog.events import (
     KIND_CODE,
@@ -74,7 +83,6 @@ from tplog.projections.fold import Item, ThreadState, feed, item_of
 __all__ = ["BACKUP_FILE", "MemoryRecorder"]
 
 T = TypeVar("T")
-SPAWNED_FROM: Final = "spawned_from"
 _codec = Codec()
 
 
@@ -165,21 +173,13 @@ class MemoryRecorder:
             for part in append:
                 tk = thread_key(part.thread_id, part.scope)
                 t = self._threads.get(tk)
-                if t is not None and t.head.thread_id.lower() != part.thread_id.lower():
-                    raise InvalidInputError(
-                        f"thread id {part.thread_id!r} collides with stored thread {t.head.thread_id!r}")
+                check_collision(part.thread_id, None if t is None else t.head)
                 dup = self._duplicate(part.thread_id, tk, part.scope, part.events)
                 if dup is not None:
                     out.append(dup)
                     continue
                 head = t.head if t is not None else ThreadHead(thread_id=part.thread_id, scope=part.scope)
-                if head.status == "deleted":
-                    raise ThreadDeletedError(f"thread {part.thread_id} was deleted; its id cannot be reused")
-                exp = part.expected
-                if (exp == NO_STREAM and head.version != 0) or (exp == EXISTS and head.version == 0) or (
-                    isinstance(exp, int) and exp != head.version
-                ):
-                    raise WrongExpectedVersionError(part.thread_id, exp, head.version)
+                check_expected(part.thread_id, head, part.expected)
                 if part.fork is not None:
                     pt = self._threads.get(thread_key(part.fork.parent, part.scope))
                     check_fork_parent(part.fork, None if pt is None else pt.head)
@@ -193,24 +193,8 @@ class MemoryRecorder:
             return final
 
     def _duplicate(self, thread_id: str, tk: bytes, scope: str | None, events: list[Encoded]) -> AppendResult | None:
-        found = [self._ids.get((scope, e.event_id)) for e in events]
-        if all(f is None for f in found):
-            return None
-        if any(f is None for f in found):
-            stored = [e.event_id for e, f in zip(events, found, strict=True) if f is not None]
-            raise IdempotencyError(
-                f"thread {thread_id}: event ids {stored} are already stored but the others of this append are "
-                "not; an idempotent retry must resend exactly the original events")
-        refs = [f for f in found if f is not None]
-        for e, f in zip(events, refs, strict=True):
-            if f[0] != tk:
-                raise IdempotencyError(f"event id {e.event_id!r} is already stored in another thread")
-        seqs = [f[1] for f in refs]
-        if seqs != list(range(seqs[0], seqs[0] + len(seqs))):
-            raise IdempotencyError(f"thread {thread_id}: event ids {[e.event_id for e in events]} are stored, "
-                                   "but not as one contiguous append in this order")
-        return AppendResult(thread_id=thread_id, first_seq=seqs[0], last_seq=seqs[-1], first_position=refs[0][2],
-                            last_position=refs[-1][2], event_ids=[e.event_id for e in events], duplicate=True)
+        refs = retry_refs(thread_id, tk, events, [self._ids.get((scope, e.event_id)) for e in events])
+        return None if refs is None else retry_result(thread_id, events, refs)
 
     def _write(self, tk: bytes, head: ThreadHead, part: ThreadAppend) -> AppendResult:
         # Results name the thread as this append spelled it; link rows as its head does (its first
@@ -247,12 +231,11 @@ class MemoryRecorder:
 
     def _history(self, t: _Thread, scope: str | None) -> list[Any]:
         """The thread's events as a copy would hold them: a fork's prefix from its parent."""
-        h = t.head
-        if h.fork_of is None or h.status != "active":
-            return [x.event for x in t.events]
-        p = self._threads.get(thread_key(h.fork_of, scope))
-        prefix = self._history(p, scope)[1:h.fork_at] if p is not None else []
-        return [t.events[0].event, *prefix, *(x.event for x in t.events[1:])]
+        def parent(fork_of: str) -> list[Any] | None:
+            p = self._threads.get(thread_key(fork_of, scope))
+            return None if p is None else self._history(p, scope)
+
+        return with_prefix(t.head, [x.event for x in t.events], parent)
 
     def _forks_of(self, tk: bytes, scope: str | None) -> list[str]:
         """The live forks that read this thread's events."""
@@ -296,12 +279,12 @@ class MemoryRecorder:
             ttk = thread_key(lk.thread_id, scope)
             self._links.append((ttk, lk.relation.encode(), tk, ordinal, thread_id))
             if lk.relation == SPAWNED_FROM:
-                self._set_child(ttk, tk, thread_id, 1)
+                self._set_child(ttk, tk, thread_id, CHILD_LINK)
         for child in spawned:
             ck = thread_key(child, scope)
             t = self._threads.get(ck)
             if t is None or t.head.status != "deleted":  # a deleted thread is nobody's child
-                self._set_child(tk, ck, child, 2)
+                self._set_child(tk, ck, child, CHILD_SPAWN)
 
     def _set_child(self, parent: bytes, child: bytes, child_id: str, flag: int) -> None:
         row = self._children.get((parent, child))
@@ -314,22 +297,16 @@ class MemoryRecorder:
         return _done(lambda: self._delete(thread_id, tombstone, scope))
 
     def _delete(self, thread_id: str, tombstone: Encoded, scope: str | None) -> AppendResult:
-        if not isinstance(tombstone.event, ThreadDeleted):
-            raise InvalidInputError(f"thread {thread_id}: a deletion's tombstone must be a ThreadDeleted event")
+        check_tombstone(thread_id, tombstone)
         tk = thread_key(thread_id, scope)
         with self._lock:
             self._check_open()
             t = self._threads.get(tk)
-            if t is None:
-                raise NotFoundError(f"thread {thread_id} does not exist")
-            if t.head.status == "deleted":
-                raise ThreadDeletedError(f"thread {thread_id} is already deleted")
+            check_deletable(thread_id, None if t is None else t.head)
+            assert t is not None
             if (scope, tombstone.event_id) in self._ids:
-                raise IdempotencyError(f"event id {tombstone.event_id!r} is already stored")
-            forks = self._forks_of(tk, scope)
-            if forks:
-                raise HasForksError(f"thread {thread_id} has live forks that read its events: {sorted(forks)}; "
-                                    "delete them first (Store.delete_thread(..., cascade=True))", sorted(forks))
+                raise tombstone_taken(tombstone.event_id)
+            check_no_forks(thread_id, self._forks_of(tk, scope))
             gone = {s.position for s in t.events}
             for s in t.events:
                 del self._ids[(scope, s.event_id)]
@@ -413,19 +390,13 @@ class MemoryRecorder:
                 self._lock.wait(left)
             return tuple(self._last)
 
+    def wait_for_position(self, position: int, timeout: float | None = None, *, poll: float = 0.05) -> int:
+        return self.wait((position - 1,), timeout)[0]  # woken by every append: no poll
+
     def threads(self, *, scope: str | None = None, after: str | None = None, limit: int = 50,
                 include_deleted: bool = False, where: ThreadFilter | None = None) -> ThreadPage:
-        if isinstance(limit, bool) or not isinstance(limit, int) or limit <= 0:
-            raise InvalidInputError("limit must be > 0")
-        bound: tuple[int, bytes] | None = None
-        if after is not None:
-            try:
-                raw = bytes.fromhex(after)
-                if len(raw) != 24:
-                    raise ValueError
-            except ValueError as exc:
-                raise InvalidInputError(f"cursor {after!r} is not one this store returned") from exc
-            bound = (int.from_bytes(raw[:8], "big"), raw[8:])
+        raw = check_threads_page(after, limit)
+        bound = None if raw is None else (int.from_bytes(raw[:8], "big"), raw[8:])
         with self._lock:
             self._check_open()
             rows = sorted(((t.head.updated_ns, tk, t.head) for tk, t in self._threads.items()
@@ -491,7 +462,7 @@ class MemoryRecorder:
         with self._lock:
             self._check_open()
             self._require_live("links")
-            return any(pk == tk and row[1] & 2 for (pk, _), row in self._children.items())
+            return any(pk == tk and row[1] & CHILD_SPAWN for (pk, _), row in self._children.items())
 
     def thread_state(self, thread_id: str, *, scope: str | None = None) -> ThreadState | None:
         with self._lock:
@@ -550,7 +521,7 @@ class MemoryRecorder:
         """An empty links answer for a thread never stored, that no stored thread links
         to or names as spawned, is ``NotFoundError`` (with the lock held)."""
         if tk in self._threads or any(r[0] == tk for r in self._links) or any(
-                pk == tk or (ck == tk and row[1] & 2) for (pk, ck), row in self._children.items()):
+                pk == tk or (ck == tk and row[1] & CHILD_SPAWN) for (pk, ck), row in self._children.items()):
             return
         raise NotFoundError(f"thread {thread_id} does not exist, and no stored thread links to it")
 

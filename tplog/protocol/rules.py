@@ -60,7 +60,7 @@ from tplog.events import (
 )
 from tplog.projections.fold import fold
 from tplog.protocol import model as m
-from tplog.protocol.validate import RULES, Finding, _Checker, is_uuid, parse_timestamp
+from tplog.protocol.validate import RULES, Checker, Finding, is_uuid, parse_timestamp
 
 __all__ = ["EventCheck", "Tracker", "advance_rules", "check_event", "exported_calls", "rules_from_log", "stamp"]
 
@@ -97,7 +97,7 @@ def _earlier(a: int | None, b: int | None) -> bool:
     return a is not None and b is not None and (a & 1) == (b & 1) and a < b
 
 
-class _EventChecker(_Checker):
+class _EventChecker(Checker):
     """``validate``'s checker, keeping only the first error of a per-event rule."""
 
     def __init__(self) -> None:  # only what the per-event checks use (one per event: kept light)
@@ -116,7 +116,7 @@ class _EventChecker(_Checker):
         pass  # the registry is the thread's: Tracker checks it
 
 
-def _time(c: _Checker, value: Any, path: str) -> int | None:
+def _time(c: Checker, value: Any, path: str) -> int | None:
     """``c.ts`` (the timestamp rules) and the :func:`stamp`, parsing once."""
     if not isinstance(value, str):
         return None

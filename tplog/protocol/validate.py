@@ -184,6 +184,7 @@ from tplog.protocol.json import from_json
 __all__ = [
     "RULES",
     "THREAD_ID_NAMESPACE",
+    "Checker",
     "Finding",
     "Rule",
     "ValidationReport",
@@ -437,7 +438,10 @@ def _typed_fields(cls: type) -> list[tuple[str, bool]]:
 # --------------------------------------------------------------------------- the checker
 
 
-class _Checker:
+class Checker:
+    """The rules' checks, run over one thread by :func:`validate`; tplog.protocol.rules reuses
+    them per event at append time."""
+
     def __init__(self, thread: m.Thread | None, schemes: frozenset[str]) -> None:
         self.thread = thread
         self.schemes = schemes
@@ -849,7 +853,7 @@ def validate(thread: m.Thread, *, content_ref_schemes: Iterable[str] = ()) -> Va
     ``content_ref_schemes`` adds documented custom URI schemes (lower case) that
     ContentRef.uri may use without a ``v3.7-content-ref-scheme`` warning.
     """
-    checker = _Checker(thread, frozenset(s.lower() for s in content_ref_schemes))
+    checker = Checker(thread, frozenset(s.lower() for s in content_ref_schemes))
     checker.run()
     return ValidationReport(errors=checker.errors, warnings=checker.warnings)
 

@@ -13,7 +13,8 @@ from typing import TYPE_CHECKING, Any, Final
 
 import msgspec
 
-from tplog.backends.contract import AppendResult, ExpectedVersion, ForkSeed, ThreadHead
+from tplog.backends.common import decode_head
+from tplog.backends.contract import AppendResult, ExpectedVersion, ForkSeed
 from tplog.backends.lmdb import finder
 from tplog.backends.lmdb.engine import WriteTxn
 from tplog.backends.lmdb.keys import scope_tag
@@ -24,16 +25,14 @@ from tplog.protocol.rules import check_event
 if TYPE_CHECKING:
     from tplog.backends.lmdb.recorder import LmdbRecorder
 
-__all__ = []
+__all__ = ["AsyncLeader", "GroupCommit", "Request", "Sync", "check_page_limit", "ids_dec", "index_heads", "now_ns",
+           "resolved", "wake"]
 
 
-_head_dec = msgspec.msgpack.Decoder(ThreadHead)
-_enc = msgspec.msgpack.Encoder()
-_ids_dec = msgspec.msgpack.Decoder(list[str])
-_child_dec = msgspec.msgpack.Decoder(tuple[str, int])
+ids_dec = msgspec.msgpack.Decoder(list[str])
 
 
-class _Request:
+class Request:
     __slots__ = ("checks", "done", "encoded", "error", "expected", "fork", "fresh_ids", "future", "result",
                  "scope", "thread_id", "wake")
 
@@ -85,7 +84,7 @@ class _WriterCache:
         self.states.clear()
 
 
-class _GroupCommit:
+class GroupCommit:
     """State shared by a store and all its scoped views (never rebound per view).
 
     ``cond`` guards ``queue`` and ``leading``; at most one thread leads (runs
@@ -98,12 +97,12 @@ class _GroupCommit:
         self.commits = 0  # groups committed by this process
         self.appends = 0  # appends in them
         self.cond = threading.Condition(threading.Lock())
-        self.queue: list[_Request] = []
+        self.queue: list[Request] = []
         # Callers of the group committed last whose waking is left to the next
         # leader: it wakes them once its transaction is built, so they run their
         # Python during its fsync instead of taking the GIL from its LMDB calls.
-        self.done: list[_Request] = []
-        self.waking: list[_Request] = []  # the leader's: ``done`` as it took it
+        self.done: list[Request] = []
+        self.waking: list[Request] = []  # the leader's: ``done`` as it took it
         self.leading = False
         self.last_position = 0
         self.cache = _WriterCache()
@@ -116,7 +115,7 @@ class _GroupCommit:
         self.trainer: threading.Thread | None = None  # the auto_dictionary trainer, once started
 
 
-def _wake(reqs: list[_Request]) -> None:
+def wake(reqs: list[Request]) -> None:
     """Tell the callers of committed appends (their result or error is set); empties ``reqs``."""
     for req in reqs:
         if req.wake is not None:
@@ -132,26 +131,26 @@ def _wake(reqs: list[_Request]) -> None:
     reqs.clear()
 
 
-def _check_page_limit(limit: object) -> None:
+def check_page_limit(limit: object) -> None:
     if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 0):
         raise InvalidInputError(f"limit must be None or an int ≥ 0, not {limit!r}")
 
 
-def _index_heads(txn: WriteTxn) -> None:
+def index_heads(txn: WriteTxn) -> None:
     """Give every head its ``finder`` entries, once (a store written before the table existed)."""
     if txn.get("meta", finder.DONE) is not None:
         return
     for tk, raw in list(txn.range("heads")):
-        head = _head_dec.decode(raw)
+        head = decode_head(raw)
         finder.reindex(txn, scope_tag(head.scope), None, head, tk)
     txn.put("meta", finder.DONE, b"1")
 
 
-def _now_ns() -> int:
+def now_ns() -> int:
     return time.time_ns()
 
 
-class _AsyncLeader:
+class AsyncLeader:
     """The thread that leads group commits for appends whose callers do not lead
     (async appends have no thread of their own to lead with); started with the first."""
 
@@ -176,14 +175,14 @@ class _AsyncLeader:
                 return
 
 
-class _Sync:
+class Sync:
     """The handle of an append whose caller leads if need be: :meth:`result` waits
     for the group commit, or runs it (the group-commit lead is handed to callers,
     never to a thread of its own)."""
 
     __slots__ = ("lead", "rec", "req")
 
-    def __init__(self, rec: LmdbRecorder, req: _Request, lead: bool) -> None:
+    def __init__(self, rec: LmdbRecorder, req: Request, lead: bool) -> None:
         self.rec, self.req, self.lead = rec, req, lead
 
     def done(self) -> bool:
@@ -209,7 +208,7 @@ class _Sync:
         fn(self)
 
 
-def _resolved(fn: Callable[[], Any]) -> Future[Any]:
+def resolved(fn: Callable[[], Any]) -> Future[Any]:
     fut: Future[Any] = Future()
     try:
         fut.set_result(fn())

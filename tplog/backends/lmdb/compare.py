@@ -10,10 +10,10 @@ from typing import Final
 
 import msgspec
 
-from tplog.backends.contract import DECLARED, LINKS, STATE
+from tplog.backends.common import CHILD_SPAWN, DECLARED, LINKS, STATE
 from tplog.backends.lmdb.engine import ReadTxn, WriteTxn
 from tplog.backends.lmdb.keys import TKEY_SIZE, from_u64
-from tplog.backends.lmdb.projrows import C_SPAWN, SPAWNER_PREFIX, STATE_PREFIX, child_dec, enc, thread_deleted
+from tplog.backends.lmdb.projrows import SPAWNER_PREFIX, STATE_PREFIX, child_dec, enc, thread_deleted
 
 __all__ = ["clear_shadow", "describe", "differences"]
 
@@ -115,7 +115,7 @@ def _without_deleted(txn: ReadTxn, table: str, key: bytes, value: bytes, deleted
             return None
         child, flags = child_dec.decode(value)
         if parent in deleted:
-            flags &= ~C_SPAWN
+            flags &= ~CHILD_SPAWN
         return enc.encode((child, flags)) if flags else None
     if table == "proj" and key.startswith(SPAWNER_PREFIX):
         child_tk, parent = key[len(SPAWNER_PREFIX):][:TKEY_SIZE], key[len(SPAWNER_PREFIX) + TKEY_SIZE:]

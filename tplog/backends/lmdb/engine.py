@@ -1,11 +1,11 @@
-"""The storage contract and its embedded default, LMDB.
+"""The LMDB backend's key/value engine.
 
 This module (with :mod:`~tplog.backends.lmdb.failures`, which turns LMDB's errors into tplog's)
 is where :mod:`lmdb` is used. Everything above it sees a
 small contract: named, ordered key/value tables, read transactions that see a
 consistent snapshot, and write transactions run as a function that may be
-retried (:meth:`Engine.run_write`). Another engine only has to provide the
-same contract; ``tests/test_storage_contract.py`` is written against it.
+retried (:meth:`LmdbEngine.run_write`); ``tests/test_storage_contract.py`` is
+written against that.
 
 LMDB hazards handled here (see README "Operating tplog"):
 
@@ -37,7 +37,7 @@ LMDB hazards handled here (see README "Operating tplog"):
   follows them in the same transaction) become :class:`CorruptionError`
   naming the store, on open and on every read.
 
-Besides the tables, an engine offers named advisory locks (:meth:`Engine.try_lock`)
+Besides the tables, an engine offers named advisory locks (:meth:`LmdbEngine.try_lock`)
 that the kernel releases when their holder dies, however it dies: a projection
 rebuild holds one for as long as it runs, so that whether a rebuild still runs
 never depends on process ids (which get reused, and differ between containers
@@ -62,7 +62,7 @@ from tplog.backends.files import FILE_MODE, backup_dir, make_dir
 from tplog.backends.lmdb.failures import errno_of as _errno_of
 from tplog.backends.lmdb.failures import translate as _translate
 from tplog.backends.lmdb.failures import undecodable as _undecodable
-from tplog.backends.lmdb.txn import Engine, FileLock, Held, LmdbRead, LmdbWrite, ReadTxn, RWLock, WriteTxn
+from tplog.backends.lmdb.txn import FileLock, Held, LmdbRead, LmdbWrite, ReadTxn, RWLock, WriteTxn
 from tplog.errors import (
     InvalidInputError,
     ReadOnlyError,
@@ -71,7 +71,7 @@ from tplog.errors import (
     StoreClosedError,
 )
 
-__all__ = ["TABLES", "Engine", "Held", "LmdbEngine", "ReadTxn", "WriteTxn", "open_engine"]
+__all__ = ["TABLES", "Held", "LmdbEngine", "ReadTxn", "WriteTxn", "open_engine"]
 
 R = TypeVar("R")
 

@@ -6,7 +6,7 @@ import hashlib
 import struct
 from typing import Final
 
-from tplog.backends.contract import thread_key
+from tplog.backends.common import thread_key
 
 __all__ = ["TKEY_SIZE", "UNSCOPED_TAG", "eid_key", "event_key", "from_u64", "scope_tag", "tkey", "u64"]
 

@@ -11,16 +11,11 @@ from typing import Any
 
 import msgspec
 
-from tplog.backends.contract import (
-    AppendResult,
-    Handle,
-    RebuildReport,
-    Tracking,
-    VerifyReport,
-)
+from tplog.backends.common import check_deletable, check_no_forks, check_tombstone, decode_head, encode_head
+from tplog.backends.contract import AppendResult, Handle, RebuildReport, Tracking, VerifyReport
 from tplog.backends.lmdb import chunks, finder
 from tplog.backends.lmdb import projections as proj
-from tplog.backends.lmdb.commit import _enc, _head_dec, _now_ns, _resolved
+from tplog.backends.lmdb.commit import now_ns, resolved
 from tplog.backends.lmdb.engine import Held, WriteTxn
 from tplog.backends.lmdb.keys import TKEY_SIZE, eid_key, event_key, from_u64, scope_tag, tkey, u64
 from tplog.backends.lmdb.reads import LmdbReads
@@ -32,13 +27,10 @@ from tplog.codec import (
     stored_body,
 )
 from tplog.errors import (
-    HasForksError,
     InvalidInputError,
-    NotFoundError,
-    ThreadDeletedError,
     TplogError,
 )
-from tplog.events import KIND_CODE, LinkAdded, ThreadDeleted, ThreadStarted
+from tplog.events import KIND_CODE, LinkAdded, ThreadStarted
 
 __all__ = ["LmdbMaintenance"]
 
@@ -52,32 +44,25 @@ class LmdbMaintenance(LmdbReads):
     # ------------------------------------------------------------------ delete
 
     def delete_thread(self, thread_id: str, tombstone: Encoded, *, scope: str | None = None) -> Handle[AppendResult]:
-        return _resolved(lambda: self._delete(thread_id, tombstone, scope))
+        return resolved(lambda: self._delete(thread_id, tombstone, scope))
 
     def _delete(self, thread_id: str, enc: Encoded, scope: str | None) -> AppendResult:
-        if not isinstance(enc.event, ThreadDeleted):
-            raise InvalidInputError(f"thread {thread_id}: a deletion's tombstone must be a ThreadDeleted event")
+        check_tombstone(thread_id, enc)
         self._check_open()
         tk = tkey(thread_id, scope)
         tag = scope_tag(scope)
 
         def work(txn: WriteTxn) -> AppendResult:
             raw = txn.get("heads", tk)
-            if raw is None:
-                raise NotFoundError(f"thread {thread_id} does not exist")
-            head = _head_dec.decode(raw)
-            if head.status == "deleted":
-                raise ThreadDeletedError(f"thread {thread_id} is already deleted")
+            head = check_deletable(thread_id, None if raw is None else decode_head(raw))
             forks = []
             for ck, _ in txn.range("children", tk, tk + b"\xff" * 17):
                 craw = txn.get("heads", bytes(ck[TKEY_SIZE:]))
-                ch = _head_dec.decode(craw) if craw is not None else None
+                ch = decode_head(craw) if craw is not None else None
                 if ch is not None and ch.fork_of is not None and ch.status == "active" and \
                         tkey(ch.fork_of, scope) == tk:
                     forks.append(ch.thread_id)
-            if forks:
-                raise HasForksError(f"thread {thread_id} has live forks that read its events: {sorted(forks)}; "
-                                    "delete them first (Store.delete_thread(..., cascade=True))", sorted(forks))
+            check_no_forks(thread_id, forks)
             last = txn.last("global")
             pos = (from_u64(last[0]) if last else 0) + 1  # before removing any: positions are never reused
             tables = proj._Tables(txn, shadow=False)
@@ -120,14 +105,14 @@ class LmdbMaintenance(LmdbReads):
             txn.put("global", u64(pos), key)
             txn.put("eventids", eid_key(enc.event_id, scope), key + u64(pos))
             txn.delete("updated", tag + u64(head.updated_ns) + tk)
-            now = _now_ns()
+            now = now_ns()
             txn.put("updated", tag + u64(now) + tk, b"")
             new_head = msgspec.structs.replace(
                 head, version=seq, last_position=pos, status="deleted", updated_ns=now,
                 open_turn_agent=None, open_turn_seq=0, stored_bytes=0,
             )
             finder.reindex(txn, tag, head, new_head, tk)
-            txn.put("heads", tk, _enc.encode(new_head))
+            txn.put("heads", tk, encode_head(new_head))
             return AppendResult(thread_id=thread_id, first_seq=seq, last_seq=seq, first_position=pos,
                                 last_position=pos, event_ids=[enc.event_id])
 

@@ -36,7 +36,7 @@ difference) in that same transaction, while no append can interleave: no update
 is lost or applied twice (the comparison: :mod:`tplog.backends.lmdb.compare`; the rows'
 layout: :mod:`tplog.backends.lmdb.projrows`). Memory is one chunk's worth, whatever the log's size.
 One rebuild of a projection runs at a time: it holds the engine's lock
-``rebuild-<name>`` (see :meth:`Engine.try_lock`) for as long as it runs and claims
+``rebuild-<name>`` (see :meth:`~tplog.backends.lmdb.engine.LmdbEngine.try_lock`) for as long as it runs and claims
 the projection in ``meta``; the claim of a rebuild that died is taken over.
 """
 
@@ -51,25 +51,22 @@ from typing import Any, Final
 
 import msgspec
 
-from tplog.backends.contract import DECLARED as DECLARED
-from tplog.backends.contract import LINKS as LINKS
-from tplog.backends.contract import PROJECTIONS as PROJECTIONS
-from tplog.backends.contract import STATE as STATE
-from tplog.backends.contract import VERSIONS as VERSIONS
+from tplog.backends.common import CHILD_LINK, CHILD_SPAWN, SPAWNED_FROM, child_spelling, decode_head
+from tplog.backends.common import DECLARED as DECLARED
+from tplog.backends.common import LINKS as LINKS
+from tplog.backends.common import PROJECTIONS as PROJECTIONS
+from tplog.backends.common import STATE as STATE
+from tplog.backends.common import VERSIONS as VERSIONS
+from tplog.backends.common import outgoing as outgoing
 from tplog.backends.contract import RebuildReport as RebuildReport
-from tplog.backends.contract import child_spelling
-from tplog.backends.contract import outgoing as outgoing
 from tplog.backends.lmdb.chunks import CHUNK_BYTES, EventRows, chunk_index, index_rows
 from tplog.backends.lmdb.compare import clear_shadow, describe, differences
 from tplog.backends.lmdb.engine import ReadTxn, WriteTxn
 from tplog.backends.lmdb.keys import TKEY_SIZE, from_u64, tkey, u64
-from tplog.backends.lmdb.projrows import C_LINK as C_LINK
-from tplog.backends.lmdb.projrows import C_SPAWN as C_SPAWN
 from tplog.backends.lmdb.projrows import SPAWNER_PREFIX as SPAWNER_PREFIX
 from tplog.backends.lmdb.projrows import STATE_PREFIX as STATE_PREFIX
 from tplog.backends.lmdb.projrows import child_dec as _child_dec
 from tplog.backends.lmdb.projrows import enc as _enc
-from tplog.backends.lmdb.projrows import head_dec as _head_dec
 from tplog.backends.lmdb.projrows import thread_deleted as _deleted
 from tplog.codec import (
     MSG_KIND,
@@ -98,7 +95,6 @@ from tplog.projections.fold import Item, ThreadState, feed, step
 __all__ = ["PROJECTIONS", "VERSIONS", "ProjectionInfo", "RebuildReport", "rebuild"]
 
 
-SPAWNED_FROM: Final = "spawned_from"
 _K_LINK = KIND_CODE[LinkAdded]
 _K_STARTED = KIND_CODE[ThreadStarted]
 #: The kinds whose body an id-only fold reads: links, and agent turn boundaries
@@ -226,19 +222,19 @@ def apply_links(tables: _Tables, thread_id: str, tk: bytes, seq: int, event: Any
         target = lk.thread_id
         tables.put("links_in", link_key(target, lk.relation, tk, ordinal, scope), _enc.encode([thread_id, target]))
         if lk.relation == SPAWNED_FROM:
-            _set_child(tables, tkey(target, scope), tk, thread_id, C_LINK)
+            _set_child(tables, tkey(target, scope), tk, thread_id, CHILD_LINK)
     for child in spawned:
         ck = tkey(child, scope)
         if not _deleted(tables.txn, ck):
-            _set_child(tables, tk, ck, child, C_SPAWN)
+            _set_child(tables, tk, ck, child, CHILD_SPAWN)
 
 
 def inherited_rows(txn: ReadTxn, codec: Codec, tk: bytes) -> list[tuple[int, Any, tuple[str, ...]]]:
-    """What a live fork's prefix indexes under the fork (:func:`tplog.backends.contract.inherited`),
+    """What a live fork's prefix indexes under the fork (:func:`tplog.backends.common.inherited`),
     read from its parent's rows (and theirs, for a fork of a fork) in ``txn``: the rebuild's and
     the deletion's view of what the fork's append indexed. ``[]`` for any other thread."""
     raw = txn.get("heads", tk)
-    head = _head_dec.decode(raw) if raw is not None else None
+    head = decode_head(raw) if raw is not None else None
     if head is None or head.fork_of is None or head.status != "active":
         return []
     out: list[tuple[int, Any, tuple[str, ...]]] = []
@@ -253,7 +249,7 @@ def _prefix_rows(txn: ReadTxn, codec: Codec, thread_id: str, scope: str | None, 
     raw = txn.get("heads", tk)
     if raw is None or lo > hi:
         return
-    head = _head_dec.decode(raw)
+    head = decode_head(raw)
     if head.fork_of is not None and head.status == "active":
         if lo <= head.fork_at:
             _prefix_rows(txn, codec, head.fork_of, scope, lo, min(hi, head.fork_at), out)
@@ -284,9 +280,9 @@ def unapply_links(tables: _Tables, thread_id: str, tk: bytes, seq: int, event: A
         target = lk.thread_id
         tables.delete("links_in", link_key(target, lk.relation, tk, ordinal, scope))
         if lk.relation == SPAWNED_FROM:
-            _drop_child(tables, tkey(target, scope), tk, C_LINK)
+            _drop_child(tables, tkey(target, scope), tk, CHILD_LINK)
     for child in spawned:
-        _drop_child(tables, tk, tkey(child, scope), C_SPAWN)
+        _drop_child(tables, tk, tkey(child, scope), CHILD_SPAWN)
 
 
 def drop_child_everywhere(txn: WriteTxn, child_tk: bytes) -> None:
@@ -308,13 +304,13 @@ def _set_child(tables: _Tables, parent_tk: bytes, child_tk: bytes, child_id: str
         was, had = _child_dec.decode(old)
         child_id, flags = child_spelling(was, had, child_id, flag), had | flag
     tables.put("children", key, _enc.encode((child_id, flags)))
-    if flag == C_SPAWN:
+    if flag == CHILD_SPAWN:
         tables.put("proj", SPAWNER_PREFIX + child_tk + parent_tk, b"")
 
 
 def _drop_child(tables: _Tables, parent_tk: bytes, child_tk: bytes, flag: int) -> None:
     key = parent_tk + child_tk
-    if flag == C_SPAWN:
+    if flag == CHILD_SPAWN:
         tables.delete("proj", SPAWNER_PREFIX + child_tk + parent_tk)
     old = tables.get("children", key)
     if old is None:
@@ -384,7 +380,7 @@ def _items_in(
         known = names.get(tk)
         if known is None:
             raw = txn.get("heads", tk)
-            head = _head_dec.decode(raw) if raw is not None else None
+            head = decode_head(raw) if raw is not None else None
             known = names[tk] = (head.thread_id, head.scope) if head is not None else (tk.hex(), None)
         name, scope = known
         where = (name, seq)
@@ -488,7 +484,7 @@ def _scan_keys(txn: ReadTxn, codec: Codec, after: bytes, limit: int, do_links: b
         if tk != current:
             current = tk
             raw = txn.get("heads", tk)
-            head = _head_dec.decode(raw) if raw is not None else None
+            head = decode_head(raw) if raw is not None else None
             name, scope = (head.thread_id, head.scope) if head is not None else (tk.hex(), None)
             st = carry[1] if carry is not None and carry[0] == tk else ThreadState()
             if do_state:

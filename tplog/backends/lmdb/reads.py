@@ -9,12 +9,14 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
-from tplog.backends.contract import Cursor, Direction, ThreadHead, ThreadPage, check_cursor
+from tplog.backends.common import CHILD_SPAWN, check_cursor, check_threads_page, decode_head
+from tplog.backends.contract import Cursor, Direction, ThreadHead, ThreadPage
 from tplog.backends.lmdb import chunks, finder
 from tplog.backends.lmdb import projections as proj
-from tplog.backends.lmdb.commit import _check_page_limit, _child_dec, _GroupCommit, _head_dec, _ids_dec
+from tplog.backends.lmdb.commit import GroupCommit, check_page_limit, ids_dec
 from tplog.backends.lmdb.engine import LmdbEngine, ReadTxn
 from tplog.backends.lmdb.keys import TKEY_SIZE, eid_key, event_key, from_u64, scope_tag, tkey, u64
+from tplog.backends.lmdb.projrows import child_dec
 from tplog.codec import Codec, Header
 from tplog.errors import InvalidInputError, NotFoundError, StoreClosedError
 from tplog.events import KIND_CODE, LinkAdded, RecordedEvent, ThreadStarted
@@ -33,7 +35,7 @@ class LmdbReads:
     codec: Codec
     readonly: bool
     _closed: bool
-    _gc: _GroupCommit
+    _gc: GroupCommit
     _position_cond: threading.Condition
 
     def check_open(self) -> None:
@@ -49,7 +51,7 @@ class LmdbReads:
         self._check_open()
         with self.engine.read() as txn:
             raw = txn.get("heads", tkey(thread_id, scope))
-        return None if raw is None else _head_dec.decode(raw)
+        return None if raw is None else decode_head(raw)
 
     def _decode_value(self, txn: ReadTxn, key: bytes, value: bytes, thread_id: str, seq: int,
                       position: int | None = None, scope: str | None = None) -> RecordedEvent:
@@ -73,7 +75,7 @@ class LmdbReads:
             raw = txn.get("heads", tk)
             if raw is None:
                 raise NotFoundError(f"thread {thread_id} does not exist")
-            name = _head_dec.decode(raw).thread_id
+            name = decode_head(raw).thread_id
             if direction == "forward":
                 start = event_key(tk, 0 if after is None else after + 1)
                 for k, v in txn.range("events", start, tk + b"\xff" * 8):
@@ -136,7 +138,7 @@ class LmdbReads:
                 name = names.get(tk)
                 if name is None:
                     raw = txn.get("heads", tk)
-                    head = _head_dec.decode(raw) if raw is not None else None
+                    head = decode_head(raw) if raw is not None else None
                     # another scope's thread: not visible here
                     name = "" if head is None or head.scope != scope else head.thread_id
                     names[tk] = name
@@ -185,20 +187,12 @@ class LmdbReads:
     def threads(self, *, scope: str | None = None, after: str | None = None, limit: int = 50,
                 include_deleted: bool = False, where: ThreadFilter | None = None) -> ThreadPage:
         self._check_open()
-        cursor = after
-        if isinstance(limit, bool) or not isinstance(limit, int) or limit <= 0:  # as the other backends
-            raise InvalidInputError("limit must be > 0")
+        bound = check_threads_page(after, limit)
         tag = scope_tag(scope)
         hi = b"\xff" * 8
         if where is not None and where.updated_before is not None:
             hi = u64(where.updated_before)
-        if cursor is not None:
-            try:
-                bound = bytes.fromhex(cursor)
-                if len(bound) != 8 + TKEY_SIZE:
-                    raise ValueError
-            except ValueError as exc:
-                raise InvalidInputError(f"cursor {cursor!r} is not one this store returned") from exc
+        if bound is not None:
             hi = min(hi, bound)
         lo = u64(where.updated_after) if where is not None and where.updated_after is not None else b""
         out: list[ThreadHead] = []
@@ -210,7 +204,7 @@ class LmdbReads:
                 raw = txn.get("heads", k[8:])
                 if raw is None:  # pragma: no cover
                     continue
-                h = _head_dec.decode(raw)
+                h = decode_head(raw)
                 if h.status == "deleted" and not include_deleted:
                     continue
                 if where is not None and not (matches(where, h) and (
@@ -244,7 +238,7 @@ class LmdbReads:
         next page starts after every link of that pair, so a page never ends
         between two links of one pair (it holds more than ``limit`` pairs then)."""
         self._check_open()
-        _check_page_limit(limit)
+        check_page_limit(limit)
         tk = tkey(thread_id, scope)
         prefix = tk + (relation.encode() + b"\x00" if relation is not None else b"")
         start = prefix
@@ -268,7 +262,7 @@ class LmdbReads:
         out: list[tuple[str, str]] = []
         for k, v in rows:
             rel = k[TKEY_SIZE:].split(b"\x00", 1)[0].decode()
-            out.append((_ids_dec.decode(v)[0], rel))
+            out.append((ids_dec.decode(v)[0], rel))
         return out
 
     def _require_known(self, thread_id: str, tk: bytes) -> None:
@@ -292,7 +286,7 @@ class LmdbReads:
         A deleted child stays listed while the parent's own log names it (its spawn
         event); its own ``spawned_from`` link went with its events."""
         self._check_open()
-        _check_page_limit(limit)
+        check_page_limit(limit)
         tk = tkey(thread_id, scope)
         start = tk + (tkey(after, scope) + b"\x00" if after is not None else b"")
         # One short scan per query: engine.scan (not read() + range()), whose generator
@@ -301,7 +295,7 @@ class LmdbReads:
                                 check=lambda txn: proj.require_live(txn, proj.LINKS, self.path))
         if not rows:
             self._require_known(thread_id, tk)
-        dec = _child_dec.decode
+        dec = child_dec.decode
         return [dec(v)[0] for _, v in rows]
 
     def has_spawned(self, thread_id: str, *, scope: str | None = None) -> bool:
@@ -311,8 +305,8 @@ class LmdbReads:
         tk = tkey(thread_id, scope)
         rows = self.engine.scan("children", tk, tk + b"\xff" * 17,
                                 check=lambda txn: proj.require_live(txn, proj.LINKS, self.path))
-        dec = _child_dec.decode
-        return any(dec(v)[1] & proj.C_SPAWN for _, v in rows)
+        dec = child_dec.decode
+        return any(dec(v)[1] & CHILD_SPAWN for _, v in rows)
 
     def thread_events(self, thread_id: str, *, scope: str | None = None,
                       after: int = 0) -> tuple[ThreadHead, list[Any]]:
@@ -329,7 +323,7 @@ class LmdbReads:
         raw = txn.get("heads", tk)
         if raw is None:
             raise NotFoundError(f"thread {thread_id} does not exist")
-        head = _head_dec.decode(raw)
+        head = decode_head(raw)
         if head.status != "active" or after > head.version:
             after = 0
         name = head.thread_id
@@ -381,7 +375,7 @@ class LmdbReads:
             raw = txn.get("heads", tk)
             if raw is None:
                 raise NotFoundError(f"thread {thread_id} does not exist")
-            if _head_dec.decode(raw).fork_of is not None:
+            if decode_head(raw).fork_of is not None:
                 return None  # a fork: the facade folds its state with its parent's prefix
             if proj.is_live(proj.read_info(txn, proj.STATE), proj.STATE):
                 return proj.load_state(txn, tk)
@@ -428,7 +422,7 @@ class LmdbReads:
         frontier = list(seen)
         depth = 0
         scan = self.engine.scan
-        dec = _child_dec.decode
+        dec = child_dec.decode
         path = self.path
 
         def live(txn: ReadTxn) -> None:

@@ -38,31 +38,31 @@ import threading
 from concurrent.futures import Future
 from typing import Any, TypedDict
 
-from tplog.backends.contract import (
-    EXISTS,
-    NO_STREAM,
-    Append,
-    AppendResult,
-    Handle,
-    ThreadHead,
+from tplog.backends.common import (
     advance,
     apply_fork,
     check_append,
+    check_collision,
+    check_expected,
     check_fork_parent,
+    decode_head,
+    encode_head,
+    retry_refs,
+    retry_result,
+    with_prefix,
 )
+from tplog.backends.contract import Append, AppendResult, Handle, ThreadHead
 from tplog.backends.lmdb import chunks, finder
 from tplog.backends.lmdb import projections as proj
 from tplog.backends.lmdb.commit import (
-    _AsyncLeader,
-    _enc,
-    _GroupCommit,
-    _head_dec,
-    _index_heads,
-    _now_ns,
-    _Request,
-    _resolved,
-    _Sync,
-    _wake,
+    AsyncLeader,
+    GroupCommit,
+    Request,
+    Sync,
+    index_heads,
+    now_ns,
+    resolved,
+    wake,
 )
 from tplog.backends.lmdb.engine import ReadTxn, WriteTxn, open_engine
 from tplog.backends.lmdb.keys import TKEY_SIZE, eid_key, event_key, from_u64, scope_tag, tkey, u64
@@ -75,12 +75,9 @@ from tplog.codec import (
     blob_with_refcount,
 )
 from tplog.errors import (
-    IdempotencyError,
     InvalidInputError,
     StoreClosedError,
-    ThreadDeletedError,
     TplogError,
-    WrongExpectedVersionError,
 )
 from tplog.events import (
     Event,
@@ -134,10 +131,10 @@ class LmdbRecorder(LmdbMaintenance):
         self._auto_dict = auto_dictionary
         self.readonly = readonly
         self._closed = False
-        self._gc = _GroupCommit()
+        self._gc = GroupCommit()
         self._cond = self._gc.cond
         self._position_cond = threading.Condition(threading.Lock())
-        self._leader: _AsyncLeader | None = None
+        self._leader: AsyncLeader | None = None
         try:
             self._load_dictionaries()
             with self.engine.read() as txn:
@@ -149,7 +146,7 @@ class LmdbRecorder(LmdbMaintenance):
                 with self.engine.read() as txn:
                     indexed = txn.get("meta", finder.DONE) is not None
                 if not indexed:
-                    self.engine.run_write(_index_heads)
+                    self.engine.run_write(index_heads)
         except BaseException:  # e.g. a damaged store: do not keep its engine (and files) open
             self.engine.close()
             raise
@@ -192,7 +189,7 @@ class LmdbRecorder(LmdbMaintenance):
         otherwise a background thread leads (async callers)."""
         if len(append) != 1 or append[0].fork is not None:  # a fork: its own transaction too
             check_append(append)
-            return _resolved(lambda: self._several(append))
+            return resolved(lambda: self._several(append))
         part = append[0]
         if not part.events:
             check_append(append)
@@ -200,22 +197,22 @@ class LmdbRecorder(LmdbMaintenance):
             check_append(append)
         gc = self._gc
         if lead:
-            req = _Request(part.thread_id, part.events, part.expected, scope=part.scope, fresh_ids=part.fresh_ids,
+            req = Request(part.thread_id, part.events, part.expected, scope=part.scope, fresh_ids=part.fresh_ids,
                            check_rules=part.check_rules)
             with gc.cond:
                 self._check_open()
                 gc.queue.append(req)
                 first = not gc.leading
                 gc.leading = True
-            return _Sync(self, req, first)
+            return Sync(self, req, first)
         fut: Future[list[AppendResult]] = Future()
-        req = _Request(part.thread_id, part.events, part.expected, fut, scope=part.scope, fresh_ids=part.fresh_ids,
+        req = Request(part.thread_id, part.events, part.expected, fut, scope=part.scope, fresh_ids=part.fresh_ids,
                        check_rules=part.check_rules)
         with gc.cond:
             self._check_open()
             leader = self._leader
             if leader is None:
-                leader = self._leader = _AsyncLeader(self)
+                leader = self._leader = AsyncLeader(self)
             if leader.stop:
                 raise StoreClosedError(f"{self.path}: cannot use the store, as it has been closed")
             gc.queue.append(req)
@@ -247,7 +244,7 @@ class LmdbRecorder(LmdbMaintenance):
                 states: dict[bytes, bytes] = {}
                 out = []
                 for part in append:
-                    req = _Request(part.thread_id, list(part.events), part.expected, Future(), scope=part.scope,
+                    req = Request(part.thread_id, list(part.events), part.expected, Future(), scope=part.scope,
                                    fresh_ids=part.fresh_ids, check_rules=part.check_rules)
                     req.fork = part.fork
                     res, pos = self._apply(txn, req, pos, live, heads, states)
@@ -269,7 +266,7 @@ class LmdbRecorder(LmdbMaintenance):
         appends have no thread of their own to lead) until the queue is empty.
 
         The callers of a committed group are woken by the next leader once its
-        transaction is built (see ``_GroupCommit.done``), or at once when no
+        transaction is built (see ``GroupCommit.done``), or at once when no
         group follows."""
         gc = self._gc
         while True:
@@ -278,7 +275,7 @@ class LmdbRecorder(LmdbMaintenance):
                 gc.queue = []
                 done = gc.waking = gc.done
                 gc.done = []
-            handoff: _Request | None = None
+            handoff: Request | None = None
             failure: BaseException | None = None
             try:
                 if batch:
@@ -289,7 +286,7 @@ class LmdbRecorder(LmdbMaintenance):
                     if not req.done:
                         req.error, req.done = exc, True
             finally:
-                _wake(done)  # if the commit did not get to it
+                wake(done)  # if the commit did not get to it
                 with gc.cond:
                     for r in gc.queue:
                         if r.wake is not None:
@@ -307,14 +304,14 @@ class LmdbRecorder(LmdbMaintenance):
                     handoff.wake.release()
                 else:
                     gc.gate.set()  # no next leader to open it (or this group never reached the engine)
-                _wake(batch)
+                wake(batch)
             # Not raised here: each append of the failed group has it as its error. Raising would end the
             # lead with async appends queued behind (no caller of theirs takes it: they, and every later
             # append, would hang), end the async leader's thread, or fail a caller whose append committed.
             if not more:
                 return
 
-    def _commit(self, batch: list[_Request]) -> None:
+    def _commit(self, batch: list[Request]) -> None:
         gc = self._gc
         cache = gc.cache
         writes: dict[str, Any] = {}
@@ -345,7 +342,7 @@ class LmdbRecorder(LmdbMaintenance):
                     out.append((None, exc))
             writes.update(position=pos)
             gc.gate.set()  # the commit (fsync) follows: let appenders encode meanwhile
-            _wake(gc.waking)  # the previous group's callers: they run during this fsync
+            wake(gc.waking)  # the previous group's callers: they run during this fsync
             return out
 
         try:
@@ -382,7 +379,7 @@ class LmdbRecorder(LmdbMaintenance):
         if self._auto_dict and top >= self._auto_dict and self.codec.current_dict == 0 and gc.trainer is None:
             self._start_trainer()
 
-    def _apply(self, txn: WriteTxn, req: _Request, pos: int, live: tuple[bool, bool],
+    def _apply(self, txn: WriteTxn, req: Request, pos: int, live: tuple[bool, bool],
                heads: dict[bytes, bytes], states: dict[bytes, bytes]) -> tuple[AppendResult, int]:
         """One append inside the group's transaction. ``heads``/``states`` hold the
         rows written so far in this group (read before the table; the writer cache
@@ -393,9 +390,8 @@ class LmdbRecorder(LmdbMaintenance):
         tk = tkey(thread_id, scope)
         cache = self._gc.cache
         raw = heads.get(tk) or cache.heads.get(tk) or txn.get("heads", tk)
-        head = _head_dec.decode(raw) if raw is not None else ThreadHead(thread_id=thread_id, scope=scope)
-        if raw is not None and head.thread_id != thread_id and head.thread_id.lower() != thread_id.lower():
-            raise InvalidInputError(f"thread id {thread_id!r} collides with stored thread {head.thread_id!r}")
+        head = decode_head(raw) if raw is not None else ThreadHead(thread_id=thread_id, scope=scope)
+        check_collision(thread_id, head if raw is not None else None)
         encoded = req.encoded
         # Idempotency: all ids stored here, in order → the original result. Ids
         # generated by append() are new UUIDs: no stored event can have them.
@@ -403,19 +399,13 @@ class LmdbRecorder(LmdbMaintenance):
             found = [txn.get("eventids", eid_key(e.event_id, scope)) for e in encoded]
             if any(f is not None for f in found):
                 return self._duplicate(thread_id, tk, encoded, found), pos
-        if head.status == "deleted":
-            raise ThreadDeletedError(f"thread {thread_id} was deleted; its id cannot be reused")
-        exp = req.expected
-        if (exp == NO_STREAM and head.version != 0) or (exp == EXISTS and head.version == 0) or (
-            isinstance(exp, int) and exp != head.version
-        ):
-            raise WrongExpectedVersionError(thread_id, exp, head.version)
+        check_expected(thread_id, head, req.expected)
         old_updated = head.updated_ns if raw is not None else None
         old_head = head if raw is not None else None  # advance returns a copy: this stays as stored
         if req.fork is not None:
             ptk = tkey(req.fork.parent, scope)
             praw = heads.get(ptk) or cache.heads.get(ptk) or txn.get("heads", ptk)
-            check_fork_parent(req.fork, _head_dec.decode(praw) if praw is not None else None)
+            check_fork_parent(req.fork, decode_head(praw) if praw is not None else None)
         state = None
         old_state: bytes | None = None
         if live[1]:
@@ -424,7 +414,7 @@ class LmdbRecorder(LmdbMaintenance):
         # A fork's state row folds its own events only (the facade folds its prefix): no rules fast path.
         history = (lambda: self._thread_events(thread_id, txn, tk)) if req.checks is not None else None
         head = advance(thread_id, head, encoded, history, None if head.fork_of else state, req.checks)
-        now = _now_ns()
+        now = now_ns()
         seq0 = head.version - len(encoded) + 1
         first_pos = pos + 1
         stored = 0
@@ -471,7 +461,7 @@ class LmdbRecorder(LmdbMaintenance):
             txn.delete("updated", tag + u64(old_updated) + tk)
         txn.put("updated", tag + u64(now) + tk, b"")
         finder.reindex(txn, tag, old_head, head, tk)
-        head_raw = _enc.encode(head)
+        head_raw = encode_head(head)
         txn.put("heads", tk, head_raw)
         heads[tk] = head_raw
         if new_state is not None:
@@ -489,32 +479,11 @@ class LmdbRecorder(LmdbMaintenance):
         )
 
     def _duplicate(self, thread_id: str, tk: bytes, encoded: list[Encoded], found: list[bytes | None]) -> AppendResult:
-        if any(f is None for f in found):
-            stored = [e.event_id for e, f in zip(encoded, found, strict=True) if f is not None]
-            raise IdempotencyError(
-                f"thread {thread_id}: event ids {stored} are already stored but the others of this append are "
-                "not; an idempotent retry must resend exactly the original events"
-            )
-        seqs: list[int] = []
-        positions: list[int] = []
-        for e, f in zip(encoded, found, strict=True):
-            assert f is not None
-            if f[:TKEY_SIZE] != tk:
-                raise IdempotencyError(f"event id {e.event_id!r} is already stored in another thread")
-            seqs.append(from_u64(f, TKEY_SIZE))
-            positions.append(from_u64(f, TKEY_SIZE + 8))
-        if seqs != list(range(seqs[0], seqs[0] + len(seqs))):
-            raise IdempotencyError(f"thread {thread_id}: event ids {[e.event_id for e in encoded]} are stored, "
-                                   "but not as one contiguous append in this order")
-        return AppendResult(
-            thread_id=thread_id,
-            first_seq=seqs[0],
-            last_seq=seqs[-1],
-            first_position=positions[0],
-            last_position=positions[-1],
-            event_ids=[e.event_id for e in encoded],
-            duplicate=True,
-        )
+        # an eventids value is the event's key (thread key, seq) and its position
+        refs = retry_refs(thread_id, tk, encoded, [None if f is None else (
+            f[:TKEY_SIZE], from_u64(f, TKEY_SIZE), from_u64(f, TKEY_SIZE + 8)) for f in found])
+        assert refs is not None  # called when some id is stored
+        return retry_result(thread_id, encoded, refs)
 
     def _thread_events(self, thread_id: str, txn: ReadTxn, tk: bytes) -> list[Event]:
         """The thread's stored events (the rules' slow paths, in the write transaction);
@@ -522,11 +491,11 @@ class LmdbRecorder(LmdbMaintenance):
         own = [self.codec.decode_value(k, v, txn, where=(thread_id, from_u64(k, TKEY_SIZE)))
                for k, v in chunks.EventRows(txn, self.codec).range(tk, tk + b"\xff" * 8, name=thread_id)]
         raw = txn.get("heads", tk)
-        head = _head_dec.decode(raw) if raw is not None else None
-        if head is None or head.fork_of is None or head.status != "active":
-            return own
-        ptk = tkey(head.fork_of, head.scope)
-        praw = txn.get("heads", ptk)
-        prefix = self._thread_events(head.fork_of, txn, ptk)[1:head.fork_at] if praw is not None else []
-        return [*own[:1], *prefix, *own[1:]]
+        head = decode_head(raw) if raw is not None else None
+
+        def parent(fork_of: str) -> list[Any] | None:
+            ptk = tkey(fork_of, None if head is None else head.scope)
+            return None if txn.get("heads", ptk) is None else self._thread_events(fork_of, txn, ptk)
+
+        return with_prefix(head, own, parent)
 

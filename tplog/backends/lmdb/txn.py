@@ -10,13 +10,13 @@ from __future__ import annotations
 
 import os
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any, Protocol, TypeVar
 
 import lmdb
 
-__all__ = ["Engine", "FileLock", "Held", "LmdbRead", "LmdbWrite", "RWLock", "ReadTxn", "WriteTxn"]
+__all__ = ["FileLock", "Held", "LmdbRead", "LmdbWrite", "RWLock", "ReadTxn", "WriteTxn"]
 
 R = TypeVar("R")
 
@@ -42,32 +42,8 @@ class WriteTxn(ReadTxn, Protocol):
     def delete(self, table: str, key: bytes) -> bool: ...
 
 
-class Engine(Protocol):
-    """The storage contract. Keys sort as unsigned bytes; ``range`` is [start, end)."""
-
-    path: str
-    readonly: bool
-
-    def read(self) -> Any: ...  # context manager yielding a ReadTxn
-
-    def run_write(self, fn: Callable[[WriteTxn], R]) -> R: ...
-
-    def sync(self) -> None: ...
-
-    def close(self) -> None: ...
-
-    def backup(self, dest: str, *, compact: bool = True) -> None: ...
-
-    def info(self) -> dict[str, Any]: ...
-
-    def try_lock(self, name: str) -> Held | None:
-        """Take the advisory lock ``name`` if no one (this process included) holds
-        it; ``None`` if someone does. Held until released or the holder dies."""
-        ...
-
-
 class Held(Protocol):
-    """An advisory lock taken with :meth:`Engine.try_lock`."""
+    """An advisory lock taken with :meth:`~tplog.backends.lmdb.engine.LmdbEngine.try_lock`."""
 
     def release(self) -> None: ...
 

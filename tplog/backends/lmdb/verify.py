@@ -19,9 +19,8 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
-import msgspec
-
-from tplog.backends.contract import ThreadHead, VerifyReport
+from tplog.backends.common import decode_head
+from tplog.backends.contract import VerifyReport
 from tplog.backends.lmdb.chunks import EventRows, expand, is_chunk
 from tplog.backends.lmdb.keys import TKEY_SIZE, eid_key, from_u64, scope_tag, tkey, u64
 from tplog.backends.lmdb.projections import is_live, read_info
@@ -32,7 +31,6 @@ if TYPE_CHECKING:
     from tplog.backends.lmdb.maintenance import LmdbMaintenance
     from tplog.codec import Codec
 
-_head_dec = msgspec.msgpack.Decoder(ThreadHead)
 
 
 def _rows(txn: Any, codec: Codec, tk: bytes, name: str, rep: VerifyReport) -> Iterator[tuple[bytes, bytes | None]]:
@@ -60,7 +58,7 @@ def verify(store: LmdbMaintenance, *, projections: bool = True) -> VerifyReport:
     with store.engine.read() as txn:
         for hk, hv in txn.range("heads"):
             rep.threads += 1
-            head = _head_dec.decode(hv)
+            head = decode_head(hv)
             tk = bytes(hk)
             name = head.thread_id
             expected = 1
@@ -68,7 +66,7 @@ def verify(store: LmdbMaintenance, *, projections: bool = True) -> VerifyReport:
             fork_at = head.fork_at if head.fork_of is not None and head.status == "active" else 0
             if fork_at:  # a fork's seqs 2..fork_at are its parent's: it must reach that far
                 parent = txn.get("heads", tkey(head.fork_of or "", head.scope))
-                ph = _head_dec.decode(parent) if parent is not None else None
+                ph = decode_head(parent) if parent is not None else None
                 if ph is None or ph.status != "active" or ph.version < fork_at:
                     rep.problems.append(f"thread {name}: forked from {head.fork_of} at seq {fork_at}, which it "
                                         "does not hold")

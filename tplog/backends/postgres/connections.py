@@ -19,9 +19,9 @@ import psycopg
 import psycopg.errors
 import psycopg_pool
 
-from tplog.backends.contract import Append, ThreadHead, thread_key
+from tplog.backends.common import VERSIONS, thread_key
+from tplog.backends.contract import Append, ThreadHead
 from tplog.backends.dsn import redact, scrub
-from tplog.backends.memory import VERSIONS
 from tplog.backends.postgres.errors import PostgresUnavailableError, SchemaError
 from tplog.backends.postgres.placement import Placement
 from tplog.backends.postgres.schema import SCHEMA_VERSION, ddl
@@ -42,7 +42,6 @@ MAX_BATCH: Final = 256
 #: lock is held back to back instead of idle during every other transaction's first round trip.
 WRITERS: Final = 2
 _head_enc = msgspec.msgpack.Encoder()
-_head_dec = msgspec.msgpack.Decoder(ThreadHead)
 _state_dec = msgspec.msgpack.Decoder(ThreadState)
 #: Why a whole batch is retried (as single submissions, or once more after a reconnect).
 _RETRY = (psycopg.errors.DeadlockDetected, psycopg.errors.SerializationFailure, psycopg.errors.UniqueViolation)

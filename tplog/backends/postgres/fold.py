@@ -6,13 +6,13 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from typing import Any, Final
 
-from tplog.backends.contract import Inherited, ThreadHead, child_spelling, outgoing
+from tplog.backends.common import SPAWNED_FROM, child_spelling, outgoing
+from tplog.backends.contract import Inherited, ThreadHead
 from tplog.projections.fold import ThreadState
 
 __all__ = ["ORD_SHIFT", "Batch", "Thread", "index_inherited", "index_links"]
 
-SPAWNED_FROM: Final = "spawned_from"
-#: Link ordinals (contract.outgoing: a seq, or DECLARED | i) are stored minus 2**63: a bigint, same order.
+#: Link ordinals (common.outgoing: a seq, or DECLARED | i) are stored minus 2**63: a bigint, same order.
 ORD_SHIFT: Final = 1 << 63
 #: (thread_id, scope) → (log, scope key, thread key)
 KeyOf = Callable[[str, str | None], tuple[int, str, bytes]]
@@ -55,7 +55,7 @@ class Batch:
 
 def index_inherited(b: Batch, key_of: KeyOf, log: int, scope: str, tk: bytes, name: str,
                     rows: Iterable[Inherited]) -> None:
-    """The rows a fork's prefix indexes under the fork (:func:`tplog.backends.contract.inherited`)."""
+    """The rows a fork's prefix indexes under the fork (:func:`tplog.backends.common.inherited`)."""
     for seq, ev, spawned in rows:
         index_links(b, key_of, log, scope, tk, name, seq, ev, None, spawned)
 

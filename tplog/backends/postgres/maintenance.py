@@ -9,10 +9,10 @@ import os
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from tplog.backends.contract import RebuildReport, Tracking, VerifyReport, own_seqs
+from tplog.backends.common import VERSIONS, decode_head, own_seqs
+from tplog.backends.contract import RebuildReport, Tracking, VerifyReport
 from tplog.backends.files import backup_dir, create_file
-from tplog.backends.memory import VERSIONS
-from tplog.backends.postgres.connections import _head_dec, _Held, _retried
+from tplog.backends.postgres.connections import _Held, _retried
 from tplog.backends.postgres.reads import PgReads
 from tplog.backends.postgres.schema import SCHEMA_VERSION, TABLES
 from tplog.errors import InvalidInputError, RebuildInProgressError, TplogError
@@ -109,7 +109,7 @@ class PgMaintenance(PgReads):
                 "e.scope = h.scope AND e.tk = h.tk WHERE h.head IS NOT NULL GROUP BY h.log_id, h.scope, h.tk",
             ).fetchall()
             for thread_id, raw, _log, _tk, seqs in rows:
-                head = _head_dec.decode(raw)
+                head = decode_head(raw)
                 want = own_seqs(head)
                 if list(seqs) != want:
                     problems.append(f"thread {thread_id}: seqs {list(seqs)[:5]}… do not match its head "

@@ -24,13 +24,12 @@ from typing import Any, Final
 
 import psycopg
 
-from tplog.backends.contract import Append, outgoing, thread_key
+from tplog.backends.common import SPAWNED_FROM, outgoing, thread_key
+from tplog.backends.contract import Append
 from tplog.events import LinkAdded, ThreadStarted
 
-__all__ = ["INHERITING", "Placement"]
+__all__ = ["Placement"]
 
-#: The relation whose target's log a new thread joins.
-INHERITING: Final = "spawned_from"
 #: Placements kept in memory at most (then forgotten and looked up again).
 CACHE: Final = 1_000_000
 
@@ -101,7 +100,7 @@ class Placement:
                         for _, lk in outgoing(0, ev):
                             target = (sc, thread_key(lk.thread_id, part.scope))
                             named[target] = None
-                            if creates and lk.relation == INHERITING:
+                            if creates and lk.relation == SPAWNED_FROM:  # a new thread joins its parent's log
                                 parents.setdefault(key, target)
                     for child in enc.facts.spawned if enc.facts is not None else ():
                         named[(sc, thread_key(child, part.scope))] = None

@@ -13,23 +13,20 @@ import msgspec
 import psycopg
 import psycopg.errors
 
-from tplog.backends.contract import (
-    Cursor,
-    Direction,
-    Inherited,
-    ThreadHead,
-    ThreadPage,
+from tplog.backends.common import (
+    VERSIONS,
     check_cursor,
+    check_threads_page,
+    decode_head,
     fold_item,
     inherited,
     outgoing,
     thread_key,
 )
-from tplog.backends.memory import VERSIONS
+from tplog.backends.contract import Cursor, Direction, Inherited, ThreadHead, ThreadPage
 from tplog.backends.postgres.connections import (
     PgConnections,
     _Blobs,
-    _head_dec,
     _retried,
     _scope,
     _state_dec,
@@ -64,7 +61,7 @@ class PgReads(PgConnections):
         with self._read() as conn:
             row = conn.execute("SELECT head, last_position FROM heads WHERE log_id = %s AND scope = %s AND tk = %s "
                                "AND head IS NOT NULL", self._key(thread_id, scope, conn)).fetchone()
-        return None if row is None else msgspec.structs.replace(_head_dec.decode(row[0]), last_position=row[1])
+        return None if row is None else msgspec.structs.replace(decode_head(row[0]), last_position=row[1])
 
     @_retried
     def read_thread(self, thread_id: str, *, scope: str | None = None, after: int | None = None,
@@ -106,6 +103,9 @@ class PgReads(PgConnections):
         with self._cond:
             self._cond.notify_all()
 
+    def wait_for_position(self, position: int, timeout: float | None = None, *, poll: float = 0.05) -> int:
+        return self.wait((position - 1,), timeout)[0]  # woken by NOTIFY (one log) or its own poll
+
     def wait(self, cursor: Cursor, timeout: float | None = None) -> Cursor:
         """Commits of this process wake waiters at once; other processes' through
         LISTEN/NOTIFY (one log) or a short poll (several logs)."""
@@ -145,19 +145,10 @@ class PgReads(PgConnections):
     @_retried
     def threads(self, *, scope: str | None = None, after: str | None = None, limit: int = 50,
                 include_deleted: bool = False, where: ThreadFilter | None = None) -> ThreadPage:
-        if isinstance(limit, bool) or not isinstance(limit, int) or limit <= 0:
-            raise InvalidInputError("limit must be > 0")
+        raw = check_threads_page(after, limit)
         conds: list[str] = []
         params: list[Any] = [_scope(scope)]
-        cur: tuple[int, bytes] | None = None
-        if after is not None:
-            try:
-                raw = bytes.fromhex(after)
-                if len(raw) != 24:
-                    raise ValueError
-            except ValueError as exc:
-                raise InvalidInputError(f"cursor {after!r} is not one this store returned") from exc
-            cur = (int.from_bytes(raw[:8], "big", signed=True), raw[8:])
+        cur = None if raw is None else (int.from_bytes(raw[:8], "big", signed=True), raw[8:])
         if not include_deleted:
             conds.append("NOT deleted")
         if where is not None:  # the indexed filters in SQL, the others on the decoded heads
@@ -189,7 +180,7 @@ class PgReads(PgConnections):
                     f"{extra}{bound} ORDER BY updated_ns DESC, tk DESC LIMIT %s",
                     [*params, *(cur or ()), batch]).fetchall()
                 for r in rows:
-                    h = msgspec.structs.replace(_head_dec.decode(r[0]), last_position=r[1])
+                    h = msgspec.structs.replace(decode_head(r[0]), last_position=r[1])
                     if where is not None and not matches(where, h):
                         continue
                     if len(heads) >= limit:
@@ -285,7 +276,7 @@ class PgReads(PgConnections):
     def _head_in(self, conn: psycopg.Connection[Any], thread_id: str, scope: str | None) -> ThreadHead | None:
         row = conn.execute("SELECT head FROM heads WHERE log_id = %s AND scope = %s AND tk = %s AND head IS NOT "
                            "NULL", self._key(thread_id, scope, conn)).fetchone()
-        return _head_dec.decode(row[0]) if row is not None else None
+        return decode_head(row[0]) if row is not None else None
 
     def _copy_events(self, conn: psycopg.Connection[Any], thread_id: str, scope: str | None) -> list[Any]:
         """The thread's decoded events as a copy would hold them (a fork's prefix from its parent)."""
@@ -317,7 +308,7 @@ class PgReads(PgConnections):
                                "h.tk = %s AND h.head IS NOT NULL", self._key(thread_id, scope, conn)).fetchone()
         if row is None:
             raise NotFoundError(f"thread {thread_id} does not exist")
-        if not live or _head_dec.decode(row[1]).fork_of is not None:
+        if not live or decode_head(row[1]).fork_of is not None:
             return None  # stale; or a fork, whose state the facade folds with its parent's prefix
         return ThreadState() if row[0] is None else _state_dec.decode(row[0])
 
@@ -331,7 +322,7 @@ class PgReads(PgConnections):
                                "AND head IS NOT NULL", (log, sc, tk)).fetchone()
             if row is None:
                 raise NotFoundError(f"thread {thread_id} does not exist")
-            head = msgspec.structs.replace(_head_dec.decode(row[0]), last_position=row[1])
+            head = msgspec.structs.replace(decode_head(row[0]), last_position=row[1])
             if head.status != "active" or after > head.version:
                 after = 0
             rows = conn.execute("SELECT seq, position, event_id, value FROM events WHERE log_id = %s AND scope = %s "

@@ -16,8 +16,8 @@ from typing import Any, Protocol
 import msgspec
 import psycopg
 
-from tplog.backends.contract import Inherited, RebuildReport, outgoing
-from tplog.backends.memory import VERSIONS
+from tplog.backends.common import SPAWNED_FROM, VERSIONS, outgoing
+from tplog.backends.contract import Inherited, RebuildReport
 from tplog.backends.postgres.fold import Batch, index_inherited, index_links
 from tplog.codec import facts_of
 from tplog.events import KIND_CODE, RecordedEvent, ThreadDeleted
@@ -69,7 +69,7 @@ class _Fold:
                 it = item_of(seq, kind, facts_of(ev), ev)
                 key_of = lambda t, s: self.rec._key(t, s, conn)  # noqa: E731
                 index_links(self.b, key_of, log, scope, tk, thread_id, seq, ev, it.facts)
-                if seq == 1 and any(lk.relation == "spawned_from" for _, lk in outgoing(seq, ev)):
+                if seq == 1 and any(lk.relation == SPAWNED_FROM for _, lk in outgoing(seq, ev)):
                     # perhaps a fork's start (every fork declares its parent): the rows it inherits too
                     index_inherited(self.b, key_of, log, scope, tk, thread_id,
                                     self.rec._inherited(conn, thread_id, scope or None))

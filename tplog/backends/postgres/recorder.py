@@ -41,28 +41,30 @@ import psycopg
 import psycopg.errors
 import psycopg_pool
 
-from tplog.backends.contract import (
-    EXISTS,
-    NO_STREAM,
-    Append,
-    AppendResult,
-    Handle,
-    ThreadAppend,
-    ThreadHead,
+from tplog.backends.common import (
+    VERSIONS,
     advance,
     apply_fork,
     check_append,
+    check_collision,
+    check_deletable,
+    check_expected,
     check_fork_parent,
+    check_no_forks,
+    check_tombstone,
+    decode_head,
+    retry_refs,
     thread_key,
+    tombstone_taken,
+    with_prefix,
 )
+from tplog.backends.contract import Append, AppendResult, Handle, ThreadAppend, ThreadHead
 from tplog.backends.dsn import redact, scrub
-from tplog.backends.memory import VERSIONS
 from tplog.backends.postgres.connections import (
     _RETRY,
     MAX_BATCH,
     WRITERS,
     _finder_cols,
-    _head_dec,
     _head_enc,
     _Job,
     _parse_url,
@@ -78,15 +80,9 @@ from tplog.backends.postgres.placement import Placement
 from tplog.backends.postgres.schema import check_schema_name
 from tplog.codec import Codec, Encoded, Limits
 from tplog.errors import (
-    HasForksError,
-    IdempotencyError,
     InvalidInputError,
-    NotFoundError,
-    ThreadDeletedError,
     TplogError,
-    WrongExpectedVersionError,
 )
-from tplog.events import ThreadDeleted
 from tplog.projections.fold import ThreadState, feed, item_of
 
 __all__ = ["PostgresRecorder"]
@@ -105,6 +101,8 @@ class PostgresRecorder(PgMaintenance):
     ``writers`` (or ``?writers=N``, default 2): threads committing this process's append
     batches, each on its own connection.
     """
+
+    submits_in_order = False  # several writers: a later submission may commit first
 
     def __init__(self, url: str, *, schema: str | None = None, logs: int | None = None, create: bool = True,
                  migrate: bool = False, lock_timeout: float = 30.0, pool_size: int = 4, writers: int | None = None,
@@ -174,8 +172,7 @@ class PostgresRecorder(PgMaintenance):
     def delete_thread(self, thread_id: str, tombstone: Encoded, *, scope: str | None = None) -> Handle[AppendResult]:
         fut: Future[AppendResult] = Future()
         try:
-            if not isinstance(tombstone.event, ThreadDeleted):
-                raise InvalidInputError(f"thread {thread_id}: a deletion's tombstone must be a ThreadDeleted event")
+            check_tombstone(thread_id, tombstone)
             self._enqueue(_Job(None, (thread_id, tombstone, scope), fut))
         except TplogError as exc:
             fut.set_exception(exc)
@@ -310,7 +307,7 @@ class PostgresRecorder(PgMaintenance):
             tracking = conn.execute("SELECT name, status, version FROM tracking")
             loaded = {(r[0], r[1], bytes(r[2])): bytes(r[3]) for r in states.fetchall()}
             for log, scope, tk, head, last in heads.fetchall():
-                h = None if head is None else msgspec.structs.replace(_head_dec.decode(head), last_position=last)
+                h = None if head is None else msgspec.structs.replace(decode_head(head), last_position=last)
                 key = (log, scope, bytes(tk))
                 b.threads[key] = _Thread(log, scope, key[2], h, loaded.get(key))
             for log, scope, eid, tk, seq, pos in found.fetchall() if found is not None else ():
@@ -361,21 +358,14 @@ class PostgresRecorder(PgMaintenance):
             for part in append:
                 key = self._wkey(part.thread_id, part.scope)
                 t = b.threads[key]
-                if t.head is not None and t.head.thread_id.lower() != part.thread_id.lower():
-                    raise InvalidInputError(
-                        f"thread id {part.thread_id!r} collides with stored thread {t.head.thread_id!r}")
+                check_collision(part.thread_id, t.head)
                 dup = self._duplicate(b, part, key, lookup_all)
                 if dup is not None:
                     out.append(dup)
                     staged.append(None)
                     continue
                 head = t.head if t.head is not None else ThreadHead(thread_id=part.thread_id, scope=part.scope)
-                if head.status == "deleted":
-                    raise ThreadDeletedError(f"thread {part.thread_id} was deleted; its id cannot be reused")
-                exp = part.expected
-                if (exp == NO_STREAM and head.version != 0) or (exp == EXISTS and head.version == 0) or (
-                        isinstance(exp, int) and exp != head.version):
-                    raise WrongExpectedVersionError(part.thread_id, exp, head.version)
+                check_expected(part.thread_id, head, part.expected)
                 if part.fork is not None:
                     pkey = self._wkey(part.fork.parent, part.scope)
                     pt = b.threads.get(pkey)
@@ -384,7 +374,7 @@ class PostgresRecorder(PgMaintenance):
                     else:  # FOR SHARE: a deletion of the parent waits for this append, or this for it
                         prow = conn.execute("SELECT head FROM heads WHERE log_id = %s AND scope = %s AND tk = %s "
                                             "AND head IS NOT NULL FOR SHARE", pkey).fetchone()
-                        check_fork_parent(part.fork, None if prow is None else _head_dec.decode(prow[0]))
+                        check_fork_parent(part.fork, None if prow is None else decode_head(prow[0]))
                 stored: Callable[[], list[Any]] | None = None
                 state = None
                 if part.check_rules:  # the validation rules compare against the thread's state
@@ -411,13 +401,13 @@ class PostgresRecorder(PgMaintenance):
         rows = conn.execute("SELECT seq, position, event_id, value FROM events WHERE log_id = %s AND scope = %s "
                             "AND tk = %s ORDER BY seq", (log, sc, tk), binary=True).fetchall()
         own = [self._event(conn, thread_id, log, tk, *r).event for r in rows]
-        if head is None or head.fork_of is None or head.status != "active":
-            return own
-        prow = conn.execute("SELECT head FROM heads WHERE log_id = %s AND scope = %s AND tk = %s AND head IS NOT "
-                            "NULL", self._key(head.fork_of, scope, conn)).fetchone()
-        prefix = (self._history(conn, head.fork_of, scope, _head_dec.decode(prow[0]))[1:head.fork_at]
-                  if prow is not None else [])
-        return [*own[:1], *prefix, *own[1:]]
+
+        def parent(fork_of: str) -> list[Any] | None:
+            prow = conn.execute("SELECT head FROM heads WHERE log_id = %s AND scope = %s AND tk = %s AND head IS NOT "
+                                "NULL", self._key(fork_of, scope, conn)).fetchone()
+            return None if prow is None else self._history(conn, fork_of, scope, decode_head(prow[0]))
+
+        return with_prefix(head, own, parent)
 
     def _stored_reader(self, conn: psycopg.Connection[Any], t: _Thread, thread_id: str, scope: str | None,
                        head: ThreadHead | None) -> Callable[[], list[Any]]:
@@ -446,24 +436,12 @@ class PostgresRecorder(PgMaintenance):
             else:
                 got = b.found.get(k)
                 refs.append(None if got is None else (got[0], got[1], (-1, got[2])))
-        if all(r is None for r in refs):
+        found = retry_refs(part.thread_id, tk, part.events, refs)
+        if found is None:
             return None
-        if any(r is None for r in refs):
-            stored = [e.event_id for e, r in zip(part.events, refs, strict=True) if r is not None]
-            raise IdempotencyError(
-                f"thread {part.thread_id}: event ids {stored} are already stored but the others of this append are "
-                "not; an idempotent retry must resend exactly the original events")
-        found = [r for r in refs if r is not None]
-        for e, r in zip(part.events, found, strict=True):
-            if r[0] != tk:
-                raise IdempotencyError(f"event id {e.event_id!r} is already stored in another thread")
-        seqs = [r[1] for r in found]
-        if seqs != list(range(seqs[0], seqs[0] + len(seqs))):
-            raise IdempotencyError(f"thread {part.thread_id}: event ids {[e.event_id for e in part.events]} are "
-                                   "stored, but not as one contiguous append in this order")
         # Fresh ids found on a retry after a lost COMMIT were this very append's: not a duplicate to the caller.
-        return (part.thread_id, seqs[0], seqs[-1], found[0][2], found[-1][2], [e.event_id for e in part.events],
-                not part.fresh_ids)
+        return (part.thread_id, found[0][1], found[-1][1], found[0][2], found[-1][2],
+                [e.event_id for e in part.events], not part.fresh_ids)
 
     def _apply(self, b: _Batch, part: ThreadAppend, t: _Thread, head: ThreadHead) -> Any:
         events, name = part.events, part.thread_id
@@ -590,32 +568,27 @@ class PostgresRecorder(PgMaintenance):
         with conn.transaction():
             row = conn.execute("SELECT head, last_position FROM heads WHERE log_id = %s AND scope = %s AND tk = %s "
                                "AND head IS NOT NULL FOR UPDATE", (log, sc, tk)).fetchone()
-            if row is None:
-                raise NotFoundError(f"thread {thread_id} does not exist")
-            head = _head_dec.decode(row[0])
-            if head.status == "deleted" and retrying:
+            head = None if row is None else decode_head(row[0])
+            if head is not None and head.status == "deleted" and retrying:
                 # After a lost COMMIT: this deletion's own tombstone means it did commit.
                 got = conn.execute("SELECT seq, position FROM events WHERE log_id = %s AND scope = %s AND tk = %s "
                                    "AND event_id = %s", (log, sc, tk, tomb.event_id)).fetchone()
                 if got is not None:
                     return AppendResult(thread_id=thread_id, first_seq=got[0], last_seq=got[0],
                                         first_position=got[1], last_position=got[1], event_ids=[tomb.event_id])
-            if head.status == "deleted":
-                raise ThreadDeletedError(f"thread {thread_id} is already deleted")
+            head = check_deletable(thread_id, head)
             forks = []
             for (craw,) in conn.execute(
                     "SELECT h.head FROM children c JOIN heads h ON h.scope = c.scope AND h.tk = c.child "
                     "WHERE c.log_id = %s AND c.scope = %s AND c.parent = %s AND h.head IS NOT NULL AND NOT h.deleted",
                     (log, sc, tk)).fetchall():
-                ch = _head_dec.decode(craw)
+                ch = decode_head(craw)
                 if ch.fork_of is not None and thread_key(ch.fork_of, scope) == tk:
                     forks.append(ch.thread_id)
-            if forks:
-                raise HasForksError(f"thread {thread_id} has live forks that read its events: {sorted(forks)}; "
-                                    "delete them first (Store.delete_thread(..., cascade=True))", sorted(forks))
+            check_no_forks(thread_id, forks)
             if conn.execute("SELECT 1 FROM events WHERE scope = %s AND event_id = %s",
                             (sc, tomb.event_id)).fetchone():
-                raise IdempotencyError(f"event id {tomb.event_id!r} is already stored")
+                raise tombstone_taken(tomb.event_id)
             with conn.pipeline():
                 conn.execute("DELETE FROM events WHERE log_id = %s AND scope = %s AND tk = %s", (log, sc, tk))
                 # Link rows live in their target's log; with one log this filter names it.
