@@ -170,27 +170,35 @@ async def resume_response(srv: Any, thread_id: str) -> Response:
         await asyncio.sleep(srv.tail_poll)
 
     async def body() -> AsyncIterator[str]:
-        after = 0
-        idle = 0.0
-        while True:
-            h, batches = await asyncio.to_thread(live.read, thread_id, after=after)
-            if h is None or h.turn_seq != seq:  # expired: the turn ended long ago
-                return
-            for b in batches:
-                yield b.decode()
-            after += len(batches)
-            if h.done and after >= h.batches:
-                return
-            if srv.closing:
-                return
-            if batches:
-                idle = 0.0
-            else:
-                idle += srv.tail_poll
-                if idle >= srv.heartbeat:
-                    idle = 0.0
+        # Woken by this worker's live writes of the thread (srv.live_wakeups); a run in another
+        # worker is polled every tail_poll. The readers of a thread share their reads (srv.live_reads).
+        loop = asyncio.get_running_loop()
+        wakeups = srv.live_wakeups
+        with srv.live_reads.reading(thread_id), wakeups.watching(thread_id):
+            after = 0
+            sent = loop.time()
+            while True:
+                woken = wakeups.event(thread_id)  # before the read: a write after it wakes us
+                h, batches = await srv.live_reads.read(thread_id, after=after)
+                if h is None or h.turn_seq != seq:  # expired: the turn ended long ago
+                    return
+                for b in batches:
+                    yield b.decode()
+                after += len(batches)
+                if h.done and after >= h.batches:
+                    return
+                if srv.closing:
+                    return
+                now = loop.time()
+                if batches:
+                    sent = now
+                elif now - sent >= srv.heartbeat:
+                    sent = now
                     yield ": keep-alive\n\n"
-            await asyncio.sleep(srv.tail_poll)
+                local = any(r.writer.thread_id == thread_id for r in srv.runs)
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(woken.wait(), max(0.0, srv.heartbeat - (now - sent)) if local else
+                                           srv.tail_poll)
 
     return SSEResponse(
         body(),

@@ -113,11 +113,13 @@ from tplog.integrations.server.config import (
 )
 from tplog.integrations.server.demo_agents import demo_agents
 from tplog.integrations.server.factory import app_from_env, serve
+from tplog.integrations.server.limits import ENV_LIMITS, ServerLimits
 
 __all__ = [
     "ENV_AFTER_STOP",
     "ENV_AGENTS",
     "ENV_DURABILITY",
+    "ENV_LIMITS",
     "ENV_METRICS",
     "ENV_ON_DISCONNECT",
     "ENV_RESUMABLE",
@@ -126,6 +128,7 @@ __all__ = [
     "ENV_TP_CHUNKS",
     "AppendTimings",
     "ServeError",
+    "ServerLimits",
     "app_from_env",
     "create_app",
     "demo_agents",
