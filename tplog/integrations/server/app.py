@@ -160,8 +160,10 @@ def _ui_errors(exc: Any, last: int = 0) -> list[dict[str, Any]]:
     """The validation errors, located in the client's body (``last``: the index of the one message validated)."""
     def loc(path: Any) -> str:
         parts = list(path)
-        if len(parts) > 1 and parts[0] == "messages" and parts[1] == 0:
-            parts[1] = last
+        for i in range(len(parts) - 1):
+            if parts[i] == "messages" and parts[i + 1] == 0:
+                parts[i + 1] = last
+                break
         return ".".join(str(p) for p in parts)
 
     return [

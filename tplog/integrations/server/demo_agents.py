@@ -12,7 +12,7 @@ from typing import Any
 
 __all__ = ["demo_agents"]
 
-_MAX_WORDS = 10_000  # `slow N MS`'s bounds
+_MAX_WORDS = 2_000  # `slow N MS`'s bounds
 _MAX_MS = 1_000
 
 
@@ -30,7 +30,7 @@ def demo_agents() -> dict[str, Any]:
     - ``where am i`` -> calls ``get_location``, a client-side tool: the turn ends deferred; the
       browser's result (AI SDK v6 ``addToolOutput``, or ``results`` of ``/approvals``) resumes it;
     - ``slow N [MS]`` -> streams N words, one per MS milliseconds (default 20 x 50 ms; at most
-      10,000 words and 1,000 ms: larger values are capped, so one message cannot keep a run going
+      2,000 words and 1,000 ms: larger values are capped, so one message cannot keep a run going
       for days);
     - ``fail`` -> streams a little, then the model raises (recorded as an ``error`` interruption);
     - anything else -> ``You said: ...``.

@@ -175,7 +175,7 @@ def check_fork_id(thread_id: Any) -> None:
         u = uuid.UUID(thread_id) if isinstance(thread_id, str) else None
     except ValueError:
         u = None
-    if u is None or u.version not in (4, 7) or str(u) != thread_id.lower():
+    if u is None or u.version not in (4, 7) or str(u) != thread_id:
         raise HTTPError(422, "reserved_thread_id", f"thread_id {thread_id!r}: a fork's id must be a UUID "
                         "(version 4 or 7, in its canonical form) or left out (the server makes one); ids the "
                         "server derives (UUIDv5: chat ids, chat branches) and chat ids are not accepted")
