@@ -15,7 +15,7 @@ import pytest
 from starlette.testclient import TestClient
 
 from server.server_harness import chat_body
-from tplog import AgentTurnInterrupted, NotFoundError, Store
+from tplog import AgentTurnInterrupted, NotFoundError
 from tplog.integrations import branches
 from tplog.integrations.server import ServerLimits, create_app, demo_agents
 from tplog.integrations.server.limits import Admission, check_depth, limits_from_env
