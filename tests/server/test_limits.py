@@ -261,3 +261,86 @@ def test_admission_counts_in_all_and_per_client() -> None:
         assert a.open == 3
     r2(), r3()
     assert a.open == 0
+
+
+def test_serve_flags_make_the_limits() -> None:
+    from tplog.cli import _serve_limits, build_parser
+    from tplog.errors import InvalidInputError
+
+    def limits(*flags: str) -> Any:
+        return _serve_limits(build_parser().parse_args(["serve", "store", *flags]))
+
+    assert limits() == ServerLimits()
+    got = limits("--max-run-seconds", "5", "--max-concurrent-runs", "3", "--max-streams", "9",
+                 "--max-streams-per-client", "2", "--request-timeout", "7")
+    assert got == ServerLimits(max_run_seconds=5, max_runs=3, max_streams=9, max_streams_per_client=2,
+                               header_timeout=7, body_timeout=7)
+    with pytest.raises(InvalidInputError):
+        limits("--max-concurrent-runs", "0")
+
+
+def test_shape_checks_leave_other_bodies_to_validation() -> None:
+    from tplog.integrations.server.limits import check_chat_shape
+
+    check_chat_shape({"messages": "nope"}, ServerLimits())  # the full validation names the wrong type
+    check_chat_shape({"messages": [1, {"parts": None}, {"parts": [{}]}]}, ServerLimits(max_parts=1))
+
+
+# --------------------------------------------------------------------------- 4: wake-ups
+
+
+def test_live_writes_notify_and_shared_reads_follow_the_turn() -> None:
+    import asyncio
+
+    from tplog.backends.live import MemoryLive, NotifyingLive
+    from tplog.integrations.server.wakeups import SharedLiveReads, Wakeups
+
+    written: list[str] = []
+    live = NotifyingLive(MemoryLive(), written.append)
+
+    async def main() -> None:
+        reads = SharedLiveReads(live)
+        wake = Wakeups()
+        with reads.reading("t"), reads.reading("t"), wake.watching("T"):
+            ev = wake.event("t")
+            live.write("t", 5, [b"a", b"b"])
+            wake.wake(written)
+            assert ev.is_set() and not wake.event("t").is_set()  # a new event for the next wake
+            both = await asyncio.gather(reads.read("t"), reads.read("t", after=1))  # one read for both
+            assert [b for _, b in both] == [[b"a", b"b"], [b"b"]]
+            live.write("t", 5, [b"c"])
+            assert (await reads.read("t", after=2))[1] == [b"c"]
+            live.write("t", 9, [b"x"])  # a newer turn replaced the entries: read from its start
+            hdr, got = await reads.read("t")
+            assert hdr.turn_seq == 9 and got == [b"x"]
+            assert live.request_stop("t", 9) and live.read("t")[0].stop  # type: ignore[union-attr]
+            live.expire("t", 9)
+            assert live.read("t") == (None, [])
+            assert live.sweep(done_before=0, stale_before=0) == 0
+            ev = wake.event("t")
+            wake.wake(None)
+            assert ev.is_set()
+        assert not reads._cache and not wake._events  # nothing kept once nobody reads
+
+    asyncio.run(main())
+    assert written == ["t", "t", "t"]
+
+
+def test_the_watcher_names_the_threads_an_append_touched(tmp_path: Path) -> None:
+    import asyncio
+
+    from tplog.integrations.server.state import _FANOUT_PAGE, _Watcher
+    from tplog.integrations.server.wakeups import Wakeups
+
+    with TestClient(create_app(tmp_path / "s", demo_agents())) as c:
+        a, b = str(uuid.uuid4()), str(uuid.uuid4())
+        for t in (a, b):
+            assert c.post("/api/chat", json=chat_body(t, "hi")).status_code == 200
+        store = c.app.state.tplog.store  # type: ignore[attr-defined]
+        w = _Watcher(store, asyncio.new_event_loop(), 0.05, Wakeups())
+        pos = store.last_position
+        assert w._touched(0, pos) == {a, b}
+        assert w._touched(pos - 1, pos) == {b}
+        assert w._touched(0, _FANOUT_PAGE + 1) is None  # too many to read: everyone wakes
+        w.loop.close()
+    assert w._touched(0, 1) is None  # the store closed: everyone wakes

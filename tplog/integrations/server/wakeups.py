@@ -54,10 +54,6 @@ class Wakeups:
         for ev in evs:
             ev.set()
 
-    @property
-    def watched(self) -> int:
-        return len(self._watchers)
-
 
 async def wait(ev: asyncio.Event, timeout: float) -> bool:
     """Whether ``ev`` was set within ``timeout`` seconds."""
