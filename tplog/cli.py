@@ -653,7 +653,7 @@ def build_parser() -> argparse.ArgumentParser:
                     help="stop a run still going after this long, recorded as interrupted (timeout); 0: no limit "
                          "(default 600)")
     sp.add_argument("--max-concurrent-runs", type=int, default=None, metavar="N",
-                    help="agent runs at once per worker; more are refused with 503 (default 64)")
+                    help="agent runs at once per worker; more are refused with 503 (default 256)")
     sp.add_argument("--max-streams", type=int, default=None, metavar="N",
                     help="open event tails and resumed chat streams per worker; more are refused with 503 "
                          "(default 1000)")

@@ -52,7 +52,7 @@ class ServerLimits:
     max_items: int = 100_000
     body_timeout: float = 30.0
     header_timeout: float = 30.0
-    max_runs: int = 64
+    max_runs: int = 256
     max_run_seconds: float = 600.0
     max_streams: int = 1_000
     max_streams_per_client: int = 100
