@@ -117,6 +117,8 @@ def test_too_many_parts_or_messages_is_413_before_validation(client: TestClient)
     assert err["limit"] == 10_000
     many = {**body, "messages": [{"id": f"u{i}", "role": "user", "parts": []} for i in range(10_001)]}
     _error(client.post("/api/chat", json=many), 413, "too_many_messages")
+    one = {**body, "messages": [{"id": "u1", "role": "user", "parts": parts[:1_001]}]}
+    assert _error(client.post("/api/chat", json=one), 413, "too_many_parts")["limit"] == 1_000
     assert _version(client, t) is None
 
 
@@ -126,9 +128,19 @@ def test_only_the_last_message_is_validated_and_errors_name_its_index(client: Te
     body = chat_body(t, "hello")
     body["messages"] = [*history, *body["messages"]]
     assert client.post("/api/chat", json=body).status_code == 200
+    # the history is the thread's: a malformed earlier message is not even looked at
+    junk = [{"id": "j", "role": "user", "parts": [{"type": "text"}]}, *history]
+    assert client.post("/api/chat", json={**body, "messages": [*junk, *chat_body(t, "again")["messages"]]}
+                       ).status_code == 200
     bad = {**body, "messages": [*history, {"id": "u", "role": "user", "parts": [{"type": "text"}]}]}
     err = _error(client.post("/api/chat", json=bad), 422, "invalid_body")
     assert ".messages.50.parts.0." in err["errors"][0]["loc"], err
+    long = chat_body(t, "hello")  # a last message of many parts is validated in a thread: the same answer
+    long["messages"][0]["parts"] = [{"type": "text", "text": f"p{i}"} for i in range(200)]
+    assert client.post("/api/chat", json=long).status_code == 200
+    long["messages"][0]["parts"][150] = {"type": "text"}
+    err = _error(client.post("/api/chat", json=long), 422, "invalid_body")
+    assert ".messages.0.parts.150." in err["errors"][0]["loc"]
 
 
 @pytest.mark.parametrize("depth", [100, 900])

@@ -43,6 +43,7 @@ log = logging.getLogger("tplog.server")
 
 _TAIL_PAGE: Final = 500  # events read per step of a tail
 _PARSE_INLINE: Final = 256 << 10  # bodies from this size on are parsed in a thread
+_VALIDATE_INLINE: Final = 64  # last messages with more parts are validated in a thread
 
 # --------------------------------------------------------------------------- request helpers
 
@@ -276,11 +277,19 @@ def create_app(
         # before, thousands of messages, on the event loop), after a count of them all.
         check_chat_shape(body, lim)
         msgs_in = body.get("messages")
-        if isinstance(msgs_in, list) and msgs_in:
-            check_depth(msgs_in[-1], lim, "$.messages[-1]")
-        try:
-            run_input = pydantic.TypeAdapter(RequestData).validate_python(
+        last_in = msgs_in[-1] if isinstance(msgs_in, list) and msgs_in else None
+
+        def validate() -> Any:
+            if last_in is not None:
+                check_depth(last_in, lim, "$.messages[-1]")
+            return pydantic.TypeAdapter(RequestData).validate_python(
                 {**body, "messages": msgs_in[-1:]} if isinstance(msgs_in, list) else body)
+
+        parts_in = last_in.get("parts") if isinstance(last_in, dict) else None
+        big = isinstance(parts_in, list) and len(parts_in) > _VALIDATE_INLINE
+        try:
+            # a big last message is checked in a thread: the worker's other requests go on meanwhile
+            run_input = await asyncio.to_thread(validate) if big else validate()
         except pydantic.ValidationError as exc:
             errs = _ui_errors(exc, len(msgs_in) - 1 if isinstance(msgs_in, list) and msgs_in else 0)
             first = errs[0] if errs else {"loc": "", "msg": "invalid"}

@@ -34,7 +34,8 @@ class ServerLimits:
     """The server's resource limits (``create_app(limits=...)``, ``tplog serve --max-…``).
 
     ``max_messages`` / ``max_parts``: messages, and parts over all of them, in one chat request
-    (the AI SDK sends the whole chat each time; only its last message is read). ``max_depth``:
+    (the AI SDK sends the whole chat each time; only its last message is read, which may have at
+    most ``max_message_parts``: the run handles each of them on the event loop). ``max_depth``:
     how deeply the JSON of what a request hands to the run nests (the last message, tool results,
     approvals; kept below the store's own event depth limit, so a run never fails to record it).
     ``max_items``: JSON values (objects, arrays, scalars) in those. ``body_timeout``: seconds a
@@ -48,6 +49,7 @@ class ServerLimits:
 
     max_messages: int = 10_000
     max_parts: int = 10_000
+    max_message_parts: int = 1_000
     max_depth: int = 48
     max_items: int = 100_000
     body_timeout: float = 30.0
@@ -62,8 +64,8 @@ class ServerLimits:
             v = getattr(self, f.name)
             if isinstance(v, bool) or not isinstance(v, int | float) or not v >= 0:
                 raise ValueError(f"server limit {f.name} must be a number ≥ 0, not {v!r}")
-        for name in ("max_messages", "max_parts", "max_depth", "max_items", "max_runs", "max_streams",
-                     "max_streams_per_client"):
+        for name in ("max_messages", "max_parts", "max_message_parts", "max_depth", "max_items", "max_runs",
+                     "max_streams", "max_streams_per_client"):
             if not isinstance(getattr(self, name), int) or getattr(self, name) < 1:
                 raise ValueError(f"server limit {name} must be an integer ≥ 1, not {getattr(self, name)!r}")
 
@@ -194,6 +196,11 @@ def check_chat_shape(body: dict[str, Any], limits: ServerLimits) -> None:
     if parts > limits.max_parts:
         raise HTTPError(413, "too_many_parts", f"the request's messages have {parts} parts; at most "
                         f"{limits.max_parts} are accepted", limit=limits.max_parts)
+    last = msgs[-1].get("parts") if msgs and isinstance(msgs[-1], dict) else None
+    if isinstance(last, list) and len(last) > limits.max_message_parts:
+        raise HTTPError(413, "too_many_parts", f"the last message has {len(last)} parts; at most "
+                        f"{limits.max_message_parts} are accepted", limit=limits.max_message_parts,
+                        path="$.messages[-1].parts")
 
 
 def check_depth(value: Any, limits: ServerLimits, path: str) -> None:
