@@ -85,7 +85,9 @@ Endpoints
 Errors are JSON ``{"error": {"status", "code", "message", ...}}``: malformed
 JSON 400, a body of the wrong shape 422 (naming the field), unknown thread 404,
 deleted thread 410, version/turn conflicts 409, body too large 413. A rejected
-request writes nothing.
+request writes nothing. Resource limits (:class:`ServerLimits`, ``create_app(limits=...)``,
+``TPLOG_SERVER_LIMITS``): request shape and depth (413), too many runs or streams (503; per
+client 429), a body sent too slowly (408), a run's length (recorded ``timeout``).
 
 The store is opened per worker process, in the ASGI lifespan (after uvicorn
 forked/spawned the worker): LMDB handles must not cross ``fork()``. With
