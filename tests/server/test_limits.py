@@ -143,6 +143,16 @@ def test_only_the_last_message_is_validated_and_errors_name_its_index(client: Te
     assert ".messages.0.parts.150." in err["errors"][0]["loc"]
 
 
+def test_a_user_part_the_run_cannot_take_is_422(client: TestClient) -> None:
+    """Found by tests/server/test_http_fuzz.py once only the last message was validated: such a part
+    failed inside the run, before its first append: a 500."""
+    t = str(uuid.uuid4())
+    body = {"trigger": "submit-message", "id": t, "messages": [{"id": "u", "role": "user",
+                                                                 "parts": [{"type": "step-start"}]}]}
+    _error(client.post("/api/chat", json=body), 422, "invalid_body")
+    assert _version(client, t) is None
+
+
 @pytest.mark.parametrize("depth", [100, 900])
 def test_deep_tool_results_are_refused_and_nothing_is_written(client: TestClient, depth: int) -> None:
     t = str(uuid.uuid4())
