@@ -548,6 +548,19 @@ def cmd_migrate(args: argparse.Namespace) -> int:
     return 0
 
 
+def _serve_limits(args: argparse.Namespace) -> Any:
+    from tplog.integrations.server.limits import ServerLimits
+
+    given = {name: v for name, v in (
+        ("max_run_seconds", args.max_run_seconds), ("max_runs", args.max_concurrent_runs),
+        ("max_streams", args.max_streams), ("max_streams_per_client", args.max_streams_per_client),
+        ("header_timeout", args.request_timeout), ("body_timeout", args.request_timeout)) if v is not None}
+    try:
+        return ServerLimits(**given)
+    except ValueError as exc:
+        raise InvalidInputError(f"tplog serve: {exc}") from None
+
+
 def cmd_serve(args: argparse.Namespace) -> int:
     try:
         from tplog.integrations.server import serve
@@ -574,7 +587,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     serve(args.store, host=args.host, port=args.port, workers=args.workers, agents=args.agents,
           on_disconnect=args.on_disconnect, durability=args.durability, shutdown_grace=args.shutdown_grace,
           log_format=args.log_format, log_level=args.log_level, prune=prune, security=_serve_security(args),
-          allow_unauthenticated=args.allow_unauthenticated)
+          allow_unauthenticated=args.allow_unauthenticated, limits=_serve_limits(args))
     return 0
 
 
@@ -777,6 +790,20 @@ def build_parser() -> argparse.ArgumentParser:
                      help="let pages of this origin (https://app.example) send POSTs too (repeatable)")
     sec.add_argument("--allow-unauthenticated", action="store_true",
                      help="listen beyond loopback without a token (something in front must authenticate)")
+    # the resource limits (tplog.integrations.server.limits.ServerLimits; its defaults when not given)
+    sp.add_argument("--max-run-seconds", type=float, default=None, metavar="SECONDS",
+                    help="stop a run still going after this long, recorded as interrupted (timeout); 0: no limit "
+                         "(default 600)")
+    sp.add_argument("--max-concurrent-runs", type=int, default=None, metavar="N",
+                    help="agent runs at once per worker; more are refused with 503 (default 256)")
+    sp.add_argument("--max-streams", type=int, default=None, metavar="N",
+                    help="open event tails and resumed chat streams per worker; more are refused with 503 "
+                         "(default 1000)")
+    sp.add_argument("--max-streams-per-client", type=int, default=None, metavar="N",
+                    help="the same, per client address; more are refused with 429 (default 100)")
+    sp.add_argument("--request-timeout", type=float, default=None, metavar="SECONDS",
+                    help="how long a client gets to send a request's headers, and then its body; 408 or the "
+                         "connection closed after (default 30)")
     sp = add("copy", cmd_copy, "Copy every thread (events, links, metadata, tombstones) from one store to another, "
              "between any backends; resumable (run it again after an interruption); then compare every thread's "
              "export hash (exit 1 on a mismatch).", store=False)

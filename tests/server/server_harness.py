@@ -35,7 +35,8 @@ class ServerProcess:
     """``python -m uvicorn --factory tplog.integrations.server:app_from_env`` on a free loopback port."""
 
     def __init__(self, store: Path, *, workers: int = 1, on_disconnect: str = "finish",
-                 durability: str = "durable", env: dict[str, str] | None = None, via_serve: bool = False) -> None:
+                 durability: str = "durable", env: dict[str, str] | None = None, via_serve: bool = False,
+                 uvicorn_args: tuple[str, ...] = ()) -> None:
         self.store = store
         self.workers = workers
         self.port = free_port()
@@ -45,6 +46,7 @@ class ServerProcess:
         self.env = {**os.environ, ENV_STORE: str(store), ENV_ON_DISCONNECT: on_disconnect,
                     ENV_DURABILITY: durability, "PYTHONPATH": str(ROOT), **(env or {})}
         self.via_serve = via_serve
+        self.uvicorn_args = uvicorn_args  # more uvicorn command-line options (not with via_serve)
         self.proc: subprocess.Popen[bytes] | None = None
         self.pids: set[int] = set()
 
@@ -52,7 +54,7 @@ class ServerProcess:
         # generous: on a loaded 2-core CI machine starting workers took over 40 s (no worker had answered)
         cmd = [sys.executable, "-m", "uvicorn", "--factory", "tplog.integrations.server:app_from_env",
                "--host", "127.0.0.1", "--port", str(self.port), "--workers", str(self.workers),
-               "--log-level", "warning", "--timeout-graceful-shutdown", "20"]
+               "--log-level", "warning", "--timeout-graceful-shutdown", "20", *self.uvicorn_args]
         if self.via_serve:  # what `tplog serve STORE --port N --workers N` runs
             cmd = [sys.executable, "-c", "import sys; from tplog.integrations.server import serve; "
                    "serve(sys.argv[1], port=int(sys.argv[2]), workers=int(sys.argv[3]), "

@@ -21,11 +21,12 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Callable
 from typing import Protocol
 
 import msgspec
 
-__all__ = ["LiveHeader", "LiveStreams", "MemoryLive", "expired"]
+__all__ = ["LiveHeader", "LiveStreams", "MemoryLive", "NotifyingLive", "expired"]
 
 
 class LiveHeader(msgspec.Struct, kw_only=True):
@@ -125,6 +126,35 @@ class MemoryLive:
             for t in gone:
                 del self._rows[t]
             return len(gone)
+
+
+class NotifyingLive:
+    """A :class:`LiveStreams` that calls ``on_write(thread_id)`` after each write to a thread's
+    stream (in the writing thread): readers in this process wait for that instead of polling the
+    table. Writers in other processes are not seen; their readers still poll."""
+
+    def __init__(self, inner: LiveStreams, on_write: Callable[[str], None]) -> None:
+        self.inner = inner
+        self.on_write = on_write
+
+    def write(self, thread_id: str, turn_seq: int, batches: list[bytes], *, done: bool = False,
+              attached: bool = True, owner: str = "") -> LiveHeader:
+        hdr = self.inner.write(thread_id, turn_seq, batches, done=done, attached=attached, owner=owner)
+        self.on_write(thread_id)
+        return hdr
+
+    def read(self, thread_id: str, *, after: int = 0, limit: int | None = None) -> tuple[LiveHeader | None,
+                                                                                          list[bytes]]:
+        return self.inner.read(thread_id, after=after, limit=limit)
+
+    def request_stop(self, thread_id: str, turn_seq: int) -> bool:
+        return self.inner.request_stop(thread_id, turn_seq)
+
+    def expire(self, thread_id: str, turn_seq: int) -> None:
+        self.inner.expire(thread_id, turn_seq)
+
+    def sweep(self, *, done_before: int, stale_before: int) -> int:
+        return self.inner.sweep(done_before=done_before, stale_before=stale_before)
 
 
 def expired(h: LiveHeader, done_before: int, stale_before: int) -> bool:

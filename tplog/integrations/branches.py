@@ -17,6 +17,11 @@ boundary just before that user message, where the (same or edited) message is th
   (UUIDv5), so resolving needs no index: one head lookup when the chat never branched, and
   O(log k) after ``k`` branches. A deleted branch still counts (its tombstone keeps the id),
   so a chat whose newest branch was deleted answers 410 like a deleted chat.
+- A thread under a branch id is the chat's branch only if it is a fork of the branch before it
+  (its head's ``fork_of``): any client can name a thread id, and one that made the next branch
+  id of another user's chat (a fork, a new chat) would otherwise have taken that chat over --
+  served its history, received its next message. The chat then answers 409
+  (:class:`BranchConflictError`), nothing written.
 - A regenerate for a message the chat's current branch never recorded is refused (409
   ``unknown_message``), nothing written; an edit of a message that was never recorded is
   just a new message.
@@ -27,19 +32,34 @@ from __future__ import annotations
 import uuid
 from typing import TYPE_CHECKING, Final
 
-from tplog.errors import NotFoundError
+from tplog.errors import ConflictError, NotFoundError
 from tplog.events import UserTurnSubmitted
 from tplog.integrations.vercel import MESSAGE_ID_KEY
 
 if TYPE_CHECKING:
     from tplog.store import Store
 
-__all__ = ["BRANCH_NAMESPACE", "REASON_EDIT", "REASON_REGENERATE", "branch", "branch_id", "current", "point"]
+__all__ = [
+    "BRANCH_NAMESPACE", "REASON_EDIT", "REASON_REGENERATE", "BranchConflictError", "branch", "branch_id", "current",
+    "point",
+]
 
 #: The UUIDv5 namespace of branch ids (fixed: a chat's branches must resolve the same forever).
 BRANCH_NAMESPACE: Final = uuid.UUID("5b0f3c9e-8a51-4c1e-9d3e-2f6a7c1b4e80")
 REASON_REGENERATE: Final = "regenerate-message"
 REASON_EDIT: Final = "edit-and-resend"
+
+
+class BranchConflictError(ConflictError):
+    """A thread stored under a chat's branch id is not a branch of that chat (not a fork of the
+    branch before it): someone else made it. ``thread_id``: that thread; ``root``: the chat's."""
+
+    def __init__(self, root: str, k: int, thread_id: str) -> None:
+        super().__init__(f"chat thread {root}: thread {thread_id}, stored under the id of its branch {k}, is not "
+                         f"a fork of its branch {k - 1}; the chat cannot be resolved")
+        self.root = root
+        self.k = k
+        self.thread_id = thread_id
 
 
 def branch_id(root: str, k: int) -> str:
@@ -68,7 +88,18 @@ def current(store: Store, root: str) -> tuple[str, int]:
     while hi - lo > 1:  # lo is stored, hi is not
         mid = (lo + hi) // 2
         lo, hi = (mid, hi) if _stored(store, root, mid) else (lo, mid)
-    return branch_id(root, lo), lo
+    tid = branch_id(root, lo)
+    _check_fork(store, root, lo, tid)
+    return tid, lo
+
+
+def _check_fork(store: Store, root: str, k: int, tid: str) -> None:
+    """Branch ``k`` must be a fork of branch ``k - 1``; a deleted one is let be (its tombstone
+    answers 410). Only the newest is checked: each was checked as the newest before the next was made."""
+    head = store.head(tid)
+    prev = root if k == 1 else branch_id(root, k - 1)
+    if head.status != "deleted" and (head.fork_of is None or head.fork_of.lower() != prev.lower()):
+        raise BranchConflictError(root, k, tid)
 
 
 def point(store: Store, thread_id: str, ui_id: str) -> int | None:

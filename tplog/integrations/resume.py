@@ -48,6 +48,9 @@ _STALE: Final = 24 * 3600.0
 #: How long a new message waits for the client of a running turn to go away (the stop-then-send
 #: race: the SDK's stop aborts the fetch, the server notices a moment later) before it is a conflict.
 _DETACH_GRACE: Final = 1.5
+#: The least time between two sends of a resumed stream: a batch is written every live_flush
+#: (50 ms); 200 readers of a turn sending each one took a fifth of a core, this a fifth of that.
+_RESUME_GAP: Final = 0.2
 #: How long a resume request waits for the open turn's first batch before answering 204.
 _RESUME_WAIT: Final = 2.0
 
@@ -182,28 +185,40 @@ async def resume_response(srv: Any, thread_id: str) -> Response:
         await asyncio.sleep(srv.tail_poll)
 
     async def body() -> AsyncIterator[str]:
-        after = 0
-        idle = 0.0
+        # Woken by this worker's live writes of the thread (srv.live_wakeups); a run in another
+        # worker is polled every tail_poll. The readers of a thread share their reads (srv.live_reads),
+        # by the live table's key: the thread's in this request's scope.
+        loop = asyncio.get_running_loop()
+        wakeups = srv.live_wakeups
+        key = srv.live_key(thread_id)
         replay = Replay()
-        while True:
-            h, batches = await asyncio.to_thread(live.read, thread_id, after=after)
-            if h is None or h.turn_seq != seq:  # expired: the turn ended long ago
-                return
-            for b in batches:
-                yield replay.frames(b.decode())
-            after += len(batches)
-            if h.done and after >= h.batches:
-                return
-            if srv.closing:
-                return
-            if batches:
-                idle = 0.0
-            else:
-                idle += srv.tail_poll
-                if idle >= srv.heartbeat:
-                    idle = 0.0
+        with srv.live_reads.reading(key), wakeups.watching(key):
+            after = 0
+            sent = loop.time()
+            while True:
+                woken = wakeups.event(key)  # before the read: a write after it wakes us
+                h, batches = await srv.live_reads.read(key, after=after)
+                if h is None or h.turn_seq != seq:  # expired: the turn ended long ago
+                    return
+                if batches:  # one send for all of them
+                    yield replay.frames(b"".join(batches).decode())
+                after += len(batches)
+                if h.done and after >= h.batches:
+                    return
+                if srv.closing:
+                    return
+                now = loop.time()
+                if batches:
+                    sent = now
+                elif now - sent >= srv.heartbeat:
+                    sent = now
                     yield ": keep-alive\n\n"
-            await asyncio.sleep(srv.tail_poll)
+                local = bool(srv.runs_of(thread_id))
+                if batches:  # what arrives meanwhile goes out in one send
+                    await asyncio.sleep(_RESUME_GAP)
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(woken.wait(), max(0.0, srv.heartbeat - (now - sent)) if local else
+                                           srv.tail_poll)
 
     return SSEResponse(
         body(),
@@ -279,7 +294,7 @@ async def settle_open_turn(srv: Any, thread_id: str, head: Any) -> Any:
     start = time.monotonic()
     stop_sent = False
     while True:
-        local = [r for r in srv.runs if r.writer.thread_id == thread_id and r.task is not None and not r.task.done()]
+        local = [r for r in srv.runs_of(thread_id) if r.task is not None and not r.task.done()]
         if local:
             attached = any(r.attached for r in local)
         else:

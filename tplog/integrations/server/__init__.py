@@ -85,7 +85,9 @@ Endpoints
 Errors are JSON ``{"error": {"status", "code", "message", ...}}``: malformed
 JSON 400, a body of the wrong shape 422 (naming the field), unknown thread 404,
 deleted thread 410, version/turn conflicts 409, body too large 413. A rejected
-request writes nothing.
+request writes nothing. Resource limits (:class:`ServerLimits`, ``create_app(limits=...)``,
+``TPLOG_SERVER_LIMITS``): request shape and depth (413), too many runs or streams (503; per
+client 429), a body sent too slowly (408), a run's length (recorded ``timeout``).
 
 Access (:class:`Security`, :mod:`.security`): with a token every route but ``/health`` needs
 ``Authorization: Bearer TOKEN`` (the page: ``/?token=TOKEN`` once, then a cookie) else 401; with
@@ -121,12 +123,14 @@ from tplog.integrations.server.config import (
 )
 from tplog.integrations.server.demo_agents import demo_agents
 from tplog.integrations.server.factory import app_from_env, serve
+from tplog.integrations.server.limits import ENV_LIMITS, ServerLimits
 from tplog.integrations.server.security import Security
 
 __all__ = [
     "ENV_AFTER_STOP",
     "ENV_AGENTS",
     "ENV_DURABILITY",
+    "ENV_LIMITS",
     "ENV_METRICS",
     "ENV_ON_DISCONNECT",
     "ENV_RESUMABLE",
@@ -136,6 +140,7 @@ __all__ = [
     "AppendTimings",
     "Security",
     "ServeError",
+    "ServerLimits",
     "app_from_env",
     "create_app",
     "demo_agents",

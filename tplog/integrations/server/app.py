@@ -28,8 +28,10 @@ from tplog.integrations.http import error_response as _error_response
 from tplog.integrations.resume import AfterStop, resume_response
 from tplog.integrations.scheduled_prune import PruneSchedule
 from tplog.integrations.server.config import AppendTimings, OnDisconnect, TpChunks
+from tplog.integrations.server.limits import ServerLimits, check_chat_shape, check_depth, check_fork_id, held
 from tplog.integrations.server.security import SecureApp, Security, redact_access_log
 from tplog.integrations.server.state import Server, new_message_id, path_thread, thread_for
+from tplog.integrations.server.wakeups import wait
 from tplog.integrations.vercel import CHAT_ID_KEY, MESSAGE_ID_KEY, client_tool_results, thread_id_for_chat
 from tplog.logs import set_thread_id
 from tplog.protocol import model as m
@@ -44,28 +46,37 @@ log = logging.getLogger("tplog.server")
 _TAIL_PAGE: Final = 500  # events read per step of a tail
 # ASCII digits, at most 18 (an int64): str.isdigit() also takes '²', which int() refuses
 _DIGITS: Final = re.compile(r"[0-9]{1,18}")
+_PARSE_INLINE: Final = 256 << 10  # bodies from this size on are parsed in a thread
+_VALIDATE_INLINE: Final = 64  # last messages with more parts are validated in a thread
 
 # --------------------------------------------------------------------------- request helpers
 
 
-async def _json_body(request: Request, limit: int) -> dict[str, Any]:
+async def _json_body(request: Request, limit: int, timeout: float = 0.0) -> dict[str, Any]:
     cl = request.headers.get("content-length")
     if cl is not None and cl.isdigit() and int(cl) > limit:
         raise HTTPError(413, "too_large", f"request body is {cl} bytes; at most {limit} are accepted")
     from starlette.requests import ClientDisconnect
 
-    raw = b""
+    chunks: list[bytes] = []
+    size = 0
     try:
-        async for chunk in request.stream():
-            raw += chunk
-            if len(raw) > limit:
-                raise HTTPError(413, "too_large", f"request body is over {limit} bytes")
+        async with asyncio.timeout(timeout or None):  # a client sending its body slowly holds a worker's connection
+            async for chunk in request.stream():
+                chunks.append(chunk)
+                size += len(chunk)
+                if size > limit:
+                    raise HTTPError(413, "too_large", f"request body is over {limit} bytes")
     except ClientDisconnect:
         raise HTTPError(400, "client_disconnected", "the client went away while sending the body") from None
+    except TimeoutError:
+        raise HTTPError(408, "body_timeout", f"the request body did not arrive within {timeout:g} s") from None
+    raw = b"".join(chunks)
     if not raw.strip():
         raise HTTPError(400, "empty_body", "the request needs a JSON body")
     try:
-        data = json.loads(raw)
+        # a large body is parsed off the event loop: the other requests of the worker go on meanwhile
+        data = json.loads(raw) if size < _PARSE_INLINE else await asyncio.to_thread(json.loads, raw)
     except (ValueError, UnicodeDecodeError) as exc:
         raise HTTPError(400, "malformed_json", f"the body is not valid JSON: {exc}") from exc
     except RecursionError:  # json's decoder recurses per nesting level
@@ -81,6 +92,10 @@ async def _chat_branch(srv: Server, root: str) -> str:
     if k:
         set_thread_id(tid)
     return tid
+
+
+def _client(request: Request) -> str | None:
+    return request.client.host if request.client is not None else None
 
 
 def _if_match(request: Request) -> int | None:
@@ -146,9 +161,18 @@ def _json(obj: Any, status: int = 200) -> Response:
     return Response(msgspec.json.encode(obj), status_code=status, media_type="application/json")
 
 
-def _ui_errors(exc: Any) -> list[dict[str, Any]]:
+def _ui_errors(exc: Any, last: int = 0) -> list[dict[str, Any]]:
+    """The validation errors, located in the client's body (``last``: the index of the one message validated)."""
+    def loc(path: Any) -> str:
+        parts = list(path)
+        for i in range(len(parts) - 1):
+            if parts[i] == "messages" and parts[i + 1] == 0:
+                parts[i + 1] = last
+                break
+        return ".".join(str(p) for p in parts)
+
     return [
-        {"loc": ".".join(str(p) for p in e.get("loc", ())), "msg": e.get("msg"), "type": e.get("type")}
+        {"loc": loc(e.get("loc", ())), "msg": e.get("msg"), "type": e.get("type")}
         for e in exc.errors(include_url=False, include_context=False, include_input=False)[:20]
     ]
 
@@ -187,6 +211,7 @@ def create_app(
     resumable: bool = True,
     prune: PruneSchedule | None = None,
     security: Security | None = None,
+    limits: ServerLimits | None = None,
 ) -> Starlette:
     """The ASGI app serving ``store`` (a directory, opened per worker in the lifespan, or an
     open ``Store``/``AsyncStore`` the caller keeps owning) with ``agents`` (name -> Pydantic AI agent).
@@ -222,6 +247,9 @@ def create_app(
     ``security``: who may use the server and from where (:class:`Security`: a token, users and
     their scopes, allowed Hosts and Origins); the default needs no token and answers only Hosts
     naming this machine's loopback or the address the connection came to.
+    ``limits``: the resource limits (:class:`~tplog.integrations.server.limits.ServerLimits`:
+    request shape and depth, body and header read deadlines, runs at once and their length, open
+    streams in all and per client).
     """
     srv = Server(
         store,
@@ -242,19 +270,36 @@ def create_app(
         live_flush=live_flush,
         resumable=resumable,
         prune=prune,
+        limits=limits,
     )
+    lim = srv.limits
 
     async def chat(request: Request) -> Response:
         import pydantic
         from pydantic_ai.ui.vercel_ai import VercelAIAdapter
         from pydantic_ai.ui.vercel_ai.request_types import RequestData
 
-        body = await _json_body(request, srv.max_body)
+        body = await _json_body(request, srv.max_body, lim.body_timeout)
         body.setdefault("trigger", "submit-message")
+        # Only the last message is read: it alone is validated (the history was seen in full
+        # before, thousands of messages, on the event loop), after a count of them all.
+        check_chat_shape(body, lim)
+        msgs_in = body.get("messages")
+        last_in = msgs_in[-1] if isinstance(msgs_in, list) and msgs_in else None
+
+        def validate() -> Any:
+            if last_in is not None:
+                check_depth(last_in, lim, "$.messages[-1]")
+            return pydantic.TypeAdapter(RequestData).validate_python(
+                {**body, "messages": msgs_in[-1:]} if isinstance(msgs_in, list) else body)
+
+        parts_in = last_in.get("parts") if isinstance(last_in, dict) else None
+        big = isinstance(parts_in, list) and len(parts_in) > _VALIDATE_INLINE
         try:
-            run_input = pydantic.TypeAdapter(RequestData).validate_python(body)
+            # a big last message is checked in a thread: the worker's other requests go on meanwhile
+            run_input = await asyncio.to_thread(validate) if big else validate()
         except pydantic.ValidationError as exc:
-            errs = _ui_errors(exc)
+            errs = _ui_errors(exc, len(msgs_in) - 1 if isinstance(msgs_in, list) and msgs_in else 0)
             first = errs[0] if errs else {"loc": "", "msg": "invalid"}
             raise HTTPError(
                 422,
@@ -301,6 +346,11 @@ def create_app(
         user_text: str | None = None
         ui_ids: tuple[str | None, str | None] = (None, None)
         if last is not None and last.role == "user":
+            try:  # what the run does with it first: a part it cannot take was a 500 from inside the run
+                VercelAIAdapter.load_messages([last])
+            except ValueError:
+                raise HTTPError(422, "invalid_body", "the user's message has a part of a type a user message cannot "
+                                f"have (its parts: {[getattr(p, 'type', '?') for p in last.parts]})") from None
             user_text = " ".join(getattr(p, "text", "") for p in last.parts if getattr(p, "type", "") == "text")
             ui_ids = (last.id or None, new_message_id())
         elif last is not None and last.role == "assistant":
@@ -352,10 +402,11 @@ def create_app(
 
     async def fork(request: Request) -> Response:
         thread_id = await path_thread(srv, request)
-        body = await _json_body(request, srv.max_body)
+        body = await _json_body(request, srv.max_body, lim.body_timeout)
         unknown_keys = sorted(set(body) - {"at", "thread_id", "reason"})
         if unknown_keys:
             raise HTTPError(422, "invalid_body", f"unknown fields {unknown_keys}; expected at, thread_id, reason")
+        check_fork_id(body.get("thread_id"))
         res = await srv.astore.fork(thread_id, body.get("at"), new_thread_id=body.get("thread_id"),  # type: ignore[arg-type]
                                     reason=body.get("reason"))
         return _json(res, status=201)
@@ -375,11 +426,21 @@ def create_app(
         tid = await _chat_branch(srv, await path_thread(srv, request))
         if not srv.resumable:
             return Response(status_code=204, headers={"x-tplog-worker": str(os.getpid())})
-        return await resume_response(srv, tid)
+        release = srv.stream_slots.acquire(_client(request))
+        try:
+            resp = await resume_response(srv, tid)
+        except BaseException:
+            release()
+            raise
+        if resp.status_code != 200:
+            release()
+            return resp
+        return held(resp, release)
 
     async def approvals(request: Request) -> Response:
         thread_id = await path_thread(srv, request)
-        body = await _json_body(request, srv.max_body)
+        body = await _json_body(request, srv.max_body, lim.body_timeout)
+        check_depth(body, lim, "$")  # before anything is written: the run would fail to record a deeper result
         appr = body.get("approvals", {})
         results = body.get("results", {})
         if not isinstance(appr, dict) or not isinstance(results, dict):
@@ -517,8 +578,8 @@ def create_app(
             after = _int_param(request, "after", 0) or 0
         follow = request.query_params.get("follow") is None or _flag(request, "follow")
         store = srv.store
-        await asyncio.to_thread(store.head, tid)  # 404 before the stream starts
-        watcher = srv.watcher
+        key = (await asyncio.to_thread(store.head, tid)).thread_id  # 404 before the stream starts
+        wakeups = srv.wakeups
         heartbeat = srv.heartbeat
 
         async def gen() -> AsyncIterator[str]:
@@ -532,10 +593,15 @@ def create_app(
                     srv.prom.sse.dec()
 
         async def tail() -> AsyncIterator[str]:
+            with wakeups.watching(key):  # woken by appends to this thread only (the watcher knows which)
+                async for chunk in tail_of():
+                    yield chunk
+
+        async def tail_of() -> AsyncIterator[str]:
             last = after
             yield "retry: 1000\n\n"
             while True:
-                mark = watcher.pos
+                woken = wakeups.event(key)  # before the read: an append after it wakes us
                 evs = await asyncio.to_thread(store.read, tid, after=last, limit=_TAIL_PAGE)
                 for e in evs:
                     if e.seq <= last:  # pragma: no cover - reads are by seq
@@ -549,13 +615,13 @@ def create_app(
                     continue  # more of the backlog: no waiting
                 if not follow or srv.closing:
                     return
-                got = await watcher.wait(mark, heartbeat)
-                if got == mark:
+                if not await wait(woken, heartbeat):
                     yield ": keep-alive\n\n"
 
-        return _SSEResponse(
+        resp = _SSEResponse(
             gen(), media_type="text/event-stream", headers={**SSE_HEADERS, "x-tplog-worker": str(os.getpid())}
         )
+        return held(resp, srv.stream_slots.acquire(_client(request))) if follow else resp
 
     def guarded(fn: Callable[[Request], Any]) -> Callable[[Request], Any]:
         async def wrapper(request: Request) -> Response:

@@ -12,6 +12,9 @@ from typing import Any
 
 __all__ = ["demo_agents"]
 
+_MAX_WORDS = 2_000  # `slow N MS`'s bounds
+_MAX_MS = 1_000
+
 
 # --------------------------------------------------------------------------- demo agent
 
@@ -26,7 +29,9 @@ def demo_agents() -> dict[str, Any]:
       deferred; approve/deny it (``POST /threads/{id}/approvals``) and it goes on;
     - ``where am i`` -> calls ``get_location``, a client-side tool: the turn ends deferred; the
       browser's result (AI SDK v6 ``addToolOutput``, or ``results`` of ``/approvals``) resumes it;
-    - ``slow N [MS]`` -> streams N words, one per MS milliseconds (default 20 x 50 ms);
+    - ``slow N [MS]`` -> streams N words, one per MS milliseconds (default 20 x 50 ms; at most
+      2,000 words and 1,000 ms: larger values are capped, so one message cannot keep a run going
+      for days);
     - ``fail`` -> streams a little, then the model raises (recorded as an ``error`` interruption);
     - anything else -> ``You said: ...``.
     """
@@ -69,7 +74,7 @@ def demo_agents() -> dict[str, Any]:
                 )
             }
         elif mt := re.match(r"slow(?: (\d+))?(?: (\d+))?", low):
-            n, ms = int(mt.group(1) or 20), int(mt.group(2) or 50)
+            n, ms = min(int(mt.group(1) or 20), _MAX_WORDS), min(int(mt.group(2) or 50), _MAX_MS)
             for i in range(n):
                 yield f"word{i} "
                 await asyncio.sleep(ms / 1000)

@@ -29,6 +29,7 @@ from tplog.integrations.server.config import (
     ServeError,
 )
 from tplog.integrations.server.demo_agents import demo_agents
+from tplog.integrations.server.limits import ENV_LIMITS, H11_PROTOCOL, ServerLimits, limits_from_env
 from tplog.integrations.server.security import Security, check_bind
 from tplog.logs import log_config
 from tplog.store import Store
@@ -98,6 +99,8 @@ def app_from_env(agents: Mapping[str, Any] | None = None) -> Starlette:
     ``interrupt`` (default) / ``wait`` / ``reject``. ``TPLOG_SERVER_RESUMABLE``: ``1`` (default) / ``0``.
     ``TPLOG_SERVER_PRUNE``: a retention schedule (:mod:`tplog.integrations.scheduled_prune`).
     ``TPLOG_SERVER_AUTH_*``, ``…_TRUSTED_USER_HEADER``, ``…_ALLOWED_HOSTS``/``ORIGINS``: :meth:`Security.from_env`.
+    ``TPLOG_SERVER_LIMITS``: the resource limits, a JSON object of
+    :class:`~tplog.integrations.server.limits.ServerLimits` fields.
     """
     path = os.environ.get(ENV_STORE)
     if not path:
@@ -128,6 +131,7 @@ def app_from_env(agents: Mapping[str, Any] | None = None) -> Starlette:
         resumable=resumable == "1",
         prune=schedule_from_env(os.environ.get(ENV_PRUNE)),
         security=Security.from_env(),
+        limits=limits_from_env(os.environ.get(ENV_LIMITS)),
     )
 
 
@@ -164,6 +168,7 @@ def serve(
     prune: PruneSchedule | None = None,
     security: Security | None = None,
     allow_unauthenticated: bool = False,
+    limits: ServerLimits | None = None,
 ) -> None:
     """Serve ``store_path`` with uvicorn (``tplog serve``); blocks until stopped (SIGINT/SIGTERM).
 
@@ -177,6 +182,8 @@ def serve(
     ``prune``: apply a retention policy on a schedule (:mod:`tplog.integrations.scheduled_prune`).
     ``security``: a token, users, allowed Hosts and Origins (:class:`Security`); a ``host`` beyond
     loopback without authentication is a :class:`ServeError` unless ``allow_unauthenticated``.
+    ``limits``: the resource limits (:class:`~tplog.integrations.server.limits.ServerLimits`);
+    its ``header_timeout`` is the deadline uvicorn's protocol gives a request's headers.
     """
     import uvicorn
 
@@ -202,6 +209,7 @@ def serve(
     if prune is not None:
         prune.check()
         os.environ[ENV_PRUNE] = prune.to_env()
+    os.environ[ENV_LIMITS] = (limits or ServerLimits()).to_env()  # the workers' app and protocol read it
     # text: uvicorn's own default configuration (passing log_config=None would turn it off)
     logging_options: dict[str, Any] = {} if log_format == "text" else {"log_config": log_config(log_format, log_level)}
     uvicorn.run(
@@ -221,4 +229,5 @@ def serve(
         # reaches the app (benchmarks.server_load: 0-2 of 400 chats per run at uvicorn's
         # default 5 s, none in 5 runs at 60 s).
         timeout_keep_alive=75,
+        http=H11_PROTOCOL,  # h11 with a deadline on a request's headers (limits.header_timeout)
     )

@@ -219,13 +219,18 @@ def check_bind(host: str, security: Security, allow_unauthenticated: bool) -> No
 # --------------------------------------------------------------------------- live table per user
 
 
+def live_key(scope: str, thread_id: str) -> str:
+    """``thread_id``'s key in the live table for ``scope``: length-prefixed, so no scope's keys are another's."""
+    return f"{len(scope)}:{scope}:{thread_id}"
+
+
 class ScopedLive:
     """A user's view of the live table (in-flight stream chunks): its keys carry the scope, so the
     same thread id in two scopes is two streams."""
 
     def __init__(self, live: LiveStreams, scope: str) -> None:
         self.inner = live
-        self.prefix = f"{len(scope)}:{scope}:"
+        self.prefix = live_key(scope, "")
 
     def write(self, thread_id: str, turn_seq: int, batches: list[bytes], *, done: bool = False,
               attached: bool = True, owner: str = "") -> LiveHeader:

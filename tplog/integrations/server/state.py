@@ -22,7 +22,7 @@ from starlette.requests import Request
 from starlette.responses import StreamingResponse
 
 from tplog.aio import AsyncStore
-from tplog.backends.live import LiveStreams, MemoryLive
+from tplog.backends.live import LiveStreams, MemoryLive, NotifyingLive
 from tplog.backends.live_streams import live_streams
 from tplog.errors import InvalidEventError, InvalidInputError, NotFoundError
 from tplog.events import (
@@ -39,7 +39,9 @@ from tplog.integrations.http import header_safe as _header_safe
 from tplog.integrations.resume import AfterStop, LiveWriter, settle_open_turn, sweeper
 from tplog.integrations.scheduled_prune import PruneSchedule, prune_loop
 from tplog.integrations.server.config import AppendTimings, OnDisconnect, TpChunks
-from tplog.integrations.server.security import ScopedLive, request_scope
+from tplog.integrations.server.limits import Admission, ServerLimits
+from tplog.integrations.server.security import ScopedLive, live_key, request_scope
+from tplog.integrations.server.wakeups import SharedLiveReads, Wakeups
 from tplog.integrations.vercel import MESSAGE_ID_KEY, thread_id_for_chat
 from tplog.logs import set_thread_id
 from tplog.protocol import model as m
@@ -53,13 +55,19 @@ log = logging.getLogger("tplog.server")
 # --------------------------------------------------------------------------- state
 
 
-class _Watcher:
-    """One thread per worker: ``Store.wait_for_position`` in a loop; wakes the asyncio tails."""
+#: Log entries the watcher reads to learn which threads an append touched; past that it wakes every tail.
+_FANOUT_PAGE = 256
 
-    def __init__(self, store: Store, loop: asyncio.AbstractEventLoop, poll: float) -> None:
+
+class _Watcher:
+    """One thread per worker: ``Store.wait_for_position`` in a loop; wakes the asyncio tails of
+    the threads the new log entries belong to (``wakeups``), and whoever waits for any append."""
+
+    def __init__(self, store: Store, loop: asyncio.AbstractEventLoop, poll: float, wakeups: Wakeups) -> None:
         self.store = store
         self.loop = loop
         self.poll = poll
+        self.wakeups = wakeups
         # Several logs (PostgreSQL, P > 1): the sum of their positions grows with every commit.
         self._logs = store.backend.logs
         self.pos = store.last_position if self._logs == 1 else sum(store.backend.positions())
@@ -81,11 +89,24 @@ class _Watcher:
             except Exception:  # the store closed under us: stop
                 return
             if pos > self.pos:
+                touched = self._touched(self.pos, pos)
                 self.pos = pos
                 with contextlib.suppress(RuntimeError):  # loop closed
-                    self.loop.call_soon_threadsafe(self._wake)
+                    self.loop.call_soon_threadsafe(self._wake, touched)
 
-    def _wake(self) -> None:
+    def _touched(self, old: int, new: int) -> set[str] | None:
+        """The threads of log positions ``old``..``new`` (one read, in this thread), or None
+        (everyone) when that is not known cheaply: several logs, or more entries than a page."""
+        if self._logs != 1 or new - old > _FANOUT_PAGE:
+            return None
+        try:
+            page = self.store.backend.read_log(0, after=old, limit=_FANOUT_PAGE, scope=self.store.scope)
+        except Exception:  # the store closed under us, or an unreadable entry: wake everyone
+            return None
+        return {e.thread_id for e in page}
+
+    def _wake(self, touched: set[str] | None = None) -> None:
+        self.wakeups.wake(touched)
         ev, self._event = self._event, asyncio.Event()
         ev.set()
 
@@ -168,6 +189,9 @@ class _Writer:
         return res
 
 
+_ERROR_CHUNK = 'data: {"type":"error"'
+
+
 def _with_reason(ev: Event, reason: str) -> Event:
     if isinstance(ev, AgentTurnInterrupted) and ev.interruption.reason == "user_cancelled":
         return msgspec.structs.replace(ev, interruption=msgspec.structs.replace(ev.interruption, reason=reason))
@@ -207,6 +231,7 @@ class _Run:
         from pydantic_ai import CancellationToken
 
         self.writer = writer
+        self.scope = request_scope.get()  # the same thread id in another scope is another thread
         self.token = CancellationToken()  # stops the run inside Pydantic AI: its stream ends with `abort`
         self.queue: asyncio.Queue[str | None] = asyncio.Queue()
         self.attached = True
@@ -241,6 +266,7 @@ class Server:
         live_flush: float = 0.05,
         resumable: bool = True,
         prune: PruneSchedule | None = None,
+        limits: ServerLimits | None = None,
     ) -> None:
         if on_disconnect not in ("finish", "interrupt"):
             raise ValueError(f"on_disconnect must be 'finish' or 'interrupt', not {on_disconnect!r}")
@@ -274,7 +300,14 @@ class Server:
         if prune is not None:
             prune.check()
         self.prune = prune
+        self.limits = limits if limits is not None else ServerLimits()
+        lim = self.limits
+        self.run_slots = Admission("runs", lim.max_runs)
+        self.stream_slots = Admission("streams", lim.max_streams, lim.max_streams_per_client)
+        self.wakeups = Wakeups()  # event tails, by thread (the watcher wakes them)
+        self.live_wakeups = Wakeups()  # resumed chat streams, by thread (this worker's live writes wake them)
         self._live: LiveStreams | None = None
+        self._live_reads: SharedLiveReads | None = None
         self.live_tasks: set[asyncio.Task[None]] = set()
         self._astore: AsyncStore | None = None
         self._watcher: _Watcher | None = None
@@ -300,9 +333,35 @@ class Server:
         """The store's live table (in-flight stream chunks); a process-local one when the backend
         has none (then only this worker can resume its streams)."""
         if self._live is None:
-            self._live = live_streams(self.store.backend) or MemoryLive()
+            loop = asyncio.get_running_loop()
+
+            def written(thread_id: str) -> None:  # in the writer's thread
+                with contextlib.suppress(RuntimeError):  # loop closed
+                    loop.call_soon_threadsafe(self.live_wakeups.wake, (thread_id,))
+
+            self._live = NotifyingLive(live_streams(self.store.backend) or MemoryLive(), written)
         user = request_scope.get()
         return self._live if user is None else ScopedLive(self._live, user)
+
+    def runs_of(self, thread_id: str) -> list[_Run]:
+        """This worker's runs of ``thread_id`` in this request's scope."""
+        user = request_scope.get()
+        return [r for r in self.runs if r.writer.thread_id == thread_id and r.scope == user]
+
+    def live_key(self, thread_id: str) -> str:
+        """``thread_id``'s key in the live table for this request's user (what :class:`ScopedLive`
+        writes under, what the wake-ups and shared reads go by)."""
+        user = request_scope.get()
+        return thread_id if user is None else live_key(user, thread_id)
+
+    @property
+    def live_reads(self) -> SharedLiveReads:
+        """The live table's reads shared by the resumed streams of a thread."""
+        if self._live_reads is None:  # over the unscoped table: readers come by key (live_key)
+            self.live  # noqa: B018 - made on first use
+            assert self._live is not None
+            self._live_reads = SharedLiveReads(self._live)
+        return self._live_reads
 
     @property
     def watcher(self) -> _Watcher:
@@ -322,7 +381,7 @@ class Server:
         else:
             self._astore = await AsyncStore.open(arg, **self.store_options)
             owned = True
-        self._watcher = _Watcher(self._astore.store, asyncio.get_running_loop(), self.tail_poll)
+        self._watcher = _Watcher(self._astore.store, asyncio.get_running_loop(), self.tail_poll, self.wakeups)
         self._watcher.start()
         if self.resumable:
             self.live_tasks.add(asyncio.get_running_loop().create_task(sweeper(self.live)))
@@ -391,6 +450,7 @@ class Server:
         self.closing = True
         if self._watcher is not None:
             self._watcher._wake()
+        self.live_wakeups.wake(None)
         self._draining = asyncio.get_running_loop().create_task(self._drain())
 
     async def _drain(self) -> None:
@@ -443,6 +503,32 @@ class Server:
         """
         if self.closing:
             raise HTTPError(503, "shutting_down", "the server is shutting down")
+        release = self.run_slots.acquire()  # held until the run's task ends; refused: nothing written
+        try:
+            run = await self._start_run(thread_id, agent_name, agent, body, if_match=if_match, user_text=user_text,
+                                        deferred=deferred, client_results=client_results, metadata=metadata,
+                                        ui_ids=ui_ids)
+        except BaseException:
+            release()
+            raise
+        assert run.task is not None
+        run.task.add_done_callback(lambda _t: release())
+        return run
+
+    async def _start_run(
+        self,
+        thread_id: str,
+        agent_name: str,
+        agent: Any,
+        body: dict[str, Any],
+        *,
+        if_match: int | None,
+        user_text: str | None,
+        deferred: tuple[dict[str, Any], dict[str, Any]] | None,
+        client_results: bool,
+        metadata: dict[str, Any] | None,
+        ui_ids: tuple[str | None, str | None],
+    ) -> _Run:
         from tplog.integrations.pydantic_ai import HistoryCache, ThreadRecorder, history_from_thread
 
         store = self.store
@@ -523,6 +609,8 @@ class Server:
             )
         recorder = _recorder_class(ThreadRecorder)(writer, thread_id)
         kwargs: dict[str, Any] = {"cancellation_token": run.token}
+        if self.limits.max_run_seconds > 0:  # past it Pydantic AI stops the run: recorded `timeout`
+            kwargs["timeout"] = self.limits.max_run_seconds
         if history:
             kwargs["message_history"] = history
         if deferred is not None:
@@ -565,6 +653,10 @@ class Server:
                 message_id=run.writer.ui_ids[1],
                 **kwargs,
             ):
+                if line.startswith(_ERROR_CHUNK) and run.writer.reason_override is None:
+                    # the UI stream failed (e.g. encoding a result): the run is then closed from outside,
+                    # which the recorder takes for a client that stopped reading: record what happened
+                    run.writer.reason_override = "error"
                 if run.attached:
                     run.queue.put_nowait(line)
                 if run.live is not None:
