@@ -56,7 +56,7 @@ def _status(s: socket.socket) -> tuple[int, bytes]:
 
 def _open_tail(srv: ServerProcess, tid: str, source: str = "127.0.0.1") -> tuple[socket.socket, int, bytes]:
     s = _connect(srv, source)
-    s.sendall(f"GET /threads/{tid}/events HTTP/1.1\r\nHost: x\r\n\r\n".encode())
+    s.sendall(f"GET /threads/{tid}/events HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n".encode())
     st, data = _status(s)
     return s, st, data
 
@@ -74,12 +74,12 @@ def _closed_within(s: socket.socket, limit: float) -> float:
 
 
 def test_header_deadline_closes_half_sent_requests(limited: ServerProcess) -> None:
-    for partial in (b"", b"GET /health HT", b"GET /health HTTP/1.1\r\nHost: x\r\n"):
+    for partial in (b"", b"GET /health HT", b"GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\n"):
         with _connect(limited) as s:
             s.sendall(partial)
             assert _closed_within(s, 8.0) < 5.0
     with _connect(limited) as s:  # after a response, the next request's headers get the deadline too
-        s.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n")
+        s.sendall(b"GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
         st, _ = _status(s)
         assert st == 200
         s.sendall(b"GET /health HTTP/1.1\r\n")
@@ -90,7 +90,7 @@ def test_body_deadline_is_408_and_nothing_written(limited: ServerProcess) -> Non
     t = str(uuid.uuid4())
     body = json.dumps(chat_body(t, "hello")).encode()
     with _connect(limited) as s:
-        s.sendall(b"POST /api/chat HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+        s.sendall(b"POST /api/chat HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
                   b"Content-Length: %d\r\n\r\n" % len(body) + body[:10])
         s.settimeout(8.0)
         st, data = _status(s)
