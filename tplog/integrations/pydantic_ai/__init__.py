@@ -100,6 +100,7 @@ before it. External ``asyncio`` cancellation propagates as
 
 from __future__ import annotations
 
+from tplog.integrations.pydantic_ai.conversation_store import TplogConversationStore
 from tplog.integrations.pydantic_ai.mapping import EXT_PREFIX as EXT_PREFIX
 from tplog.integrations.pydantic_ai.mapping import (
     PAI_KEY,
@@ -124,6 +125,7 @@ __all__ = [
     "HistoryCache",
     "RecordedRun",
     "ThreadRecorder",
+    "TplogConversationStore",
     "events_from_messages",
     "history_from_thread",
     "is_user_request",
