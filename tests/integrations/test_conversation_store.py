@@ -227,3 +227,43 @@ def test_opens_paths_async_stores_and_refuses_other_things(tmp_path: Path) -> No
             await TplogConversationStore("memory:").read_entry("nope")
 
     run(go())
+
+
+def test_deferred_requests_generations_and_the_primitives_edges() -> None:
+    from pydantic_ai import DeferredToolRequests
+    from pydantic_ai.conversation_store import ConversationRecord
+
+    async def go() -> None:
+        store = TplogConversationStore("memory:")
+        agent = Agent(TestModel(), output_type=[str, DeferredToolRequests])
+
+        @agent.tool_plain(requires_approval=True)
+        def wipe(path: str) -> str:
+            return path
+
+        result = await agent.run("wipe it", conversation=Conversation(conversation_id="d"))
+        assert isinstance(result.output, DeferredToolRequests)
+        await store.save(result)
+        loaded = await store.load("d")
+        assert loaded is not None and loaded.deferred_tool_requests == result.output
+        tid = thread_id_for("d")
+        assert [p.tool_call_id for p in store.store.pending(tid).pending] == [
+            c.tool_call_id for c in result.output.approvals]
+        record = await store.read_record("d")
+        assert record is not None
+        with pytest.raises(ConversationConflict):
+            await store.delete_record("d", expected_revision="stale")
+        with pytest.raises(ConversationConflict):  # a head the thread does not hold
+            await store.write_record(ConversationRecord(conversation_id="d", head_id="gone"),
+                                     expected_revision=record.revision)
+        assert await store.read_history(None) == []
+        for _ in range(3):  # each save after a delete takes the next generation thread
+            await store.delete("d")
+            await store.save(Conversation(conversation_id="d", messages=[pm.ModelRequest.user_text_prompt("x")]))
+        again = await store.load_entries("d")
+        assert again is not None and len(again) == 1
+        await store.delete("d")
+        with pytest.raises(LookupError):  # its thread is gone
+            await store.read_history(again[0].id)
+
+    run(go())
