@@ -267,3 +267,53 @@ def test_deferred_requests_generations_and_the_primitives_edges() -> None:
             await store.read_history(again[0].id)
 
     run(go())
+
+
+def _every_shape() -> list[pm.ModelMessage]:
+    """One history holding each kind of message and part Pydantic AI produces."""
+    from pydantic_ai.usage import RequestUsage
+
+    png = pm.BinaryContent(data=b"\x89PNG\r\n\x1a\n", media_type="image/png")
+    return [
+        pm.ModelRequest(parts=[pm.SystemPromptPart("sys"), pm.UserPromptPart(
+            ["look", png, pm.ImageUrl("https://example.com/a.png"), pm.DocumentUrl("https://example.com/d.pdf")])],
+            instructions="be brief", metadata={"k": [1, 2]}, run_id="r1"),
+        pm.ModelResponse(parts=[
+            pm.ThinkingPart("hmm", id="t1", signature="sig==", provider_name="anthropic"),
+            pm.TextPart("text", provider_details={"x": 1}),
+            pm.NativeToolCallPart("web_search", {"q": "x"}, tool_call_id="n1", provider_name="openai"),
+            pm.NativeToolReturnPart("web_search", {"hits": 2}, tool_call_id="n1", provider_name="openai"),
+            pm.FilePart(content=png),
+            pm.ToolCallPart("add", '{"a": 1, "b": 2}', tool_call_id="c1"),
+            pm.ToolCallPart("add", {"a": "x"}, tool_call_id="c2"),
+        ], usage=RequestUsage(input_tokens=5, output_tokens=7, details={"reasoning_tokens": 3}),
+            model_name="m", provider_name="p", provider_details={"finish": "stop"}, finish_reason="tool_call",
+            provider_response_id="resp1", run_id="r1", metadata={"m": True}),
+        pm.ModelRequest(parts=[
+            pm.ToolReturnPart("add", 3, tool_call_id="c1", metadata={"trace": "t"}),
+            pm.ToolReturnPart("add", "a must be int", tool_call_id="c2", outcome="retried"),
+            pm.RetryFeedbackPart("answer in JSON", retry=pm.RetryInfo("no_output", attempt=1, max_retries=2)),
+        ], instructions="be brief", run_id="r1"),
+        pm.ModelResponse(parts=[pm.TextPart("so 3")], run_id="r1"),
+        pm.ModelRequest(parts=[pm.UserPromptPart("again")], timestamp=None),
+        pm.ModelResponse(parts=[pm.TextPart("par")], state="interrupted", run_id="r2"),
+    ]
+
+
+def test_every_message_shape_round_trips_exactly() -> None:
+    async def go() -> None:
+        store = TplogConversationStore("memory:")
+        msgs = _every_shape()
+        await store.save(Conversation(conversation_id="x", messages=msgs))
+        loaded = await store.load("x")
+        assert loaded is not None
+        assert TA.dump_json(loaded.messages) == TA.dump_json(msgs)
+        # equal to what any serializing store gives back (a BinaryContent of an image loads as BinaryImage)
+        assert loaded.messages == TA.validate_json(TA.dump_json(msgs))
+        thread = store.store.export(thread_id_for("x"))
+        assert validate(thread).errors == []
+        # the protocol side holds no system prompt part
+        kinds = {type(p).__name__ for t in thread.turns for msg in getattr(t, "messages", []) for p in msg.parts}
+        assert "SystemPromptPart" not in kinds
+
+    run(go())

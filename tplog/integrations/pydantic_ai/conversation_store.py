@@ -103,6 +103,8 @@ _DELETED_KEY: Final = "pydantic_ai.deleted"
 #: UUIDv5 namespace of generation ids (fixed: a conversation's threads must resolve the same forever).
 _GEN_NAMESPACE: Final = uuid.UUID("0d7c9a52-3e1b-4f6a-8c2d-91b7e5a4f3c8")
 
+_WHERE_MAX: Final = 100_000
+
 _RECORD_TA: pydantic.TypeAdapter[ConversationRecord] = pydantic.TypeAdapter(ConversationRecord)
 _MSG_TA: pydantic.TypeAdapter[Any] = pydantic.TypeAdapter(pm.ModelMessage)
 
@@ -268,7 +270,8 @@ class TplogConversationStore(ConversationStore):
         else:
             raise UserError(f"TplogConversationStore needs a Store, an AsyncStore, a path or a URL, not {store!r}")
         self.agent_id, self.agent_name = agent_id, agent_name
-        # Entry id -> the thread it was last seen in (a history read starts from its head).
+        # Entry id -> the thread it was last read or written in. The base class always reads a
+        # record (or a history) before it names an entry, so this is filled before it is needed.
         self._where: dict[str, str] = {}
 
     @property
@@ -309,9 +312,7 @@ class TplogConversationStore(ConversationStore):
         if not isinstance(raw, dict) or raw.get("conversation_id") != conversation_id or meta.get(_GEN_KEY) != k:
             return tid, k, None, last[0].seq if last else 0, {}
         record = _RECORD_TA.validate_python(raw)
-        for tip in [record.head_id, *record.branches]:
-            if tip is not None:
-                self._where[tip] = tid
+        self._seen(tid, [record.head_id, *record.branches])
         return tid, k, record, last[0].seq, meta
 
     def _sync_read_record(self, conversation_id: str) -> ConversationRecord | None:
@@ -381,8 +382,14 @@ class TplogConversationStore(ConversationStore):
             raise ConversationConflict(cid) from exc
         except InvalidInputError as exc:
             raise UserError(f"conversation {cid!r} cannot be stored: {exc}") from exc
-        for e in new_entries:
-            self._where[e.id] = tid
+        self._seen(tid, [e.id for e in new_entries])
+
+    def _seen(self, tid: str, entry_ids: Sequence[str | None]) -> None:
+        if len(self._where) > _WHERE_MAX:  # bounded: the next read fills it again
+            self._where.clear()
+        for entry_id in entry_ids:
+            if entry_id is not None:
+                self._where[entry_id] = tid
 
     def _finish(self, out: _Events, record: ConversationRecord, new_entries: Sequence[ConversationEntry],
                 k: int) -> None:
@@ -480,6 +487,7 @@ class TplogConversationStore(ConversationStore):
             line.append(ConversationEntry(id=entry_id, parent_id=parent, message=_message(obj)))
             entry_id = parent
         line.reverse()
+        self._seen(tid, [e.id for e in line])
         return line
 
     async def read_history(self, head_id: str | None, *, limit: int | None = None) -> list[ConversationEntry]:
