@@ -99,8 +99,14 @@ class Compare(RuleBasedStateMachine):
             if isinstance(s, TplogConversationStore):
                 s.close()
 
-    def _all(self, call: Any) -> list[tuple[str, Any]]:
-        return [_outcome(call(s)) for s in self.stores]
+    def _all(self, call: Any, fresh: bool = False) -> list[tuple[str, Any]]:
+        return [_outcome(call(self._fresh(s) if fresh else s)) for s in self.stores]
+
+    @staticmethod
+    def _fresh(s: ConversationStore) -> ConversationStore:
+        """Another ``TplogConversationStore`` on the same tplog store: nothing remembered, as in
+        another process."""
+        return TplogConversationStore(s.store) if isinstance(s, TplogConversationStore) else s
 
     def _same(self, outs: list[tuple[str, Any]]) -> None:
         assert len({o[0] for o in outs}) == 1, outs
@@ -139,13 +145,13 @@ class Compare(RuleBasedStateMachine):
             asyncio.run(s.save(first))
             assert _outcome(s.save(second))[0] == "ConversationConflict"
 
-    @rule(cid=st.sampled_from(IDS), at=st.integers(0, 8))
-    def branch_at(self, cid: str, at: int) -> None:
-        self._same(self._all(lambda s: self._branch(s, cid, at=at)))
+    @rule(cid=st.sampled_from(IDS), at=st.integers(0, 8), fresh=st.booleans())
+    def branch_at(self, cid: str, at: int, fresh: bool) -> None:
+        self._same(self._all(lambda s: self._branch(s, cid, at=at), fresh))
 
-    @rule(cid=st.sampled_from(IDS), index=st.integers(0, 3))
-    def branch_back(self, cid: str, index: int) -> None:
-        self._same(self._all(lambda s: self._branch(s, cid, index=index)))
+    @rule(cid=st.sampled_from(IDS), index=st.integers(0, 3), fresh=st.booleans())
+    def branch_back(self, cid: str, index: int, fresh: bool) -> None:
+        self._same(self._all(lambda s: self._branch(s, cid, index=index), fresh))
 
     @staticmethod
     async def _branch(s: ConversationStore, cid: str, *, at: int | None = None, index: int | None = None) -> Any:
@@ -157,17 +163,29 @@ class Compare(RuleBasedStateMachine):
         return await s.branch(cid, from_entry=tip, expected_revision=revision)
 
     @rule(cid=st.sampled_from(IDS), new=st.sampled_from(IDS), at=st.none() | st.integers(0, 6),
-          scope=st.sampled_from(SCOPES))
-    def fork(self, cid: str, new: str, at: int | None, scope: str | None) -> None:
-        self._same(self._all(lambda s: s.fork(cid, at=at, new_conversation_id=new, scope=scope)))
+          scope=st.sampled_from(SCOPES), fresh=st.booleans())
+    def fork(self, cid: str, new: str, at: int | None, scope: str | None, fresh: bool) -> None:
+        self._same(self._all(lambda s: s.fork(cid, at=at, new_conversation_id=new, scope=scope), fresh))
 
-    @rule(cid=st.sampled_from(IDS), scope=st.sampled_from(SCOPES))
-    def delete(self, cid: str, scope: str | None) -> None:
-        self._same(self._all(lambda s: s.delete(cid, scope=scope)))
+    @rule(cid=st.sampled_from(IDS), new=st.sampled_from(IDS), index=st.integers(0, 2), keep=st.integers(0, 3),
+          fresh=st.booleans())
+    def fork_from_left_branch(self, cid: str, new: str, index: int, keep: int, fresh: bool) -> None:
+        async def go(s: ConversationStore) -> Any:
+            record = await s.read_record(cid)
+            if record is None or index >= len(record.branches):
+                return None
+            line = await s.read_history(record.branches[index])
+            return await s.fork(cid, from_entry=line[min(keep, len(line) - 1)].id, new_conversation_id=new)
+
+        self._same(self._all(go, fresh))
+
+    @rule(cid=st.sampled_from(IDS), scope=st.sampled_from(SCOPES), fresh=st.booleans())
+    def delete(self, cid: str, scope: str | None, fresh: bool) -> None:
+        self._same(self._all(lambda s: s.delete(cid, scope=scope), fresh))
 
     @invariant()
     def same_observables(self) -> None:
-        views = [asyncio.run(self._view(s)) for s in self.stores]
+        views = [asyncio.run(self._view(self._fresh(s))) for s in self.stores]
         if self.plant:
             views[1]["listed"] = views[1]["listed"][::-1]
         assert views[0] == views[1]
