@@ -317,3 +317,20 @@ def test_every_message_shape_round_trips_exactly() -> None:
         assert "SystemPromptPart" not in kinds
 
     run(go())
+
+
+def test_bad_ids_are_user_errors_and_tenants_are_apart() -> None:
+    async def go() -> None:
+        plain = Store("memory:")
+        with pytest.raises(UserError):
+            await TplogConversationStore(plain).load("")
+        a, b = TplogConversationStore(plain.scoped("tenant-a")), TplogConversationStore(plain.scoped("tenant-b"))
+        hi = [pm.ModelRequest.user_text_prompt("hi")]
+        await a.save(Conversation(conversation_id="same", messages=hi))
+        assert await b.load("same") is None  # another tenant's key space
+        await b.save(Conversation(conversation_id="same", messages=hi + hi))
+        la, lb = await a.load("same"), await b.load("same")
+        assert la is not None and lb is not None and (len(la.messages), len(lb.messages)) == (1, 2)
+        assert [r.conversation_id for r in await TplogConversationStore(plain).list_conversations()] == []
+
+    run(go())

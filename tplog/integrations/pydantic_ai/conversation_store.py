@@ -298,7 +298,10 @@ class TplogConversationStore(ConversationStore):
     def _current(self, conversation_id: str) -> tuple[str, int, ConversationRecord | None, int, dict[str, Any]]:
         """The conversation's newest generation thread, its number, record (``None``: no live
         conversation there), version and metadata."""
-        root = thread_id_for(conversation_id)
+        try:
+            root = thread_id_for(conversation_id)
+        except InvalidInputError as exc:
+            raise UserError(f"conversation id {conversation_id!r} cannot name a thread: {exc}") from exc
         tid, k = _newest(self._store, root)
         try:
             last = self._store.read(tid, limit=1, direction="backward")
