@@ -334,3 +334,18 @@ def test_bad_ids_are_user_errors_and_tenants_are_apart() -> None:
         assert [r.conversation_id for r in await TplogConversationStore(plain).list_conversations()] == []
 
     run(go())
+
+
+def test_a_message_the_store_refuses_is_a_user_error_and_nothing_is_written() -> None:
+    from tplog.codec import Limits
+
+    async def go() -> None:
+        store = TplogConversationStore(Store("memory:", limits=Limits(max_event_bytes=4096)))
+        big = [pm.ModelRequest.user_text_prompt("x" * 10_000)]
+        with pytest.raises(UserError) as info:
+            await store.save(Conversation(conversation_id="big", messages=big))
+        assert not isinstance(info.value, ConversationConflict)
+        assert await store.load("big") is None
+        assert not store.store.exists(thread_id_for("big"))
+
+    run(go())
