@@ -349,3 +349,24 @@ def test_a_message_the_store_refuses_is_a_user_error_and_nothing_is_written() ->
         assert not store.store.exists(thread_id_for("big"))
 
     run(go())
+
+
+def test_a_fork_continues_after_the_last_turn_it_kept() -> None:
+    """Found by the state machine: a fork's next turn took the time of the source's save before
+    the last one as its floor, and a request without a timestamp broke the turn-order rule."""
+
+    async def go() -> None:
+        store = TplogConversationStore("memory:")
+        agent = _agent()
+        await store.save(await agent.run("one", conversation=Conversation(conversation_id="c")))
+        loaded = await store.load("c")
+        assert loaded is not None
+        await store.save(await agent.run("two", conversation=loaded))
+        fork = await store.fork("c", new_conversation_id="f")
+        fork.messages.append(pm.ModelRequest(parts=[pm.UserPromptPart("three")], timestamp=None))
+        await store.save(fork)
+        again = await store.load("f")
+        assert again is not None and TA.dump_json(again.messages) == TA.dump_json(fork.messages)
+        assert validate(store.store.export(thread_id_for("f"))).errors == []
+
+    run(go())

@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import atexit
 import os
+import shutil
 import tempfile
 import uuid
 from typing import Any
@@ -98,6 +99,8 @@ class Compare(RuleBasedStateMachine):
         for s in self.stores:
             if isinstance(s, TplogConversationStore):
                 s.close()
+                if self.kind == "lmdb":
+                    shutil.rmtree(s.store.path, ignore_errors=True)
 
     def _all(self, call: Any, fresh: bool = False) -> list[tuple[str, Any]]:
         return [_outcome(call(self._fresh(s) if fresh else s)) for s in self.stores]

@@ -430,21 +430,24 @@ class TplogConversationStore(ConversationStore):
             if rec.seq >= entries[head][2] and not open_:
                 at = rec.seq
                 break
-        meta = self._meta_at(events, at)
+        last = self._last_time(events, at)
         res = self._store.fork(source, at, new_thread_id=tid, reason="pydantic_ai fork")
-        out = _Events(self.agent_id, meta.get(_LAST_KEY))
+        out = _Events(self.agent_id, last)
         self._finish(out, record, new_entries, k)
         self._store.append(tid, out.events, expected_version=res.last_seq, event_ids=out.ids)
 
     @staticmethod
-    def _meta_at(events: Sequence[RecordedEvent], at: int) -> dict[str, Any]:
-        meta: dict[str, Any] = {}
+    def _last_time(events: Sequence[RecordedEvent], at: int) -> str | None:
+        """The latest protocol time of the events up to seq ``at``: what the fork's next turn
+        may not start before."""
+        last: str | None = None
         for rec in events:
             if rec.seq > at:
                 break
-            if isinstance(rec.event, ThreadInfoChanged) and isinstance(rec.event.metadata, dict):
-                meta = rec.event.metadata
-        return meta
+            t = rec.event.time() if not isinstance(rec.event, ThreadInfoChanged) else None
+            if t is not None:
+                last = _later(t, last)
+        return last
 
     def _has_entry(self, tid: str, entry_id: str | None) -> bool:
         return entry_id in _entries(self._store.read(tid))
