@@ -370,3 +370,18 @@ def test_a_fork_continues_after_the_last_turn_it_kept() -> None:
         assert validate(store.store.export(thread_id_for("f"))).errors == []
 
     run(go())
+
+
+def test_listing_pages_through_every_thread_and_skips_other_threads(monkeypatch: pytest.MonkeyPatch) -> None:
+    from tplog.integrations.pydantic_ai import conversation_store as cs
+
+    monkeypatch.setattr(cs, "_PAGE", 2)
+
+    async def go() -> None:
+        store = TplogConversationStore("memory:")
+        for cid in ["a", "b", "c", "d", "e"]:
+            await store.save(Conversation(conversation_id=cid, messages=[pm.ModelRequest.user_text_prompt(cid)]))
+        await store.delete("c")
+        assert [r.conversation_id for r in await store.list_conversations()] == ["e", "d", "b", "a"]
+
+    run(go())

@@ -104,6 +104,7 @@ _DELETED_KEY: Final = "pydantic_ai.deleted"
 _GEN_NAMESPACE: Final = uuid.UUID("0d7c9a52-3e1b-4f6a-8c2d-91b7e5a4f3c8")
 
 _WHERE_MAX: Final = 100_000
+_PAGE = 200  # threads per listing page
 
 _RECORD_TA: pydantic.TypeAdapter[ConversationRecord] = pydantic.TypeAdapter(ConversationRecord)
 _MSG_TA: pydantic.TypeAdapter[Any] = pydantic.TypeAdapter(pm.ModelMessage)
@@ -329,7 +330,7 @@ class TplogConversationStore(ConversationStore):
         found: list[ConversationRecord] = []
         after: str | None = None
         while True:
-            page = self._store.threads(metadata=want, after=after, limit=200)
+            page = self._store.threads(metadata=want, after=after, limit=_PAGE)
             for head in page.threads:
                 last = self._store.read(head.thread_id, limit=1, direction="backward")
                 ev = last[0].event if last else None
