@@ -4,6 +4,11 @@ Requires ``pydantic-ai-slim`` (written against 2.68). Nothing here mocks or
 bypasses tplog: the recorder emits ordinary :mod:`tplog` history events through
 an ``append`` callable (``store.append`` bound to a thread, sync or async).
 
+:class:`TplogConversationStore` is Pydantic AI's ``ConversationStore`` on tplog: each
+conversation a thread, each save one append (see
+:mod:`tplog.integrations.pydantic_ai.conversation_store`). It keeps what the mapping below
+excludes as extension data, so a load gives back exactly what was saved.
+
 Mapping (Pydantic AI JSON, as ``ModelMessagesTypeAdapter`` dumps it)
 --------------------------------------------------------------------
 
