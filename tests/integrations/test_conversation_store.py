@@ -385,3 +385,26 @@ def test_listing_pages_through_every_thread_and_skips_other_threads(monkeypatch:
         assert [r.conversation_id for r in await store.list_conversations()] == ["e", "d", "b", "a"]
 
     run(go())
+
+
+def test_messages_with_nothing_for_the_protocol_are_kept_beside_it() -> None:
+    """A request holding only a system prompt and a response without parts have no protocol
+    message (``v4-message-has-parts``): they are kept in the write's ThreadInfoChanged."""
+
+    async def go() -> None:
+        store = TplogConversationStore("memory:")
+        msgs: list[pm.ModelMessage] = [
+            pm.ModelRequest(parts=[pm.SystemPromptPart("s")], instructions="i"),
+            pm.ModelResponse(parts=[pm.TextPart("t")]),
+            pm.ModelRequest(parts=[], instructions="i"),
+            pm.ModelResponse(parts=[]),
+        ]
+        await store.save(Conversation(conversation_id="bare", messages=msgs))
+        loaded = await store.load("bare")
+        assert loaded is not None and TA.dump_json(loaded.messages) == TA.dump_json(msgs)
+        assert validate(store.store.export(thread_id_for("bare"))).errors == []
+        fork = await store.fork("bare", new_conversation_id="bare-fork")  # its head is such an entry
+        assert TA.dump_json(fork.messages) == TA.dump_json(msgs)
+        assert store.store.children(thread_id_for("bare")) == [thread_id_for("bare-fork")]
+
+    run(go())

@@ -16,7 +16,10 @@ Mapping (see tplog/integrations/DECISIONS.md, "Pydantic AI's conversation store"
   ``AgentTurnInterrupted`` closing its turn. The event's model object carries
   ``"pydantic_ai_entry": {"parent": id}`` and, only when the protocol mapping would not give the
   message back byte for byte (system prompts, instructions, partial messages, clamped times),
-  ``"message"``: its exact ``ModelMessagesTypeAdapter`` JSON.
+  ``"message"``: its exact ``ModelMessagesTypeAdapter`` JSON. A message with nothing the
+  protocol keeps (only a system prompt, or no parts: ``v4-message-has-parts``) is no event: it
+  is listed, with its id and parent, under ``pydantic_ai.entries`` of the write's
+  ``ThreadInfoChanged``.
 - Each write ends with one ``ThreadInfoChanged`` whose metadata is the record, so one
   ``Store.append`` with ``expected_version`` = the version the revision was read at stores the
   entries and the record together, or (a conflict) nothing.
@@ -99,6 +102,7 @@ _KIND_KEY: Final = "pydantic_ai.store"
 _LAST_KEY: Final = "pydantic_ai.last_time"
 _GEN_KEY: Final = "pydantic_ai.generation"
 _DELETED_KEY: Final = "pydantic_ai.deleted"
+_BARE_KEY: Final = "pydantic_ai.entries"
 
 #: UUIDv5 namespace of generation ids (fixed: a conversation's threads must resolve the same forever).
 _GEN_NAMESPACE: Final = uuid.UUID("0d7c9a52-3e1b-4f6a-8c2d-91b7e5a4f3c8")
@@ -170,6 +174,8 @@ class _Events:
         self.events: list[Event] = []
         self.ids: list[str] = []
         self.open = False
+        # Entries with no protocol content, kept in the write's ThreadInfoChanged instead.
+        self.bare: list[dict[str, Any]] = []
 
     def add(self, event: Event, event_id: str | None = None) -> None:
         self.events.append(event)
@@ -206,6 +212,9 @@ class _Events:
             self.last = turn.submitted_at
             return
         tp = message_to_tp(msg, self.agent_id, default_timestamp=ts)
+        if not tp.parts:  # nothing the protocol keeps (only system prompts, or no parts): no message
+            self.bare.append({"id": entry.id, "parent": entry.parent_id, "message": _exact(msg).decode()})
+            return
         tp = msgspec.structs.replace(tp, timestamp=_later(tp.timestamp, self.last))
         if _exact(message_from_tp(tp)) != _exact(msg):
             ext["message"] = _exact(msg).decode()
@@ -233,11 +242,14 @@ def _entries(events: Sequence[RecordedEvent]) -> dict[str, tuple[str | None, Any
         ext = obj.extra.get(ENTRY_KEY) if obj is not None else None
         if isinstance(ext, dict):
             out[rec.event_id] = (ext.get("parent"), obj, rec.seq)
+        elif isinstance(ev, ThreadInfoChanged) and isinstance(ev.metadata, dict):
+            for bare in ev.metadata.get(_BARE_KEY, ()):
+                out[bare["id"]] = (bare["parent"], bare, rec.seq)
     return out
 
 
 def _message(obj: Any) -> pm.ModelMessage:
-    exact = obj.extra[ENTRY_KEY].get("message")
+    exact = obj["message"] if isinstance(obj, dict) else obj.extra[ENTRY_KEY].get("message")
     if exact is not None:
         out: pm.ModelMessage = _MSG_TA.validate_json(exact)
         return out
@@ -354,9 +366,12 @@ class TplogConversationStore(ConversationStore):
 
     # ------------------------------------------------------------------ writes
 
-    def _info(self, record: ConversationRecord, k: int, last: str | None) -> ThreadInfoChanged:
+    def _info(self, record: ConversationRecord, k: int, last: str | None,
+              bare: list[dict[str, Any]]) -> ThreadInfoChanged:
         meta: dict[str, Any] = {RECORD_KEY: _RECORD_TA.dump_python(record, mode="json"), _KIND_KEY: "conversation",
                                 _GEN_KEY: k, _LAST_KEY: last}
+        if bare:
+            meta[_BARE_KEY] = bare
         if record.scope is not None:
             meta[_SCOPE_KEY] = record.scope
         return ThreadInfoChanged(metadata=meta, updated_at=_later(now_iso(), last))
@@ -400,7 +415,7 @@ class TplogConversationStore(ConversationStore):
         for e in new_entries:
             out.entry(e)
         out.close(_deferred(record))
-        out.add(self._info(record, k, out.last))
+        out.add(self._info(record, k, out.last, out.bare))
 
     def _create(self, tid: str, k: int, record: ConversationRecord, new_entries: Sequence[ConversationEntry]) -> None:
         created = (_ts(new_entries[0].message) if new_entries else None) or now_iso()
