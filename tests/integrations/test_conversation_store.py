@@ -408,3 +408,26 @@ def test_messages_with_nothing_for_the_protocol_are_kept_beside_it() -> None:
         assert store.store.children(thread_id_for("bare")) == [thread_id_for("bare-fork")]
 
     run(go())
+
+
+def test_a_later_save_answers_the_calls_before_an_interrupted_request() -> None:
+    """A run cut off while returning tool results: its complete messages stand as a completed
+    turn, so the next save's tool returns answer calls the thread holds (v3.2-tool-call-id)."""
+
+    async def go() -> None:
+        store = TplogConversationStore("memory:")
+        call = pm.ToolCallPart("add", {"a": 1}, tool_call_id="c1")
+        cut = pm.ToolReturnPart("add", "interrupted", tool_call_id="c1", outcome="interrupted")
+        msgs: list[pm.ModelMessage] = [pm.ModelRequest.user_text_prompt("hi"), pm.ModelResponse(parts=[call]),
+                                       pm.ModelRequest(parts=[cut], state="interrupted")]
+        await store.save(Conversation(conversation_id="x", messages=msgs))
+        loaded = await store.load("x")
+        assert loaded is not None
+        loaded.messages += [pm.ModelRequest(parts=[pm.ToolReturnPart("add", 2, tool_call_id="c1")]),
+                            pm.ModelResponse(parts=[pm.TextPart("2")])]
+        await store.save(loaded)
+        again = await store.load("x")
+        assert again is not None and TA.dump_json(again.messages) == TA.dump_json(loaded.messages)
+        assert validate(store.store.export(thread_id_for("x"))).errors == []
+
+    run(go())

@@ -13,7 +13,8 @@ Mapping (see tplog/integrations/DECISIONS.md, "Pydantic AI's conversation store"
 - Every entry is one event, whose event id is the entry id: a user-prompt-only request is a
   ``UserTurnSubmitted``, any other complete message a ``MessageRecorded`` in an agent turn, a
   message that is not complete (a cancelled run's partial response) the
-  ``AgentTurnInterrupted`` closing its turn. The event's model object carries
+  ``AgentTurnInterrupted`` closing a turn of its own (the complete messages before it end
+  as a completed turn, so a later save can answer their tool calls). The event's model object carries
   ``"pydantic_ai_entry": {"parent": id}`` and, only when the protocol mapping would not give the
   message back byte for byte (system prompts, instructions, partial messages, clamped times),
   ``"message"``: its exact ``ModelMessagesTypeAdapter`` JSON. A message with nothing the
@@ -174,6 +175,7 @@ class _Events:
         self.events: list[Event] = []
         self.ids: list[str] = []
         self.open = False
+        self.recorded = 0  # messages recorded in the open turn
         # Entries with no protocol content, kept in the write's ThreadInfoChanged instead.
         self.bare: list[dict[str, Any]] = []
 
@@ -184,7 +186,7 @@ class _Events:
     def _start(self, ts: str) -> None:
         if not self.open:
             self.add(AgentTurnStarted(agent_id=self.agent_id, started_at=ts))
-            self.open = True
+            self.open, self.recorded = True, 0
 
     def close(self, deferred: dict[str, str] | None = None) -> None:
         if self.open:
@@ -196,6 +198,10 @@ class _Events:
         ext: dict[str, Any] = {"parent": entry.parent_id}
         ts = _later(_ts(msg) or self.last or now_iso(), self.last)
         if not _is_complete(msg):
+            # The complete messages before it stand as a completed turn, so a later save may answer
+            # their tool calls (the fold drops an interrupted turn's unanswered cycles).
+            if self.recorded:
+                self.close()
             self._start(ts)
             ext["message"] = _exact(msg).decode()
             self.add(AgentTurnInterrupted(interruption=_with_entry(
@@ -220,7 +226,7 @@ class _Events:
             ext["message"] = _exact(msg).decode()
         self._start(tp.timestamp)
         self.add(MessageRecorded(message=_with_entry(tp, ext)), entry.id)
-        self.last = tp.timestamp
+        self.last, self.recorded = tp.timestamp, self.recorded + 1
 
 
 def _deferred(record: ConversationRecord) -> dict[str, str]:
