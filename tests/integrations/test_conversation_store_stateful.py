@@ -135,6 +135,18 @@ class Compare(RuleBasedStateMachine):
         self._same(outs)
 
     @rule(cid=st.sampled_from(IDS))
+    def save_cut_off_run(self, cid: str) -> None:
+        """What a cancelled run leaves: a prompt and a partial response (the same objects in each store)."""
+        cut = [pm.ModelRequest.user_text_prompt("cut"),
+               pm.ModelResponse(parts=[pm.TextPart("par"), pm.ToolCallPart("add", '{"a')], state="interrupted")]
+        outs = []
+        for s in self.stores:
+            conv = asyncio.run(s.load(cid)) or Conversation(conversation_id=cid)
+            conv.messages.extend(cut)
+            outs.append(_outcome(s.save(conv)))
+        self._same(outs)
+
+    @rule(cid=st.sampled_from(IDS))
     def stale_save(self, cid: str) -> None:
         one, two = pm.ModelRequest.user_text_prompt("one"), pm.ModelRequest.user_text_prompt("two")
         for s in self.stores:
