@@ -4,6 +4,11 @@ Requires ``pydantic-ai-slim`` (written against 2.68). Nothing here mocks or
 bypasses tplog: the recorder emits ordinary :mod:`tplog` history events through
 an ``append`` callable (``store.append`` bound to a thread, sync or async).
 
+:class:`TplogConversationStore` is Pydantic AI's ``ConversationStore`` on tplog: each
+conversation a thread, each save one append (see
+:mod:`tplog.integrations.pydantic_ai.conversation_store`). It keeps what the mapping below
+excludes as extension data, so a load gives back exactly what was saved.
+
 Mapping (Pydantic AI JSON, as ``ModelMessagesTypeAdapter`` dumps it)
 --------------------------------------------------------------------
 
@@ -100,6 +105,7 @@ before it. External ``asyncio`` cancellation propagates as
 
 from __future__ import annotations
 
+from tplog.integrations.pydantic_ai.conversation_store import TplogConversationStore
 from tplog.integrations.pydantic_ai.mapping import EXT_PREFIX as EXT_PREFIX
 from tplog.integrations.pydantic_ai.mapping import (
     PAI_KEY,
@@ -126,6 +132,7 @@ __all__ = [
     "RecordedRun",
     "ThreadRecorder",
     "can_stream",
+    "TplogConversationStore",
     "events_from_messages",
     "history_from_thread",
     "is_user_request",
