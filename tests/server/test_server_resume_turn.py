@@ -10,7 +10,7 @@ from pathlib import Path
 from conftest import agent_start, user
 
 from server.inproc import in_process
-from server.server_harness import chat_body
+from server.server_harness import chat_body, wait_until
 from tplog import Store
 from tplog.backends.lmdb.live import open_live
 
@@ -22,8 +22,10 @@ def test_resume_after_the_streamed_turn_ended_and_an_unstreamed_one_opened_is_20
         store.append(t, [user("from elsewhere"), agent_start("demo")])
         head = store.head(t)
         assert head.open_turn_agent == "demo"
-        hdr, _ = open_live(str(tmp_path / "store")).read(t, after=0, limit=0)
-        assert hdr is not None and hdr.done and hdr.turn_seq < head.open_turn_seq  # the ended turn's, still there
+        live = open_live(str(tmp_path / "store"))
+        # the run's last live write (done) may land just after its response ended
+        hdr = wait_until(lambda: (h := live.read(t, after=0, limit=0)[0]) is not None and h.done and h)
+        assert hdr.done and hdr.turn_seq < head.open_turn_seq  # the ended turn's, still there
         r = c.get(f"/api/chat/{t}/stream")
         assert r.status_code == 204, r.text[:300]
         assert r.content == b""
