@@ -99,8 +99,12 @@ def _thread_filters(request: Request) -> dict[str, Any]:
 
     q = request.query_params
     hc = q.get("has_children")
-    return {"status": q.getlist("status") or None, "agent": q.get("agent") or None, "title": q.get("title") or None,
-            "metadata": parse_meta("meta", q.getlist("meta")), "roots": _flag(request, "roots"),
+    # ?status= is ?activity='s deprecated old name (a thread's status is whether it is deleted)
+    if q.getlist("activity") and q.getlist("status"):
+        raise HTTPError(422, "invalid_parameter", "pass activity= only (status= is its deprecated old name)")
+    return {"activity": q.getlist("activity") or q.getlist("status") or None, "agent": q.get("agent") or None,
+            "title": q.get("title") or None, "metadata": parse_meta("meta", q.getlist("meta")),
+            "roots": _flag(request, "roots"),
             "has_children": None if hc is None or hc == "" else _flag(request, "has_children"),
             **{n: parse_time(n, q.get(n)) for n in ("created_after", "created_before", "updated_after",
                                                     "updated_before")}}
