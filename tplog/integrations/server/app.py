@@ -31,6 +31,7 @@ from tplog.integrations.server.config import AppendTimings, OnDisconnect, TpChun
 from tplog.integrations.server.security import SecureApp, Security, redact_access_log
 from tplog.integrations.server.state import Server, new_message_id, path_thread, thread_for
 from tplog.integrations.vercel import CHAT_ID_KEY, MESSAGE_ID_KEY, client_tool_results, thread_id_for_chat
+from tplog.integrations.vercel.body import check_user_message
 from tplog.logs import set_thread_id
 from tplog.protocol import model as m
 from tplog.protocol.json import to_builtins, to_json
@@ -266,6 +267,7 @@ def create_app(
                 f"not a Vercel AI UI request: {first['loc'] or 'body'}: {first['msg']}",
                 errors=errs,
             ) from None
+        check_user_message(body)  # a step-start or tool part in the user's message: 422 naming it
         regenerate = body.get("trigger") == "regenerate-message"
         chat_id = run_input.id
         if not chat_id or len(chat_id.encode()) > 512:

@@ -18,7 +18,13 @@ from tplog.events import (
     MessageRecorded,
     UserTurnSubmitted,
 )
-from tplog.integrations.vercel.body import client_tool_results, last_user_message, parts_of_body, unanswered_calls
+from tplog.integrations.vercel.body import (
+    check_user_message,
+    client_tool_results,
+    last_user_message,
+    parts_of_body,
+    unanswered_calls,
+)
 from tplog.integrations.vercel.chunks import TP_MESSAGE, TP_TURN_END, TP_TURN_START, TP_USER_TURN, parse_sse
 from tplog.integrations.vercel.stream import MISSING, Cursor, StreamState, resolve_part
 from tplog.protocol import model as m
@@ -115,6 +121,7 @@ def ui_request(body: Any) -> dict[str, Any]:
                 if not (i == 0 and p == checked.get("trigger")) and not (isinstance(p, str) and p[:1].isupper())]
         loc = "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in keys)
         raise InvalidInputError(f"not a Vercel AI UI request: {err['msg']}", path=f"${loc}") from None
+    check_user_message(checked)
     return checked
 
 
