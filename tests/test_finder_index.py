@@ -86,8 +86,8 @@ def test_an_update_in_the_same_nanosecond_keeps_the_shared_entries_and_replaces_
         after = _table(s)
         g = [k for k in before if k[:1] == b"g"]
         assert len(g) == 1 and g[0] in after  # the agent entry did not change
-        assert [h.thread_id for h in s.threads(status="idle", agent="a1").threads] == ["t"]
-        assert s.threads(status="active").threads == []
+        assert [h.thread_id for h in s.threads(activity="idle", agent="a1").threads] == ["t"]
+        assert s.threads(activity="active").threads == []
 
 
 def test_a_thread_updated_again_is_listed_once_by_status_and_by_agent(tmp_path: Path) -> None:
@@ -95,9 +95,9 @@ def test_a_thread_updated_again_is_listed_once_by_status_and_by_agent(tmp_path: 
         s.append("t", [started("t"), user(), agent_start("a1"), response("r", "a1")])
         for i in range(3):
             s.append("t", [response(f"more {i}", "a1")])
-        assert [h.thread_id for h in s.threads(status="active").threads] == ["t"]
+        assert [h.thread_id for h in s.threads(activity="active").threads] == ["t"]
         assert [h.thread_id for h in s.threads(agent="a1").threads] == ["t"]
-        assert [h.thread_id for h in s.threads(agent="a1", status="active").threads] == ["t"]
+        assert [h.thread_id for h in s.threads(agent="a1", activity="active").threads] == ["t"]
 
 
 def test_a_listing_by_two_statuses_finds_the_threads_of_both_newest_first(tmp_path: Path) -> None:
@@ -106,9 +106,9 @@ def test_a_listing_by_two_statuses_finds_the_threads_of_both_newest_first(tmp_pa
         s.append("act", [started("act"), user(), agent_start("a1"), response("r", "a1")])
         s.append("idle2", [started("idle2")])
         s.append("idle3", [started("idle3"), user(), agent_start("a1"), response("r", "a1"), completed()])
-        got = [h.thread_id for h in s.threads(status=["active", "idle"]).threads]
+        got = [h.thread_id for h in s.threads(activity=["active", "idle"]).threads]
         assert got == ["idle3", "idle2", "act", "idle1"]
-        got = [h.thread_id for h in s.threads(status=["idle", "active"], agent="a1").threads]
+        got = [h.thread_id for h in s.threads(activity=["idle", "active"], agent="a1").threads]
         assert got == ["idle3", "act"]
 
 
@@ -126,10 +126,10 @@ def test_a_filter_by_agent_and_status_reads_only_that_pairs_entries(tmp_path: Pa
             def keys(where: ThreadFilter) -> list[bytes]:
                 return [bytes(k[8:]) for k in finder.candidates(txn, tag, where, b"", b"\xff" * 8, True)]
 
-            assert keys(ThreadFilter(status=("active",), agent="rare-agent")) == [thread_key("rare")]
-            assert keys(ThreadFilter(status=("idle", "active"), agent="rare-agent")) == [
+            assert keys(ThreadFilter(activity=("active",), agent="rare-agent")) == [thread_key("rare")]
+            assert keys(ThreadFilter(activity=("idle", "active"), agent="rare-agent")) == [
                 thread_key("done"), thread_key("rare")]
-            assert len(keys(ThreadFilter(status=("active",)))) == 7
+            assert len(keys(ThreadFilter(activity=("active",)))) == 7
             assert keys(ThreadFilter(agent="rare-agent")) == [thread_key("done"), thread_key("rare")]
 
 
@@ -156,4 +156,4 @@ def test_a_store_without_finder_entries_gets_them_at_its_next_writable_open(tmp_
         _check(s, threads)
         with s.backend.engine.read() as txn:
             assert txn.get("meta", finder.DONE) is not None
-        assert [h.thread_id for h in s.scoped("team").threads(agent="a2", status="idle").threads] == ["c"]
+        assert [h.thread_id for h in s.scoped("team").threads(agent="a2", activity="idle").threads] == ["c"]

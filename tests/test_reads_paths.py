@@ -288,7 +288,7 @@ def test_a_listing_before_the_finder_index_is_built_scans_every_thread(tmp_path:
 
         s.backend.engine.run_write(unbuilt)
         assert {h.thread_id for h in s.threads(agent="a1").threads} == want
-        assert {h.thread_id for h in s.threads(status="active").threads} == want
+        assert {h.thread_id for h in s.threads(activity="active").threads} == want
 
 
 # --------------------------------------------------------------------------- descendants

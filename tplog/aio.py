@@ -26,6 +26,7 @@ from tplog.backends.contract import (
 from tplog.codec import Codec
 from tplog.errors import TplogError
 from tplog.events import Event, RecordedEvent
+from tplog.lifecycle import activity_argument
 from tplog.pipeline import Pipeline
 from tplog.prepare import (
     EVENT_CLASSES,
@@ -174,7 +175,7 @@ class AsyncStore:
         after: str | None = None,
         limit: int = 50,
         include_deleted: bool = False,
-        status: str | Sequence[str] | None = None,
+        activity: str | Sequence[str] | None = None,
         agent: str | None = None,
         title: str | None = None,
         metadata: dict[str, Any] | None = None,
@@ -184,10 +185,12 @@ class AsyncStore:
         updated_before: Any = None,
         roots: bool = False,
         has_children: bool | None = None,
+        status: str | Sequence[str] | None = None,
     ) -> ThreadPage:
-        """As :meth:`Store.threads` (same filters)."""
+        """As :meth:`Store.threads` (same filters; ``status=`` is ``activity=``'s deprecated name)."""
+        activity = activity_argument(activity, status, "AsyncStore.threads")
         return await asyncio.to_thread(
-            self.store.threads, after=after, limit=limit, include_deleted=include_deleted, status=status,
+            self.store.threads, after=after, limit=limit, include_deleted=include_deleted, activity=activity,
             agent=agent, title=title, metadata=metadata, created_after=created_after, created_before=created_before,
             updated_after=updated_after, updated_before=updated_before, roots=roots, has_children=has_children)
 

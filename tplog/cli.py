@@ -334,24 +334,19 @@ def cmd_tail(args: argparse.Namespace) -> int:
     return 0
 
 
-#: ``--activity`` values: what the threads table's activity column shows, as ``Store.threads(status=)`` names them
-_ACTIVITY = {"idle": ("idle",), "running": ("active",), "active": ("active",), "interrupted": ("interrupted",),
-             "waiting": ("waiting_approval", "waiting_tools"), "waiting_approval": ("waiting_approval",),
-             "waiting_tools": ("waiting_tools",)}
-
-
 def _thread_status(value: str) -> str:
     """A ``--status`` value: the JSON's ``status`` (active or deleted); an activity says where it belongs."""
     if value in ("active", "deleted"):
         return value
-    hint = f"; {value} is what a thread is doing: --activity {value}" if value in _ACTIVITY else ""
+    from tplog.lifecycle import ACTIVITY_NAMES
+
+    hint = f"; {value} is what a thread is doing: --activity {value}" if value in ACTIVITY_NAMES else ""
     raise argparse.ArgumentTypeError(f"a thread's status is active or deleted, as the JSON's \"status\" says{hint}")
 
 
 def cmd_threads(args: argparse.Namespace) -> int:
     from tplog.lifecycle import parse_meta, parse_time
 
-    activity = None if args.activity is None else list(dict.fromkeys(a for v in args.activity for a in _ACTIVITY[v]))
     statuses = set(args.status or ["active"])
     with _store(args) as s:
         if args.scope is not None:
@@ -360,7 +355,7 @@ def cmd_threads(args: argparse.Namespace) -> int:
         def page(after: str | None, limit: int) -> Any:
             return s.threads(
                 limit=limit, after=after, include_deleted=args.include_deleted or "deleted" in statuses,
-                status=activity, agent=args.agent, title=args.title, metadata=parse_meta("--meta", args.meta),
+                activity=args.activity, agent=args.agent, title=args.title, metadata=parse_meta("--meta", args.meta),
                 created_after=parse_time("--created-after", args.created_after),
                 created_before=parse_time("--created-before", args.created_before),
                 updated_after=parse_time("--updated-after", args.updated_after),
@@ -672,12 +667,14 @@ def build_parser() -> argparse.ArgumentParser:
                     help="page on: the last seq seen (exclusive; default: from the first, or the last with --backward)")
     sp.add_argument("--limit", action=_count(0), default=None, help="at most this many events")
     sp.add_argument("--backward", action="store_true", help="newest first")
+    from tplog.lifecycle import ACTIVITY_NAMES
+
     sp = add("threads", cmd_threads, "List threads, most recently updated first, one page at a time.")
     sp.add_argument("--limit", action=_count(1), default=50, help="threads per page (default 50)")
     sp.add_argument("--after", default=None, help="the cursor a previous page returned")
     sp.add_argument("--include-deleted", action="store_true", help="list tombstones too")
     sp.add_argument("--scope", default=None, help="list this scope's threads (default: unscoped)")
-    sp.add_argument("--activity", action="append", default=None, choices=list(_ACTIVITY), metavar="ACTIVITY",
+    sp.add_argument("--activity", action="append", default=None, choices=list(ACTIVITY_NAMES), metavar="ACTIVITY",
                     help="only threads doing this, as the table's activity column shows it: idle, running (an agent "
                          "turn is open; the JSON's activity \"active\"), waiting (waiting_approval or waiting_tools: "
                          "the last turn ended on deferred tool calls), interrupted; repeat for any of several")

@@ -5,18 +5,20 @@ from its append, so all engines derive the same values); ``ThreadFilter`` is wha
 ``Store.threads(...)`` filters on and ``check_filter`` turns user arguments into
 one, or an :class:`InvalidInputError` naming the filter.
 
-Activity (the ``status`` filter), derived from the log alone:
+Activity (the ``activity`` filter), derived from the log alone:
 
-- ``"active"``: an agent turn is open;
+- ``"running"`` (stored, and shown in the head's JSON, as ``"active"``): an agent turn is open;
 - ``"interrupted"``: the last agent turn ended with ``AgentTurnInterrupted``;
 - ``"waiting_approval"`` / ``"waiting_tools"``: the last agent turn completed
   on deferred tool calls (an approval among them / external results only);
+  ``"waiting"`` is either;
 - ``"idle"``: none of these (a user turn after any of them makes a thread idle).
 """
 
 from __future__ import annotations
 
 import datetime as _dt
+import warnings
 from typing import Any, Final
 
 import msgspec
@@ -34,11 +36,17 @@ from tplog.events import (
 )
 from tplog.protocol import model as m
 
-__all__ = ["ACTIVITIES", "ACTIVITY_CODE", "ThreadFilter", "check_filter", "matches", "note", "parse_meta", "parse_time"]
+__all__ = ["ACTIVITIES", "ACTIVITY_CODE", "ACTIVITY_NAMES", "ThreadFilter", "activity_argument", "check_filter",
+           "matches", "note", "parse_meta", "parse_time"]
 
 ACTIVITIES: Final = ("idle", "active", "interrupted", "waiting_tools", "waiting_approval")
 #: One byte per activity in the LMDB index keys (append only).
 ACTIVITY_CODE: Final = {a: i for i, a in enumerate(ACTIVITIES)}
+#: The names the ``activity`` filter takes (API, HTTP, CLI) → the stored activities each means:
+#: ``running`` is stored ``active`` (old clients read the head's JSON), still taken as an alias.
+ACTIVITY_NAMES: Final = {"idle": ("idle",), "running": ("active",), "active": ("active",),
+                         "interrupted": ("interrupted",), "waiting": ("waiting_approval", "waiting_tools"),
+                         "waiting_approval": ("waiting_approval",), "waiting_tools": ("waiting_tools",)}
 SPAWNED_FROM: Final = "spawned_from"
 
 
@@ -83,7 +91,7 @@ class ThreadFilter(msgspec.Struct, frozen=True, kw_only=True):
     store's clock in nanoseconds since the epoch; ``*_after`` is inclusive,
     ``*_before`` exclusive."""
 
-    status: tuple[str, ...] | None = None
+    activity: tuple[str, ...] | None = None  # stored activities (ACTIVITIES)
     agent: str | None = None
     title: str | None = None
     metadata: dict[str, Any] | None = None
@@ -105,7 +113,7 @@ _EMPTY: Final = ThreadFilter()
 def matches(f: ThreadFilter, h: Any) -> bool:
     """Whether head ``h`` passes every filter but ``has_children`` (which needs the
     children index: the backend checks it)."""
-    if f.status is not None and h.activity not in f.status:
+    if f.activity is not None and h.activity not in f.activity:
         return False
     if f.agent is not None and f.agent not in h.agent_ids:
         return False
@@ -141,7 +149,7 @@ def _ns(name: str, v: object) -> int | None:
 
 def check_filter(
     *,
-    status: str | list[str] | tuple[str, ...] | None = None,
+    activity: str | list[str] | tuple[str, ...] | None = None,
     agent: str | None = None,
     title: str | None = None,
     metadata: dict[str, Any] | None = None,
@@ -153,15 +161,16 @@ def check_filter(
     has_children: bool | None = None,
 ) -> ThreadFilter:
     """The filter these arguments ask for; :class:`InvalidInputError` naming the bad one."""
-    statuses: tuple[str, ...] | None = None
-    if status is not None:
-        raw = (status,) if isinstance(status, str) else status
+    stored: tuple[str, ...] | None = None
+    if activity is not None:
+        raw = (activity,) if isinstance(activity, str) else activity
+        names = ", ".join(n for n in ACTIVITY_NAMES if n != "active")
         if not isinstance(raw, (list, tuple)) or not raw:
-            raise InvalidInputError(f"filter status: one of {', '.join(ACTIVITIES)} (or a list), not {status!r}")
-        for s in raw:
-            if s not in ACTIVITIES:
-                raise InvalidInputError(f"filter status: {s!r} is not one of {', '.join(ACTIVITIES)}")
-        statuses = tuple(dict.fromkeys(raw))
+            raise InvalidInputError(f"filter activity: one of {names} (or a list), not {activity!r}")
+        for name in raw:
+            if not isinstance(name, str) or name not in ACTIVITY_NAMES:
+                raise InvalidInputError(f"filter activity: {name!r} is not one of {names}")
+        stored = tuple(dict.fromkeys(s for name in raw for s in ACTIVITY_NAMES[name]))
     for name, v in (("agent", agent), ("title", title)):
         if v is not None and (not isinstance(v, str) or not v):
             raise InvalidInputError(f"filter {name}: must be a non-empty string, not {v!r}")
@@ -178,8 +187,20 @@ def check_filter(
         a, b = times[lo], times[hi]
         if a is not None and b is not None and a >= b:
             raise InvalidInputError(f"filter {lo}/{hi}: the range is empty ({lo} must be before {hi})")
-    return ThreadFilter(status=statuses, agent=agent, title=title, metadata=metadata, roots=roots,
+    return ThreadFilter(activity=stored, agent=agent, title=title, metadata=metadata, roots=roots,
                         has_children=has_children, **times)
+
+
+def activity_argument(activity: Any, status: Any, caller: str) -> Any:
+    """The ``activity`` filter of ``caller(activity=, status=)``: ``status`` is its old name
+    (deprecated: a thread's ``status`` is live or deleted), taken with a DeprecationWarning."""
+    if status is None:
+        return activity
+    if activity is not None:
+        raise InvalidInputError(f"filter activity: {caller}() takes activity= (status= is its old name), not both")
+    warnings.warn(f"{caller}(status=...) is deprecated: pass activity=... (a thread's status is whether it is "
+                  "deleted; what it is doing is its activity)", DeprecationWarning, stacklevel=3)
+    return status
 
 
 def parse_time(name: str, text: str | None) -> int | _dt.datetime | None:

@@ -42,7 +42,7 @@ from tplog.codec import Codec, Encoded
 from tplog.errors import InvalidInputError, NotFoundError, ThreadDeletedError, TplogError
 from tplog.events import Event, RecordedEvent, ThreadDeleted
 from tplog.foldcache import FoldCache
-from tplog.lifecycle import check_filter
+from tplog.lifecycle import activity_argument, check_filter
 from tplog.pipeline import Pipeline
 from tplog.prepare import (
     check_chunk,
@@ -386,7 +386,7 @@ class Store:
         after: str | None = None,
         limit: int = 50,
         include_deleted: bool = False,
-        status: str | Sequence[str] | None = None,
+        activity: str | Sequence[str] | None = None,
         agent: str | None = None,
         title: str | None = None,
         metadata: dict[str, Any] | None = None,
@@ -396,13 +396,16 @@ class Store:
         updated_before: Any = None,
         roots: bool = False,
         has_children: bool | None = None,
+        status: str | Sequence[str] | None = None,
     ) -> ThreadPage:
         """Threads by last update, newest first, ``limit`` per page; pass the page's
         ``cursor`` as ``after`` for the next. Filters (all given must hold):
 
-        - ``status``: ``"active"`` (an agent turn is open), ``"interrupted"``,
-          ``"waiting_tools"``, ``"waiting_approval"`` (the last agent turn ended on
-          deferred tool calls) or ``"idle"``; one or a list (see ``tplog.lifecycle``);
+        - ``activity``: ``"running"`` (an agent turn is open; the head's ``activity``
+          says ``"active"``, also taken here), ``"interrupted"``, ``"waiting_tools"``,
+          ``"waiting_approval"`` (the last agent turn ended on deferred tool calls; ``"waiting"``:
+          either) or ``"idle"``; one or a list (see ``tplog.lifecycle``). ``status=`` is its old
+          name, deprecated (a DeprecationWarning): a head's ``status`` is whether it is deleted;
         - ``agent``: an agent id that registered or ran a turn in the thread;
         - ``title``: a substring of the title (case-insensitive);
         - ``metadata``: ``{key: value}`` pairs the thread's metadata holds (equal values);
@@ -411,7 +414,7 @@ class Store:
         - ``roots``: only threads with no ``spawned_from`` link; ``has_children``:
           only threads with (True) or without (False) spawned children.
 
-        Scope: a :meth:`scoped` view lists its scope's threads only. Status, agent
+        Scope: a :meth:`scoped` view lists its scope's threads only. Activity, agent
         and update range are answered from indexes. A bad value raises
         :class:`InvalidInputError` naming the filter."""
         check_page_limit(limit)
@@ -419,7 +422,8 @@ class Store:
             raise InvalidInputError("limit must be > 0")
         if after is not None and (not isinstance(after, str) or not after):
             raise InvalidInputError(f"after must be the cursor of a previous page, not {after!r}")
-        where = check_filter(status=status, agent=agent, title=title, metadata=metadata,  # type: ignore[arg-type]
+        activity = activity_argument(activity, status, "Store.threads")
+        where = check_filter(activity=activity, agent=agent, title=title, metadata=metadata,  # type: ignore[arg-type]
                              created_after=created_after, created_before=created_before,
                              updated_after=updated_after, updated_before=updated_before, roots=roots,
                              has_children=has_children)

@@ -127,7 +127,7 @@ def test_a_fork_lists_with_the_lifecycle_its_parent_had_at_the_fork_point(tmp_pa
         assert (head.title, head.metadata, head.activity, head.agent_ids, head.parent) == (
             "renamed", {"v": 2}, "interrupted", ["a1", "a2"], p)
         assert (head.user_turns, head.agent_turns, head.messages) == (1, 1, 1)
-        assert [h.thread_id for h in s.threads(status="interrupted").threads] == [f]
+        assert [h.thread_id for h in s.threads(activity="interrupted").threads] == [f]
         assert [h.thread_id for h in s.threads(title="renamed").threads] == [f]
         assert [h.thread_id for h in s.threads(metadata={"v": 2}).threads] == [f]
         assert f not in [h.thread_id for h in s.threads(roots=True).threads]

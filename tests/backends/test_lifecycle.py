@@ -99,18 +99,18 @@ def build(s: Store) -> dict[str, str]:
 
 def test_status_filters(store: Store) -> None:
     t = build(store)
-    assert every(store, status="active") == [t["active"]]
-    assert every(store, status="interrupted") == [t["interrupted"]]
-    assert every(store, status="waiting_tools") == [t["tools"]]
-    assert every(store, status="waiting_approval") == [t["approval"]]
-    assert every(store, status="idle") == [t["resumed"], t["idle"]]
+    assert every(store, activity="running") == [t["active"]]
+    assert every(store, activity="interrupted") == [t["interrupted"]]
+    assert every(store, activity="waiting_tools") == [t["tools"]]
+    assert every(store, activity="waiting_approval") == [t["approval"]]
+    assert every(store, activity="idle") == [t["resumed"], t["idle"]]
     # Several statuses: any of them, still newest update first.
-    assert every(store, status=["waiting_tools", "interrupted", "waiting_approval"]) == [
+    assert every(store, activity=["waiting_tools", "interrupted", "waiting_approval"]) == [
         t["approval"], t["tools"], t["interrupted"]]
     # An update moves a thread between statuses (its index entries follow the head).
     store.append(t["active"], [completed()])
-    assert every(store, status="active") == []
-    assert every(store, status="idle") == [t["active"], t["resumed"], t["idle"]]
+    assert every(store, activity="running") == []
+    assert every(store, activity="idle") == [t["active"], t["resumed"], t["idle"]]
     assert store.head(t["active"]).activity == "idle"
 
 
@@ -128,8 +128,8 @@ def test_agent_title_metadata_filters(store: Store) -> None:
     assert every(store, title="weekly") == [t["tools"], t["resumed"], t["idle"]]
     assert every(store, metadata={"team": "red"}) == [t["tools"], t["idle"]]
     # Filters combine: every one must hold.
-    assert every(store, title="weekly", status="idle", agent="coder") == [t["resumed"]]
-    assert every(store, agent="coder", status="interrupted") == [t["interrupted"]]
+    assert every(store, title="weekly", activity="idle", agent="coder") == [t["resumed"]]
+    assert every(store, agent="coder", activity="interrupted") == [t["interrupted"]]
 
 
 def test_time_ranges(store: Store) -> None:
@@ -165,14 +165,14 @@ def test_deleted_and_scopes(store: Store) -> None:
     t = build(store)
     store.delete_thread(t["active"])
     assert t["active"] not in every(store)
-    assert every(store, status="active") == []
-    assert t["active"] in [h.thread_id for h in store.threads(status="active", include_deleted=True).threads]
+    assert every(store, activity="active") == []
+    assert t["active"] in [h.thread_id for h in store.threads(activity="active", include_deleted=True).threads]
     view = store.scoped("tenant")
     x = tid()
     view.append(x, [started(x), register("coder"), user(), agent_start("coder"), interrupted()])
     assert every(view, agent="coder") == [x]
-    assert every(view, status="interrupted") == [x]
-    assert every(store, status="interrupted") == [t["interrupted"]]
+    assert every(view, activity="interrupted") == [x]
+    assert every(store, activity="interrupted") == [t["interrupted"]]
 
 
 def test_paging_through_a_filter(store: Store) -> None:
@@ -182,10 +182,10 @@ def test_paging_through_a_filter(store: Store) -> None:
         store.append(x, [started(x, title=f"t{i}"), *(exchange() if i % 3 else [user(), agent_start(), response()])])
         made.append(x)
     want = [x for i, x in reversed(list(enumerate(made))) if i % 3]
-    assert every(store, status="idle") == want
+    assert every(store, activity="idle") == want
     got, after = [], None
     while True:
-        page = store.threads(limit=4, after=after, status="idle")
+        page = store.threads(limit=4, after=after, activity="idle")
         assert len(page.threads) <= 4
         got += ids(page)
         if page.cursor is None:
@@ -195,9 +195,9 @@ def test_paging_through_a_filter(store: Store) -> None:
 
 
 @pytest.mark.parametrize(("filters", "named"), [
-    ({"status": "sleeping"}, "status"),
-    ({"status": []}, "status"),
-    ({"status": 3}, "status"),
+    ({"activity": "sleeping"}, "activity"),
+    ({"activity": []}, "activity"),
+    ({"activity": 3}, "activity"),
     ({"agent": ""}, "agent"),
     ({"title": 5}, "title"),
     ({"metadata": {}}, "metadata"),

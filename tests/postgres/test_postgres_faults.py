@@ -359,7 +359,7 @@ def test_migrate_2_to_3_adds_the_finder_columns(pg_dsn: str, schema: str,
     PostgresRecorder(pg_dsn, schema=schema, migrate=True).close()
     with Store(f"{pg_dsn}?schema={schema}", check_rules=False) as s:
         s.append("t1", [started("t1"), user(), agent_start("x")])
-        assert [h.thread_id for h in s.threads(status="active", agent="x").threads] == ["t1"]
+        assert [h.thread_id for h in s.threads(activity="active", agent="x").threads] == ["t1"]
 
 
 def test_catalog_is_ready_for_citus(pg_dsn: str, schema: str, open_rec: Callable[..., PostgresRecorder]) -> None:

@@ -79,9 +79,9 @@ def candidates(txn: ReadTxn, tag: bytes, where: ThreadFilter | None, lo: bytes, 
     [``lo``, ``hi``): through the agent+activity index when both are asked, the
     activity index when a status is, the agent index when an agent is, else ``updated`` (also when the store has no
     finder entries yet: ``indexed`` False)."""
-    if indexed and where is not None and where.status is not None:
+    if indexed and where is not None and where.activity is not None:
         pre = b"a" + tag if where.agent is None else b"c" + tag + _agent(where.agent)
-        runs = [_range(txn, "finder", pre + bytes([ACTIVITY_CODE[s]]), lo, hi) for s in where.status]
+        runs = [_range(txn, "finder", pre + bytes([ACTIVITY_CODE[s]]), lo, hi) for s in where.activity]
         return runs[0] if len(runs) == 1 else heapq.merge(*runs, reverse=True)
     if indexed and where is not None and where.agent is not None:
         return _range(txn, "finder", b"g" + tag + _agent(where.agent), lo, hi)

@@ -152,9 +152,9 @@ class PgReads(PgConnections):
         if not include_deleted:
             conds.append("NOT deleted")
         if where is not None:  # the indexed filters in SQL, the others on the decoded heads
-            if where.status is not None:
+            if where.activity is not None:
                 conds.append("activity = ANY(%s::smallint[])")
-                params.append([ACTIVITY_CODE[a] for a in where.status])
+                params.append([ACTIVITY_CODE[a] for a in where.activity])
             if where.agent is not None:
                 conds.append("agents @> ARRAY[%s]::text[]")
                 params.append(where.agent)

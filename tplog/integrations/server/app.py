@@ -33,6 +33,7 @@ from tplog.integrations.server.security import SecureApp, Security, redact_acces
 from tplog.integrations.server.state import Server, new_message_id, path_thread, thread_for
 from tplog.integrations.server.wakeups import wait
 from tplog.integrations.vercel import CHAT_ID_KEY, MESSAGE_ID_KEY, client_tool_results, thread_id_for_chat
+from tplog.integrations.vercel.body import check_user_message
 from tplog.logs import set_thread_id
 from tplog.protocol import model as m
 from tplog.protocol.json import to_builtins, to_json
@@ -114,8 +115,12 @@ def _thread_filters(request: Request) -> dict[str, Any]:
 
     q = request.query_params
     hc = q.get("has_children")
-    return {"status": q.getlist("status") or None, "agent": q.get("agent") or None, "title": q.get("title") or None,
-            "metadata": parse_meta("meta", q.getlist("meta")), "roots": _flag(request, "roots"),
+    # ?status= is ?activity='s deprecated old name (a thread's status is whether it is deleted)
+    if q.getlist("activity") and q.getlist("status"):
+        raise HTTPError(422, "invalid_parameter", "pass activity= only (status= is its deprecated old name)")
+    return {"activity": q.getlist("activity") or q.getlist("status") or None, "agent": q.get("agent") or None,
+            "title": q.get("title") or None, "metadata": parse_meta("meta", q.getlist("meta")),
+            "roots": _flag(request, "roots"),
             "has_children": None if hc is None or hc == "" else _flag(request, "has_children"),
             **{n: parse_time(n, q.get(n)) for n in ("created_after", "created_before", "updated_after",
                                                     "updated_before")}}
@@ -307,6 +312,7 @@ def create_app(
                 f"not a Vercel AI UI request: {first['loc'] or 'body'}: {first['msg']}",
                 errors=errs,
             ) from None
+        check_user_message(body)  # a step-start or tool part in the user's message: 422 naming it
         regenerate = body.get("trigger") == "regenerate-message"
         chat_id = run_input.id
         if not chat_id or len(chat_id.encode()) > 512:

@@ -5,12 +5,13 @@ from __future__ import annotations
 
 from typing import Any
 
+from tplog.errors import InvalidInputError
 from tplog.protocol import model as m
 from tplog.protocol.json import to_builtins
 
 __all__ = [
-    "body_tool_calls", "client_tool_results", "last_user_message", "parts_of_body", "unanswered_calls",
-    "user_turn_from_body",
+    "body_tool_calls", "check_user_message", "client_tool_results", "last_user_message", "parts_of_body",
+    "unanswered_calls", "user_turn_from_body",
 ]
 
 
@@ -29,18 +30,36 @@ def last_user_message(body: dict[str, Any] | None) -> dict[str, Any] | None:
     return None
 
 
-def user_turn_from_body(body: dict[str, Any] | None, *, submitted_at: str) -> m.UserTurn | None:
-    """The user turn in a UI request body (its last message, if it is the user's), via Pydantic AI's loader."""
+def check_user_message(body: dict[str, Any] | None) -> Any:
+    """The body's last message as Pydantic AI's ``UIMessage`` when it is the user's (else ``None``);
+    :class:`~tplog.InvalidInputError` naming its first part a user message cannot hold. Pydantic AI
+    loads text, file and ``data-*`` parts there; step-start, reasoning, tool and source parts come
+    from an assistant's stream (a part without a ``type`` reads as a step-start)."""
     msg = last_user_message(body)
     if msg is None:
         return None
     import pydantic
+    from pydantic_ai.ui.vercel_ai.request_types import DataUIPart, FileUIPart, TextUIPart, UIMessage
+
+    assert body is not None  # it holds msg
+    ui = pydantic.TypeAdapter(UIMessage).validate_python(msg)
+    for i, part in enumerate(ui.parts):
+        if not isinstance(part, TextUIPart | FileUIPart | DataUIPart):
+            raise InvalidInputError(f"a user message holds text, file and data-* parts, not a {part.type!r} part",
+                                    path=f"$.messages[{len(body['messages']) - 1}].parts[{i}]")
+    return ui
+
+
+def user_turn_from_body(body: dict[str, Any] | None, *, submitted_at: str) -> m.UserTurn | None:
+    """The user turn in a UI request body (its last message, if it is the user's), via Pydantic AI's loader;
+    :class:`~tplog.InvalidInputError` for a part a user message cannot hold (:func:`check_user_message`)."""
+    ui = check_user_message(body)
+    if ui is None:
+        return None
     from pydantic_ai.ui.vercel_ai import VercelAIAdapter
-    from pydantic_ai.ui.vercel_ai.request_types import UIMessage
 
     from tplog.integrations.pydantic_ai import is_user_request, user_turn_from_request
 
-    ui = pydantic.TypeAdapter(UIMessage).validate_python(msg)
     loaded = VercelAIAdapter.load_messages([ui])
     if not loaded or not is_user_request(loaded[-1]):
         return None

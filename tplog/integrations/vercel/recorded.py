@@ -18,7 +18,13 @@ from tplog.events import (
     MessageRecorded,
     UserTurnSubmitted,
 )
-from tplog.integrations.vercel.body import client_tool_results, last_user_message, parts_of_body, unanswered_calls
+from tplog.integrations.vercel.body import (
+    check_user_message,
+    client_tool_results,
+    last_user_message,
+    parts_of_body,
+    unanswered_calls,
+)
 from tplog.integrations.vercel.chunks import TP_MESSAGE, TP_TURN_END, TP_TURN_START, TP_USER_TURN, parse_sse
 from tplog.integrations.vercel.stream import MISSING, Cursor, StreamState, resolve_part
 from tplog.protocol import model as m
@@ -115,6 +121,7 @@ def ui_request(body: Any) -> dict[str, Any]:
                 if not (i == 0 and p == checked.get("trigger")) and not (isinstance(p, str) and p[:1].isupper())]
         loc = "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in keys)
         raise InvalidInputError(f"not a Vercel AI UI request: {err['msg']}", path=f"${loc}") from None
+    check_user_message(checked)
     return checked
 
 
@@ -142,7 +149,8 @@ async def recorded_vercel_stream(
     message the assistant's) the approvals in the body (sdk v6) and the
     client's tool results (:func:`client_tool_results`, for calls of
     ``message_history``'s last response still unanswered) become
-    ``deferred_tool_results`` unless given. The recorder is a
+    ``deferred_tool_results`` unless given (without ``message_history``, which
+    holds the calls they answer: :class:`~tplog.InvalidInputError`). The recorder is a
     :class:`~tplog.integrations.pydantic_ai.ThreadRecorder`; remaining
     keywords go to the run (``message_history``, ``cancellation_token``,
     ``timeout``, ``handoff_from``, ...).
@@ -167,10 +175,17 @@ async def recorded_vercel_stream(
             adapter = VercelAIAdapter(agent=agent, run_input=run_input, sdk_version=sdk_version)  # type: ignore[arg-type]
             dtr = adapter.deferred_tool_results
             approvals = dict(dtr.approvals) if dtr is not None else {}
+        results = client_tool_results(body)
+        if (approvals or results) and not run_kwargs.get("message_history"):
+            # the calls these answer are in the thread's history: without it the run cannot resume them
+            raise InvalidInputError(
+                f"the request answers tool calls {sorted({*approvals, *results})} but no message_history was "
+                "given: pass the thread's (history_from_thread), which holds the calls waiting for them",
+                path=f"$.messages[{len(body['messages']) - 1}]")
         waiting = unanswered_calls(run_kwargs.get("message_history"))
         calls: dict[str, Any] = {
             cid: (ToolFailed(value) if kind == "error" else value)
-            for cid, (kind, value) in client_tool_results(body).items()
+            for cid, (kind, value) in results.items()
             if cid in waiting and cid not in approvals
         }
         if approvals or calls:
