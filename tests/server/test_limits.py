@@ -149,7 +149,8 @@ def test_a_user_part_the_run_cannot_take_is_422(client: TestClient) -> None:
     t = str(uuid.uuid4())
     body = {"trigger": "submit-message", "id": t, "messages": [{"id": "u", "role": "user",
                                                                  "parts": [{"type": "step-start"}]}]}
-    _error(client.post("/api/chat", json=body), 422, "invalid_body")
+    err = _error(client.post("/api/chat", json=body), 422, "invalid_input")
+    assert err["path"] == "$.messages[0].parts[0]"
     assert _version(client, t) is None
 
 

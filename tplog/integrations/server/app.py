@@ -352,11 +352,6 @@ def create_app(
         user_text: str | None = None
         ui_ids: tuple[str | None, str | None] = (None, None)
         if last is not None and last.role == "user":
-            try:  # what the run does with it first: a part it cannot take was a 500 from inside the run
-                VercelAIAdapter.load_messages([last])
-            except ValueError:
-                raise HTTPError(422, "invalid_body", "the user's message has a part of a type a user message cannot "
-                                f"have (its parts: {[getattr(p, 'type', '?') for p in last.parts]})") from None
             user_text = " ".join(getattr(p, "text", "") for p in last.parts if getattr(p, "type", "") == "text")
             ui_ids = (last.id or None, new_message_id())
         elif last is not None and last.role == "assistant":
