@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import inspect
+import logging
 import uuid
 from collections.abc import AsyncGenerator, AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
@@ -21,7 +22,7 @@ try:  # DeferredToolRequests lives in pydantic_ai.tools / pydantic_ai._deferred
 except ImportError:  # pragma: no cover
     from pydantic_ai.tools import DeferredToolRequests
 
-from tplog.errors import InvalidInputError
+from tplog.errors import InvalidInputError, TplogError
 from tplog.events import (
     AgentRegistered,
     AgentTurnCompleted,
@@ -45,6 +46,8 @@ from tplog.integrations.pydantic_ai.unstreamed import can_stream, node_events, r
 from tplog.protocol import model as m
 
 __all__ = ["RecordedRun", "ThreadRecorder", "pm_capture"]
+
+log = logging.getLogger("tplog.recorder")
 
 
 # --------------------------------------------------------------------------- live recorder
@@ -327,24 +330,24 @@ class ThreadRecorder:
                         yield ev
                 await self._sync(state, captured)
         except RunCancelled as exc:
-            await self._sync(state, captured, final=True)
+            await self._sync_last(state, captured)
             reason = "timeout" if isinstance(exc, RunTimedOut) else "user_cancelled"
             await self._interrupt(state, rec, reason, exc, usage=exc.usage)
             if raise_cancelled:
                 raise
             return
         except asyncio.CancelledError as exc:
-            await self._sync(state, captured, final=True)
+            await self._sync_last(state, captured)
             rc = RunCancelled.from_cancellation(exc)
             await self._interrupt(state, rec, "user_cancelled", exc, usage=rc.usage if rc else None)
             raise
         except GeneratorExit:
             # The consumer stopped reading (e.g. the HTTP client went away).
-            await self._sync(state, captured, final=True)
+            await self._sync_last(state, captured)
             await self._interrupt(state, rec, "user_cancelled", None, usage=None)
             raise
         except Exception as exc:
-            await self._sync(state, captured, final=True)
+            await self._sync_last(state, captured)
             await self._interrupt(state, rec, "error", exc, usage=None)
             raise
         await self._complete(state, rec, result)
@@ -381,6 +384,14 @@ class ThreadRecorder:
             raise
         state.opened = True
         self._turn_open = True
+
+    async def _sync_last(self, state: _RunState, captured: list[pm.ModelMessage]) -> None:
+        """The last sync of a run that failed or stopped: a message the store refuses (maybe the
+        run's very error) is left out, so the turn's interruption is still recorded."""
+        try:
+            await self._sync(state, captured, final=True)
+        except TplogError as exc:
+            log.warning("thread %s: a message of the ended run was not recorded: %s", self.thread_id, exc)
 
     async def _sync(self, state: _RunState, captured: list[pm.ModelMessage], *, final: bool = False) -> None:
         """Record the run's messages that are complete and not yet recorded."""
