@@ -24,8 +24,11 @@ API every version has is used: ``tplog.Store``, ``Store.append``, ``tplog.Event`
 (the corpus is built once with this checkout's tplog and handed over as msgpack of
 the tagged events). The table gives medians with min-max and each checkout's CPU
 per message as a ratio to the first one's (median of the per-repeat ratios, with
-their range). ``--profile``: one more run of each checkout under cProfile, its
-top functions by cumulative time. Not part of the suite; writes
+their range; on a loaded machine the process CPU still moves by 20-40 %). ``--callgrind``:
+the instructions per append, which do not move with the load — two runs per checkout
+under ``valgrind --tool=callgrind`` (40 and 240 appends after the same warm-up),
+differenced; the kernel's share (writes, flushes) is not counted. ``--profile``: one
+more run of each checkout under cProfile, its top functions by cumulative time. Not part of the suite; writes
 ``benchmarks/results/append_floor.json``.
 """
 
@@ -35,6 +38,8 @@ import argparse
 import json
 import os
 import pathlib
+import re
+import resource
 import statistics
 import subprocess
 import sys
@@ -46,7 +51,8 @@ NAME = "append_floor"
 REPO = pathlib.Path(__file__).resolve().parent.parent
 RESULTS_DIR = REPO / "benchmarks" / "results"
 PAGE = 4096  # LMDB's page size on Linux x86-64 (env.stat()["psize"])
-MESSAGES = ("user_turn", "message")  # the event tags that are a message of their own
+MESSAGES = ("user_turn", "message")
+CALLGRIND_APPENDS = (40, 240)  # the event tags that are a message of their own
 
 
 def calls(events: list[Any]) -> list[list[Any]]:
@@ -97,7 +103,8 @@ def _mdb_bytes(root: pathlib.Path) -> int:
     return sum(f.stat().st_size for f in root.rglob("data.mdb"))
 
 
-def child(path: str | None, corpus: pathlib.Path, base: pathlib.Path, profile: bool) -> dict[str, Any]:
+def child(path: str | None, corpus: pathlib.Path, base: pathlib.Path, profile: bool,
+          limit: int | None = None) -> dict[str, Any]:
     """One run in this (fresh) process: the tplog under ``path`` appends ``corpus``'s calls."""
     import gc
     import shutil
@@ -112,10 +119,11 @@ def child(path: str | None, corpus: pathlib.Path, base: pathlib.Path, profile: b
         raise SystemExit(f"tplog imported from {tplog.__file__}, not {path}")
     rows = msgspec.msgpack.decode(corpus.read_bytes(), type=list[tuple[str, list[list[tplog.Event]]]])
     work = [(tid, evs) for tid, cs in rows for evs in cs]
+    warmup, work = work[:60], work[:limit]  # the warm-up's store is another one
     d = pathlib.Path(tempfile.mkdtemp(prefix="tplog-append-floor-", dir=base))
     try:
         warm = tplog.Store(d / "warm")  # imports, codec contexts, lazily built tables
-        for tid, evs in work[:60]:
+        for tid, evs in warmup:
             warm.append(tid, evs)
         warm.close()
         store = tplog.Store(d / "s")
@@ -127,7 +135,7 @@ def child(path: str | None, corpus: pathlib.Path, base: pathlib.Path, profile: b
                 append(tid, evs)
 
         gc.collect()
-        io0, c0, w0 = _write_bytes(), time.process_time(), time.perf_counter()
+        io0, r0, w0 = _write_bytes(), resource.getrusage(resource.RUSAGE_SELF), time.perf_counter()
         prof = None
         if profile:
             import cProfile
@@ -136,13 +144,15 @@ def child(path: str | None, corpus: pathlib.Path, base: pathlib.Path, profile: b
             prof.runcall(run)
         else:
             run()
-        wall, cpu, wb = time.perf_counter() - w0, time.process_time() - c0, _write_bytes() - io0
+        wall, r1, wb = time.perf_counter() - w0, resource.getrusage(resource.RUSAGE_SELF), _write_bytes() - io0
+        user, system = r1.ru_utime - r0.ru_utime, r1.ru_stime - r0.ru_stime
         store.close()
         growth = _mdb_bytes(d / "s") - sz0
         n = len(work)
         out: dict[str, Any] = {
             "tplog": str(pathlib.Path(tplog.__file__).parent), "appends": n,
-            "events": sum(len(e) for _, e in work), "msg_per_s": n / wall, "cpu_us_per_msg": cpu / n * 1e6,
+            "events": sum(len(e) for _, e in work), "msg_per_s": n / wall,
+            "cpu_us_per_msg": (user + system) / n * 1e6, "sys_us_per_msg": system / n * 1e6,
             "write_bytes_per_append": wb / n, "pages_per_append": wb / n / PAGE,
             "file_growth_pages_per_append": growth / n / PAGE,
         }
@@ -160,13 +170,25 @@ def child(path: str | None, corpus: pathlib.Path, base: pathlib.Path, profile: b
         shutil.rmtree(d, ignore_errors=True)
 
 
-def _spawn(path: str | None, corpus: pathlib.Path, base: pathlib.Path, profile: bool) -> dict[str, Any]:
+def _spawn(path: str | None, corpus: pathlib.Path, base: pathlib.Path, profile: bool,
+           limit: int | None = None, valgrind: bool = False) -> dict[str, Any]:
     cmd = [sys.executable, "-m", "benchmarks.append_floor", "--child", path or "", "--corpus", str(corpus),
-           "--dir", str(base), *(["--profile"] if profile else [])]
+           "--dir", str(base), *(["--profile"] if profile else []), *(["--appends", str(limit)] if limit else [])]
+    if valgrind:
+        cmd = ["valgrind", "--tool=callgrind", "--callgrind-out-file=/dev/null", *cmd]
     p = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, check=False)
     if p.returncode:
         raise SystemExit(f"run of {path or 'this checkout'} failed:\n{p.stderr}")
-    return json.loads(p.stdout.strip().splitlines()[-1])  # type: ignore[no-any-return]
+    out: dict[str, Any] = json.loads(p.stdout.strip().splitlines()[-1])
+    if valgrind:
+        out["instructions"] = int(re.findall(r"Collected : (\d+)", p.stderr)[-1])
+    return out
+
+
+def _instructions(path: str | None, corpus: pathlib.Path, base: pathlib.Path, k: tuple[int, int]) -> float:
+    """Instructions per append under callgrind: two runs of ``k`` appends, differenced (start-up cancels)."""
+    a, b = (_spawn(path, corpus, base, False, n, valgrind=True)["instructions"] for n in k)
+    return (b - a) / (k[1] - k[0])
 
 
 def _span(xs: list[float], fmt: str) -> str:
@@ -184,12 +206,15 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--profile", action="store_true", help="one more run per checkout under cProfile")
     p.add_argument("--seed", type=int, default=None)
     p.add_argument("--json", default=None, metavar="PATH", help=f"default benchmarks/results/{NAME}.json")
+    p.add_argument("--callgrind", action="store_true",
+                   help="also the instructions per append under valgrind's callgrind (runs of 40 and 240 appends)")
+    p.add_argument("--appends", type=int, default=None, help=argparse.SUPPRESS)
     p.add_argument("--child", default=None, help=argparse.SUPPRESS)
     p.add_argument("--corpus", default=None, help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     base = pathlib.Path(args.dir or tempfile.gettempdir())
     if args.child is not None:
-        print(json.dumps(child(args.child or None, pathlib.Path(args.corpus), base, args.profile)))
+        print(json.dumps(child(args.child or None, pathlib.Path(args.corpus), base, args.profile, args.appends)))
         return 0
     from benchmarks._common import machine_info
 
@@ -224,6 +249,11 @@ def main(argv: list[str] | None = None) -> int:
                  _span([r["pages_per_append"] for r in rs], ".1f"),
                  f"{statistics.median(r['file_growth_pages_per_append'] for r in rs):.2f}"]
         print("  ".join(f"{c:>22}" for c in cells))
+    if args.callgrind:
+        print("\ninstructions per append (callgrind, user space only: the kernel's writes and flushes are not in it)")
+        for lab, path in zip(labels, paths, strict=True):
+            ins = summary[lab]["instructions_per_append"] = _instructions(path, corpus, base, CALLGRIND_APPENDS)
+            print(f"{lab:>22}  {ins / 1e6:8.3f} M  ({ins / summary[labels[0]]['instructions_per_append']:.3f}x first)")
     if args.profile:
         for lab, path in zip(labels, paths, strict=True):
             prof = _spawn(path, corpus, base, True)
