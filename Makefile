@@ -2,6 +2,8 @@
 #   make demo   records agent runs into ./demo-store (replacing only one it made) and prints what tplog derives
 #   make test   lints (ruff, mypy --strict) and runs the whole test suite measuring branch coverage
 #               of tplog/ (the Python processes the tests start included), failing under COV_FAIL_UNDER
+#   make test-fast  the inner loop: no lint, no coverage, no PostgreSQL/chromium/Node/FUSE tests nor the slowest
+#                   (markers pg, browser, node, fuse, slow: tests/conftest.py), on every core (pytest-xdist)
 #   make test-lowest  the same suite against the lowest supported dependencies (CI runs both)
 #   make mutation  mutation testing of the core modules ([tool.mutmut] in pyproject.toml); survivors are
 #                  reviewed in tests/MUTANTS.md. One module with a narrowed test selection (in a copy,
@@ -10,7 +12,7 @@ PYTHON ?= python3
 VENV   ?= .venv
 BIN    := $(VENV)/bin
 
-.PHONY: demo test test-lowest coverage lint bench clean mutation
+.PHONY: demo test test-fast test-lowest coverage lint bench clean mutation
 
 $(BIN)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -27,6 +29,12 @@ test: lint
 	$(BIN)/python -m pytest --cov=tplog --cov-report=term-missing:skip-covered --cov-fail-under=$(COV_FAIL_UNDER)
 
 coverage: test
+
+# What a change usually breaks, in a few minutes; `make test` (CI) stays the whole suite.
+FAST := not pg and not browser and not node and not fuse and not slow
+JOBS ?= auto
+test-fast: $(BIN)/.installed
+	$(BIN)/python -m pytest -n $(JOBS) -m "$(FAST)"
 
 lint: $(BIN)/.installed
 	$(BIN)/ruff check tplog tests benchmarks tools

@@ -19,6 +19,7 @@ from typing import Any, cast
 
 import pytest
 from hypothesis import settings
+from postgres import pg_server
 
 from tplog import (
     AgentConfig,
@@ -54,7 +55,48 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         parser.addoption("--soak", action="store_true", default=False, help="run long soak/fuzz tests")
 
 
+# --------------------------------------------------------------------------- markers (make test-fast)
+
+TESTS = Path(__file__).resolve().parent
+
+#: Tests outside tests/postgres that reach PostgreSQL without a ``postgres`` parameter
+#: (contract_helpers.pg_dsn fails one that is not marked ``pg``, so the list cannot fall behind).
+PG_TESTS = {
+    "aisdk/test_aisdk.py::test_resume_and_stop_across_servers_on_one_postgresql_store",
+    "backends/test_live_streams.py::test_postgres_live_table_reconnects_after_its_connection_was_killed",
+    "backends/test_store_backends.py::test_memory_and_postgres_answer_alike",
+    "backends/test_store_backends.py::test_async_store_over_postgres",
+}
+#: The backends' parameter values that are a PostgreSQL recorder (contract_helpers.FACTORIES, ``kind``).
+PG_PARAMS = {"postgres", "postgres-p4"}
+#: The measured slowest tests (tests/slow_tests.txt: how they were measured).
+SLOW_TESTS = {line for line in (TESTS / "slow_tests.txt").read_text().splitlines() if line and line[0] != "#"}
+
+
+def _markers(item: pytest.Item) -> set[str]:
+    """Its markers: what ``item`` needs (pg, browser, node, fuse: by where it is and how it is parametrized),
+    and slow."""
+    path = item.path.relative_to(TESTS).as_posix()
+    params = getattr(item, "callspec", None)
+    key = f"{path}::{getattr(item, 'originalname', item.name)}"  # without the parameters
+    needs = {"slow"} if key in SLOW_TESTS else set()
+    if (path.startswith("postgres/") or key in PG_TESTS
+            or (params is not None and any(isinstance(v, str) and v in PG_PARAMS for v in params.params.values()))):
+        needs.add("pg")
+    if path.startswith("aisdk/"):
+        needs.add("node")
+    if path in ("server/test_browser.py", "aisdk/test_usechat_page.py"):  # chromium through selenium
+        needs.add("browser")
+    if path == "test_powerloss.py":
+        needs.add("fuse")
+    return needs
+
+
+@pytest.hookimpl(tryfirst=True)  # before ``-m`` deselects by these markers
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    for item in items:
+        for name in sorted(_markers(item)):
+            item.add_marker(name)
     if config.getoption("--soak", default=False):
         return
     skip = pytest.mark.skip(reason="soak test: run with --soak")
@@ -62,6 +104,11 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         # the marker, not ``item.keywords``: those hold the checkout directory's name too
         if item.get_closest_marker("soak") is not None:
             item.add_marker(skip)
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    pg_server.running_marked = item.get_closest_marker("pg") is not None
 
 
 # --------------------------------------------------------------------------- event builders

@@ -49,8 +49,9 @@ def pg_dsn() -> str:
 
     Without the server binaries: a skip, or under ``CI=true`` a failure. ``TPLOG_TEST_PG_DSN``: that
     running server instead (tests/postgres/pg_server.py's ``shared_dsn``)."""
-    from postgres.pg_server import shared_dsn
+    from postgres.pg_server import check_marked, shared_dsn
 
+    check_marked()
     shared = shared_dsn()
     if shared:
         return shared

@@ -12,11 +12,12 @@ import pytest
 
 from tplog.backends.postgres import PostgresRecorder
 
-from .pg_server import INSTALL_HINT, PostgresServer, find_bindir, shared_dsn
+from .pg_server import INSTALL_HINT, PostgresServer, check_marked, find_bindir, shared_dsn
 
 
 @pytest.fixture(scope="session")
 def pg_dsn() -> Iterator[str]:
+    check_marked()
     shared = shared_dsn()  # TPLOG_TEST_PG_DSN: a server already running (pg_server.py)
     if shared:
         yield shared

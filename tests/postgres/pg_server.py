@@ -38,6 +38,16 @@ def find_bindir() -> str | None:
     return os.path.dirname(found[-1]) if found else None
 
 
+#: Whether the running test is marked ``pg`` (tests/conftest.py sets it before each test); True outside pytest.
+running_marked = True
+
+
+def check_marked() -> None:
+    """Fail a test that reaches PostgreSQL unmarked: ``make test-fast`` (``-m "not pg"``) would run it."""
+    if not running_marked:
+        raise AssertionError("this test uses PostgreSQL but is not marked pg: add it to PG_TESTS in tests/conftest.py")
+
+
 _cleaned: list[int] = []  # the process ids whose leftover schemas were dropped (a fork inherits the list)
 
 
