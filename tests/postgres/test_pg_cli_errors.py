@@ -87,7 +87,7 @@ def _pw_user(dsn: str) -> str:
         c.execute("CREATE ROLE pwuser2 LOGIN PASSWORD 'right'")
         with open(hba) as f:
             rules = f.read()
-        if "pwuser2" not in rules:
+        if "host all pwuser2 127.0.0.1/32 " not in rules:
             with open(hba, "w") as f:
                 f.write("host all pwuser2 127.0.0.1/32 scram-sha-256\n" + rules)
             c.execute("SELECT pg_reload_conf()")
