@@ -131,3 +131,24 @@ class PostgresServer:
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
+
+
+def password_role(dsn: str, role: str) -> None:
+    """Make ``role`` a login that needs its password (``right``): scram for it from 127.0.0.1, ahead
+    of the server's trust rules (written once per server; the rule line itself is looked for)."""
+    import time
+
+    import psycopg
+
+    with psycopg.connect(dsn, autocommit=True) as c:
+        hba = c.execute("SHOW hba_file").fetchone()[0]  # type: ignore[index]
+        c.execute(f"DROP ROLE IF EXISTS {role}")
+        c.execute(f"CREATE ROLE {role} LOGIN PASSWORD 'right'")
+        rule = f"host all {role} 127.0.0.1/32 scram-sha-256\n"
+        with open(hba) as f:
+            rules = f.read()
+        if rule not in rules:
+            with open(hba, "w") as f:
+                f.write(rule + rules)
+            c.execute("SELECT pg_reload_conf()")
+            time.sleep(0.3)

@@ -17,6 +17,8 @@ from tplog.backends.dsn import redact, scrub
 from tplog.backends.postgres import PostgresRecorder, PostgresUnavailableError, SchemaError
 from tplog.errors import InvalidInputError
 
+from .pg_server import password_role
+
 READERS = [["threads"], ["stat"], ["export", TID], ["turns", TID], ["read", TID], ["pending", TID],
            ["children", TID], ["tail", "--timeout", "0.1"], ["prune-reports"], ["delete", TID],
            ["fork", TID, "--at", "1"], ["train"], ["rebuild"], ["verify"]]
@@ -79,19 +81,7 @@ def test_a_url_that_does_not_parse_is_an_error(capsys: pytest.CaptureFixture[str
 
 def _pw_user(dsn: str) -> str:
     """A role that logs in with a password (``right``), and the server asking for it (scram)."""
-    import time
-
-    with psycopg.connect(dsn, autocommit=True) as c:
-        hba = c.execute("SHOW hba_file").fetchone()[0]  # type: ignore[index]
-        c.execute("DROP ROLE IF EXISTS pwuser2")
-        c.execute("CREATE ROLE pwuser2 LOGIN PASSWORD 'right'")
-        with open(hba) as f:
-            rules = f.read()
-        if "host all pwuser2 127.0.0.1/32 " not in rules:
-            with open(hba, "w") as f:
-                f.write("host all pwuser2 127.0.0.1/32 scram-sha-256\n" + rules)
-            c.execute("SELECT pg_reload_conf()")
-            time.sleep(0.3)
+    password_role(dsn, "pwuser2")
     u = urllib.parse.urlsplit(dsn)
     return f"postgresql://pwuser2@127.0.0.1:{u.port}{u.path}"
 

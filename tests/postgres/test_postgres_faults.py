@@ -33,6 +33,7 @@ from tplog.backends.postgres import (
 from tplog.backends.postgres.schema import DISTRIBUTED, SCHEMA_VERSION
 from tplog.errors import InvalidInputError, WrongExpectedVersionError
 
+from .pg_server import password_role
 from .proxy import CommitLosingProxy
 
 
@@ -306,17 +307,7 @@ def test_wrong_url_and_unreachable_server(pg_dsn: str) -> None:
 
 
 def test_wrong_password(pg_dsn: str) -> None:
-    with psycopg.connect(pg_dsn, autocommit=True) as c:
-        hba = c.execute("SHOW hba_file").fetchone()[0]  # type: ignore[index]
-        c.execute("DROP ROLE IF EXISTS pwuser")
-        c.execute("CREATE ROLE pwuser LOGIN PASSWORD 'right'")
-        with open(hba) as f:
-            rules = f.read()
-        if "host all pwuser 127.0.0.1/32 " not in rules:  # the rule itself: other tests add roles named pwuser…
-            with open(hba, "w") as f:
-                f.write("host all pwuser 127.0.0.1/32 scram-sha-256\n" + rules)
-        c.execute("SELECT pg_reload_conf()")
-        time.sleep(0.3)
+    password_role(pg_dsn, "pwuser")
     u = urllib.parse.urlsplit(pg_dsn)
     bad = urllib.parse.urlunsplit(u._replace(netloc=f"pwuser:wrong@127.0.0.1:{u.port}"))
     with pytest.raises(PostgresUnavailableError) as info:  # a refused login: not worth retrying
