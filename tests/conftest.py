@@ -66,6 +66,9 @@ PG_TESTS = {
     "backends/test_live_streams.py::test_postgres_live_table_reconnects_after_its_connection_was_killed",
     "backends/test_store_backends.py::test_memory_and_postgres_answer_alike",
     "backends/test_store_backends.py::test_async_store_over_postgres",
+    # by their whole node id (a class's unittest case; a parameter that is a class)
+    "integrations/test_conversation_store_stateful.py::TestPostgres::runTest",
+    "integrations/test_conversation_store_stateful.py::test_soak[PostgresCompare]",
 }
 #: The backends' parameter values that are a PostgreSQL recorder (contract_helpers.FACTORIES, ``kind``).
 PG_PARAMS = {"postgres", "postgres-p4"}
@@ -80,7 +83,8 @@ def _markers(item: pytest.Item) -> set[str]:
     params = getattr(item, "callspec", None)
     key = f"{path}::{getattr(item, 'originalname', item.name)}"  # without the parameters
     needs = {"slow"} if key in SLOW_TESTS else set()
-    if (path.startswith("postgres/") or key in PG_TESTS
+    node = f"{path}::{item.nodeid.split('::', 1)[1]}" if "::" in item.nodeid else key
+    if (path.startswith("postgres/") or key in PG_TESTS or node in PG_TESTS
             or (params is not None and any(isinstance(v, str) and v in PG_PARAMS for v in params.params.values()))):
         needs.add("pg")
     if path.startswith("aisdk/"):

@@ -12,7 +12,6 @@ More examples with ``--soak``.
 from __future__ import annotations
 
 import asyncio
-import atexit
 import os
 import shutil
 import tempfile
@@ -54,22 +53,10 @@ def add(a: int, b: int) -> int:
     return a + b
 
 
-_pg: list[str] = []
-
-
 def _pg_url() -> str:
-    from postgres.pg_server import INSTALL_HINT, PostgresServer, find_bindir, shared_dsn
+    from backends.contract_helpers import pg_dsn  # the run's one server; a failure under CI=true when missing
 
-    if not _pg:
-        dsn = shared_dsn()
-        if not dsn:
-            if find_bindir() is None:
-                pytest.skip(INSTALL_HINT)
-            server = PostgresServer().start()
-            atexit.register(server.stop)
-            dsn = server.dsn
-        _pg.append(dsn)
-    return f"{_pg[0]}?schema=cs{os.getpid()}_{uuid.uuid4().hex[:10]}"
+    return f"{pg_dsn()}?schema=cs{os.getpid()}_{uuid.uuid4().hex[:10]}"
 
 
 def _open(kind: str) -> TplogConversationStore:
