@@ -1,6 +1,6 @@
 # Two commands set everything up on a fresh machine with Python 3.11+:
 #   make demo   records agent runs into ./demo-store (replacing only one it made) and prints what tplog derives
-#   make test   lints (ruff, mypy --strict) and runs the whole test suite measuring branch coverage
+#   make test   lints (ruff, mypy --strict) and runs the whole test suite (3 pytest-xdist workers) measuring branch coverage
 #               of tplog/ (the Python processes the tests start included), failing under COV_FAIL_UNDER
 #   make test-fast  the inner loop: no lint, no coverage, no PostgreSQL/chromium/Node/FUSE tests nor the slowest
 #                   (markers pg, browser, node, fuse, slow: tests/conftest.py), on every core (pytest-xdist)
@@ -25,8 +25,10 @@ demo: $(BIN)/.installed
 
 # Coverage is part of the test command: branch coverage of tplog/ at least 95 %, as STYLE.md asks (issue 27).
 COV_FAIL_UNDER ?= 95
+# Three workers on two cores: many tests wait on servers and subprocesses (issue 39: 27 min serial, ~15 in 3).
+TEST_JOBS ?= 3
 test: lint
-	$(BIN)/python -m pytest --cov=tplog --cov-report=term-missing:skip-covered --cov-fail-under=$(COV_FAIL_UNDER)
+	$(BIN)/python -m pytest -n $(TEST_JOBS) --cov=tplog --cov-report=term-missing:skip-covered --cov-fail-under=$(COV_FAIL_UNDER)
 
 coverage: test
 
@@ -49,7 +51,7 @@ $(LOW)/.installed: pyproject.toml tools/constraints-lowest.txt
 	touch $@
 
 test-lowest: $(LOW)/.installed
-	PATH="$(CURDIR)/$(LOW):$$PATH" $(LOW)/python -m pytest
+	PATH="$(CURDIR)/$(LOW):$$PATH" $(LOW)/python -m pytest -n $(TEST_JOBS)
 
 $(BIN)/.bench-installed: $(BIN)/.installed
 	$(BIN)/python -m pip install -q -e '.[bench]'

@@ -7,6 +7,7 @@ them). ``npm ci`` runs once per lockfile: the installed lockfile's hash is kept 
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import json
 import os
@@ -48,11 +49,14 @@ def node() -> str:
     lock = HERE / "package-lock.json"
     stamp = HERE / "node_modules" / ".tplog-lock-sha256"
     want = hashlib.sha256(lock.read_bytes()).hexdigest()
-    if not stamp.exists() or stamp.read_text() != want:
-        r = subprocess.run([npm, "ci", "--no-audit", "--no-fund", "--loglevel=error"], cwd=HERE,
-                           capture_output=True, text=True, timeout=600)
-        assert r.returncode == 0, f"npm ci failed:\n{r.stdout}\n{r.stderr}"
-        stamp.write_text(want)
+    # One install for all pytest-xdist workers: `npm ci` empties node_modules under the others' feet.
+    with open(HERE / ".npm-install.lock", "w") as guard:
+        fcntl.flock(guard, fcntl.LOCK_EX)
+        if not stamp.exists() or stamp.read_text() != want:
+            r = subprocess.run([npm, "ci", "--no-audit", "--no-fund", "--loglevel=error"], cwd=HERE,
+                               capture_output=True, text=True, timeout=600)
+            assert r.returncode == 0, f"npm ci failed:\n{r.stdout}\n{r.stderr}"
+            stamp.write_text(want)
     return exe
 
 
