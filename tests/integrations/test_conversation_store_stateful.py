@@ -1,6 +1,7 @@
 """``TplogConversationStore`` against Pydantic AI's own ``InMemoryConversationStore``.
 
-A hypothesis state machine runs random sequences of the public API (agent runs with a tool,
+A hypothesis state machine runs random sequences of the public API (agent runs with a tool and
+runs that pause for an approval, approved or denied at once or steps later,
 save, load with and without ``limit``, branch and back, fork, scopes, list, delete, stale
 saves) on the reference store and on tplog's over memory, LMDB and PostgreSQL, and compares
 every observable after every step: outcomes (or error types), loaded histories as JSON,
@@ -19,7 +20,7 @@ import uuid
 from typing import Any
 
 import pytest
-from hypothesis import HealthCheck, settings
+from hypothesis import HealthCheck, event, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 from pydantic_ai import Agent
@@ -28,6 +29,7 @@ from pydantic_ai.conversation import Conversation
 from pydantic_ai.conversation_store import ConversationStore, InMemoryConversationStore
 from pydantic_ai.messages import ModelMessagesTypeAdapter as TA
 from pydantic_ai.models.function import AgentInfo, FunctionModel
+from pydantic_ai.tools import DeferredToolRequests, DeferredToolResults
 
 from tplog.integrations.pydantic_ai import TplogConversationStore
 
@@ -51,6 +53,23 @@ AGENT: Agent[None, str] = Agent(FunctionModel(_model), instructions="be brief")
 @AGENT.tool_plain
 def add(a: int, b: int) -> int:
     return a + b
+
+
+def _approval_model(messages: list[pm.ModelMessage], info: AgentInfo) -> pm.ModelResponse:
+    last = messages[-1]
+    if any(isinstance(p, pm.ToolReturnPart) for p in last.parts):
+        return pm.ModelResponse(parts=[pm.TextPart("removal decided")])
+    return pm.ModelResponse(parts=[pm.ToolCallPart("remove", {"path": f"/tmp/{len(messages)}"})])
+
+
+#: Pauses for the user's approval: the conversation's record keeps the deferred requests.
+APPROVER: Agent[None, str | DeferredToolRequests] = Agent(
+    FunctionModel(_approval_model), instructions="be brief", output_type=[str, DeferredToolRequests])
+
+
+@APPROVER.tool_plain(requires_approval=True)
+def remove(path: str) -> str:
+    return f"removed {path}"
 
 
 def _pg_url() -> str:
@@ -104,12 +123,38 @@ class Compare(RuleBasedStateMachine):
     @rule(cid=st.sampled_from(IDS), prompt=st.sampled_from(["hi", "use the tool", "more"]),
           scope=st.sampled_from(SCOPES))
     def run_and_save(self, cid: str, prompt: str, scope: str | None) -> None:
+        self._run_all(cid, scope, lambda conv: AGENT.run(prompt, conversation=conv))
+
+    @rule(cid=st.sampled_from(IDS), scope=st.sampled_from(SCOPES), then=st.sampled_from([None, True, False]))
+    def ask_approval(self, cid: str, scope: str | None, then: bool | None) -> None:
+        """A run that pauses for an approval (deferred tool requests in the record), answered at
+        once or by a later step (``decide``), after whatever else the machine does in between."""
+        self._run_all(cid, scope, lambda conv: APPROVER.run("remove it", conversation=conv))
+        if then is not None:
+            self.decide(cid, then, scope)
+
+    @rule(cid=st.sampled_from(IDS), approve=st.booleans())
+    def decide(self, cid: str, approve: bool, scope: str | None = None) -> None:
+        """The user approves or denies every pending call; the run goes on from the loaded record."""
+        def go(conv: Conversation) -> Any:
+            pending = conv.deferred_tool_requests
+            calls = [] if pending is None else pending.approvals
+            event(f"decide: {len(calls)} pending, approve={approve}")
+            results = DeferredToolResults(approvals={c.tool_call_id: approve for c in calls})
+            return APPROVER.run(conversation=conv, deferred_tool_results=results)
+
+        self._run_all(cid, scope, go)
+
+    def _run_all(self, cid: str, scope: str | None, run: Any) -> None:
+        """Load in every store, run once on the reference's copy, save that run's messages in each."""
         loaded = [_outcome(s.load(cid, scope=scope)) for s in self.stores]
         self._same(loaded)
         if loaded[0][0] != "ok":
             return
         convs = [c or Conversation(conversation_id=cid) for _, c in loaded]
-        ran = _outcome(AGENT.run(prompt, conversation=convs[0]))
+        assert len({TA.dump_json(c.messages) for c in convs}) == 1
+        assert len({repr(c.deferred_tool_requests) for c in convs}) == 1
+        ran = _outcome(run(convs[0]))
         if ran[0] != "ok":
             return
         result = ran[1]
@@ -118,6 +163,7 @@ class Compare(RuleBasedStateMachine):
         for s, c in zip(self.stores[1:], convs[1:], strict=True):
             c.messages.extend(new)
             c.usage = result.usage
+            c.deferred_tool_requests = result.conversation.deferred_tool_requests
             outs.append(_outcome(s.save(c, scope=scope)))
         self._same(outs)
 
