@@ -1,12 +1,12 @@
 """``TplogConversationStore`` against Pydantic AI's own ``InMemoryConversationStore``.
 
-A hypothesis state machine runs random sequences of the public API (agent runs with a tool and
-runs that pause for an approval, approved or denied at once or steps later,
-save, load with and without ``limit``, branch and back, fork, scopes, list, delete, stale
-saves) on the reference store and on tplog's over memory, LMDB and PostgreSQL, and compares
-every observable after every step: outcomes (or error types), loaded histories as JSON,
-records (scope, fork origin, left branches, usage) and listings. Entry ids differ between
-stores, so a ``from_entry`` names the same left branch by its index in each store.
+A hypothesis state machine runs random sequences of the public API (agent runs with a tool and runs
+that pause for an approval, approved or denied at once or steps later, save, load with and without
+``limit``, branch and back, fork, scopes, list, delete, stale and concurrent saves) on the reference
+store and on tplog's over memory, LMDB and PostgreSQL, and compares every observable after every
+step: outcomes (or error types), loaded histories as JSON, records (scope, fork origin, left
+branches, usage) and listings. Entry ids differ between stores, so a ``from_entry`` names the same
+left branch by its index in each store.
 More examples with ``--soak``.
 """
 
@@ -192,6 +192,24 @@ class Compare(RuleBasedStateMachine):
             second.messages.append(two)
             asyncio.run(s.save(first))
             assert _outcome(s.save(second))[0] == "ConversationConflict"
+
+    @rule(cid=st.sampled_from(IDS), other=st.sampled_from(IDS))
+    def concurrent_saves(self, cid: str, other: str) -> None:
+        """Two saves at once (``asyncio.gather``), each from its own loaded copy. Of one conversation:
+        exactly one wins, the other is a conflict (both append the same message, so the history
+        does not depend on which). Of two: both are stored."""
+        msg = pm.ModelRequest.user_text_prompt("at once")
+
+        async def go(s: ConversationStore) -> list[str]:
+            convs = [await s.load(c) or Conversation(conversation_id=c) for c in (cid, other)]
+            for c in convs:
+                c.messages.append(msg)
+            outs = await asyncio.gather(*(s.save(c) for c in convs), return_exceptions=True)
+            return sorted("ok" if isinstance(o, list) else type(o).__name__ for o in outs)
+
+        outs = self._all(go)
+        self._same(outs)
+        assert len({repr(o[1]) for o in outs}) == 1, outs
 
     @rule(cid=st.sampled_from(IDS), at=st.integers(0, 8), fresh=st.booleans())
     def branch_at(self, cid: str, at: int, fresh: bool) -> None:
