@@ -4,7 +4,7 @@
 //   node client.mjs MAJOR SCENARIO CONFIG_JSON
 //
 // MAJOR: 6 or 7 (the `ai6` / `ai7` aliases of package.json). CONFIG_JSON: {"api": "http://.../api/chat",
-// "chatId": "...", "resumeApi": "http://other-server/api/chat" (optional)}. Prints one JSON object:
+// "chatId": "...", "headers": {...} (optional, on every request), "resumeApi": "http://other-server/api/chat" (optional)}. Prints one JSON object:
 // the chat's final status, error, messages, what `validateUIMessages` said of them, the transient
 // data chunks seen, and per request the worker (x-tplog-worker) and status that served it.
 
@@ -79,6 +79,7 @@ let sends = 0;
 function makeChat(id, extra = {}) {
   const transport = new DefaultChatTransport({
     api: config.api,
+    headers: config.headers, // e.g. the app's user (tests/aisdk/cs_app.py)
     fetch: trackingFetch,
     // config.secondApi: the requests after the first go to another server (on the same store)
     prepareSendMessagesRequest: config.secondApi
@@ -195,7 +196,8 @@ switch (scenario) {
   }
   case "reload": {
     // a reloaded page: the chat so far from the server, then useChat({id, messages}) goes on with it
-    const res = await trackingFetch(`${config.api}/${encodeURIComponent(chatId)}/messages`, { method: "GET" });
+    const res = await trackingFetch(`${config.api}/${encodeURIComponent(chatId)}/messages`,
+                                    { method: "GET", headers: config.headers });
     const saved = await res.json();
     notes.saved = structuredClone(saved);
     chat = makeChat(chatId, { messages: saved });
