@@ -7,13 +7,30 @@ do not know tplog::
     TplogError
     ├── InvalidInputError (ValueError)      bad JSON, wrong types, wrong shape
     │   ├── ValidationError                 a document broke protocol rules
+    │   ├── ConfirmationRequiredError       removing every thread, asked without confirmation
     │   ├── LimitExceededError              an event, part count, depth or
     │   │                                   decompressed size over its limit
-    │   └── InvalidEventError               an event that does not fit the
-    │                                       thread's state (no open turn, ...)
+    │   ├── InvalidEventError               an event that does not fit the
+    │   │                                   thread's state (no open turn, ...)
+    │   ├── CanonicalizationError           no canonical JSON for it (protocol.canonical)
+    │   │   ├── NonFiniteNumberError        NaN or ±Infinity
+    │   │   └── IntegerDomainError          an integer beyond ±(2**53-1)
+    │   ├── ImportFormatError               an import that is not its format (integrations.importers)
+    │   │   ├── UnknownFormatError          no format recognised
+    │   │   ├── PydanticAIImportError       a bad Pydantic AI message history
+    │   │   └── VercelImportError           bad AI SDK UI messages or stream
+    │   └── VercelStreamError               a bad AI SDK stream (integrations.vercel.chunks)
+    │       ├── MalformedChunkError         a chunk that does not parse
+    │       ├── ChunkOrderError             a chunk out of its order
+    │       └── UnknownToolCallError        a result for a call the stream never made
     ├── ConflictError                       the log is not as the caller expected
     │   ├── WrongExpectedVersionError       expected_version did not match
-    │   └── IdempotencyError                an event id reused for other content
+    │   ├── IdempotencyError                an event id reused for other content
+    │   ├── PipelineError                   a pipelined append failed or came after one that did
+    │   ├── HasForksError                   a thread forks still read from cannot go
+    │   ├── CopyConflictError               the copy's destination holds other content (copy)
+    │   ├── BranchConflictError             a chat's branch ids taken (integrations.branches)
+    │   └── LockTimeoutError                PostgreSQL's lock wait ran out (backends.postgres.errors)
     ├── NotFoundError (LookupError)         no such thread
     ├── ThreadDeletedError                  the thread was deleted (tombstone)
     ├── CorruptionError                     a stored value failed its check
@@ -21,9 +38,15 @@ do not know tplog::
     ├── ReadOnlyError                       a write on a read-only store
     ├── StorageFullError (OSError)          the disk itself is full
     ├── StorageError                        any other failure of the engine
-    └── ProjectionError                     a projection is missing or stale
-        ├── RebuildRequiredError            its fold code changed: run rebuild
-        └── RebuildInProgressError          another rebuild of it is running
+    │   ├── PostgresUnavailableError        unreachable, login refused (backends.postgres.errors)
+    │   └── SchemaError                     no tplog schema, or another version's
+    ├── ProjectionError                     a projection is missing or stale
+    │   ├── RebuildRequiredError            its fold code changed: run rebuild
+    │   └── RebuildInProgressError          another rebuild of it is running
+    └── ServeError                          `tplog serve` cannot start as asked (integrations.server.config)
+
+Errors defined beside the code that raises them say their module in brackets; every one is
+in this tree (tests/test_errors_tree.py checks it).
 
 Errors raised by a dependency (lmdb, msgspec, zstandard) are translated at the
 boundary, with the original chained as ``__cause__``.
