@@ -27,13 +27,16 @@ calls and returns, thinking), the same ones ``benchmarks.peers`` loads.
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
+import contextlib
 import cProfile
 import io
+import pathlib
 import pstats
 import statistics
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from benchmarks._common import Report, machine_info, run_interleaved, start, workdir
@@ -115,22 +118,26 @@ class Saver:
 
     def __init__(self, store: Any, agent: Any, tag: str) -> None:
         from pydantic_ai.conversation import Conversation
+        from pydantic_ai.usage import UsageLimits
 
         self.store, self.agent, self.n = store, agent, 0
+        # a conversation's usage adds up over its runs; the default cap (50 requests) would stop it
+        self.limits = UsageLimits(request_limit=None)
         self.convs = [Conversation(conversation_id=f"{tag}-{i}") for i in range(CONCURRENT)]
 
     async def _runs(self, k: int) -> list[Any]:
         self.n += 1
         return list(await asyncio.gather(*(self.agent.run(f"question {self.n} in {c.conversation_id}",
-                                                          conversation=c) for c in self.convs[:k])))
+                                                          conversation=c, usage_limits=self.limits)
+                                                          for c in self.convs[:k])))
 
     async def _save(self, results: list[Any]) -> float:
-        t0 = time.perf_counter()
-        await asyncio.gather(*(self.store.save(r) for r in results))
-        secs = time.perf_counter() - t0
+        took: list[float] = []
+        with _timed(took):
+            await asyncio.gather(*(self.store.save(r) for r in results))
         for i, r in enumerate(results):
             self.convs[i] = r.conversation  # carries the revision the save advanced
-        return secs
+        return took[0]
 
     def save(self, k: int, times: int) -> tuple[int, float]:
         async def go() -> float:
@@ -143,37 +150,43 @@ class Saver:
 
 
 def cold_load(system: str, root: Any, cid: str, n_messages: int) -> tuple[int, float]:
+    async def go() -> float:
+        took: list[float] = []
+        with _timed(took):
+            conv = await store.load(cid)
+        assert conv is not None and len(conv.messages) == n_messages, (system, cid)
+        return took[0]
+
     store = _open(system, root)
     try:
-        t0 = time.perf_counter()
-        conv = asyncio.run(store.load(cid))
-        secs = time.perf_counter() - t0
+        return 1, asyncio.run(go())
     finally:
         _close(store)
-    assert conv is not None and len(conv.messages) == n_messages, (system, cid)
-    return 1, secs
 
 
 def warm_load(store: Any, cid: str, n_messages: int, loads: int) -> tuple[int, float]:
     async def go() -> float:
-        t0 = time.perf_counter()
-        for _ in range(loads):
-            conv = await store.load(cid)
-            assert conv is not None and len(conv.messages) == n_messages
-        return time.perf_counter() - t0
+        took: list[float] = []
+        with _timed(took):
+            for _ in range(loads):
+                conv = await store.load(cid)
+                assert conv is not None and len(conv.messages) == n_messages
+        return took[0]
 
     return loads, asyncio.run(go())
 
 
 def profile_cumulative(fn: Callable[[], Any], limit: int = 15) -> dict[str, Any]:
-    """cProfile ``fn`` once; its ``limit`` functions with the most time including callees."""
+    """cProfile the timed parts of ``fn``; the ``limit`` functions with the most time including callees."""
     prof = cProfile.Profile()
-    t0 = time.perf_counter()
-    prof.runcall(fn)
-    total = time.perf_counter() - t0
+    _PROF.append(prof)
+    try:
+        total = fn()[1]
+    finally:
+        _PROF.clear()
     st = pstats.Stats(prof, stream=io.StringIO())
     entries = sorted(
-        ((ct, tt, nc, f"{file.split('site-packages/')[-1].split('/work/')[-1]}:{line}({name})")
+        ((ct, tt, nc, f"{_short(file)}:{line}({name})")
          for (file, line, name), (_cc, nc, tt, ct, _callers) in st.stats.items()),  # type: ignore[attr-defined]
         reverse=True,
     )
@@ -181,6 +194,40 @@ def profile_cumulative(fn: Callable[[], Any], limit: int = 15) -> dict[str, Any]
     top = [{"function": f, "own": tt / prof_total, "cum": min(ct / prof_total, 1.0), "calls": nc}
            for ct, tt, nc, f in entries[:limit]]
     return {"total_s": total, "top": top}
+
+
+def _short(file: str) -> str:
+    root = str(pathlib.Path(__file__).resolve().parent.parent) + "/"
+    return file.split("site-packages/")[-1].removeprefix(root).removeprefix(sys.base_prefix + "/lib/")
+
+
+# While a missed goal is profiled: the profiler, enabled only in the timed parts, which then run
+# the stores' worker-thread calls inline (a profiler sees one thread: asyncio.to_thread would hide them).
+_PROF: list[cProfile.Profile] = []
+
+
+class _Inline(concurrent.futures.ThreadPoolExecutor):  # asyncio accepts only this class
+    def submit(self, fn: Any, /, *args: Any, **kwargs: Any) -> concurrent.futures.Future[Any]:
+        f: concurrent.futures.Future[Any] = concurrent.futures.Future()
+        try:
+            f.set_result(fn(*args, **kwargs))
+        except BaseException as exc:
+            f.set_exception(exc)
+        return f
+
+
+@contextlib.contextmanager
+def _timed(out: list[float]) -> Iterator[None]:
+    if _PROF:
+        asyncio.get_running_loop().set_default_executor(_Inline())
+        _PROF[0].enable()
+    t0 = time.perf_counter()
+    try:
+        yield
+    finally:
+        out.append(time.perf_counter() - t0)
+        if _PROF:
+            _PROF[0].disable()
 
 
 def _ms(s: float) -> str:
@@ -205,7 +252,11 @@ def main(argv: list[str] | None = None) -> int:
     short = long_conversation(size["short"], args.seed).msgs[: size["short"]]
     long = long_conversation(size["long"], args.seed).msgs
     lens = {"short": len(short), "long": len(long)}
-    report.data = {"seed": args.seed, "short_messages": len(short), "long_messages": len(long)}
+    from pydantic_ai.messages import ModelMessagesTypeAdapter
+
+    json_kb = {k: len(ModelMessagesTypeAdapter.dump_json(m)) / 1e3 for k, m in (("short", short), ("long", long))}
+    report.data = {"seed": args.seed, "short_messages": len(short), "long_messages": len(long),
+                   "short_json_kb": json_kb["short"], "long_json_kb": json_kb["long"]}
     agent = _agent()
     systems = [TPLOG, SQLITE, MEMORY]
 
@@ -278,7 +329,8 @@ def main(argv: list[str] | None = None) -> int:
                 _profile_missed(report, w, root, agent, lens, size)
 
     report.notes.append(
-        f"Conversations: {len(short)} and {len(long)} messages (the suite's generated threads as Pydantic AI "
+        f"Conversations: {len(short)} and {len(long)} messages ({json_kb['short']:,.0f} and {json_kb['long']:,.0f} kB "
+        "as ModelMessagesTypeAdapter JSON; the suite's generated threads as Pydantic AI "
         f"messages, seed {args.seed}); each save stores one FunctionModel run's request and response "
         f"(~700 bytes of text). Saves per measurement: {size['saves']} of one conversation, "
         f"{size['rounds']} rounds of {CONCURRENT} concurrent ones; warm loads per measurement: "
@@ -294,7 +346,7 @@ def _profile_missed(report: Report, w: str, root: Any, agent: Any, lens: dict[st
     cid = "short" if w in (W_COLD20, W_WARM20) else "long"
     fn: Callable[[], Any]
     if w in (W_SAVE1, W_SAVE16):
-        saver = Saver(store, agent, "profile")
+        saver = Saver(store, agent, f"profile{len(report.profiles)}")
         saver.save(CONCURRENT, 2)
         k, times = (1, size["saves"]) if w == W_SAVE1 else (CONCURRENT, size["rounds"])
         fn = lambda: saver.save(k, times)  # noqa: E731
