@@ -187,13 +187,19 @@ def profile_cumulative(fn: Callable[[], Any], limit: int = 15) -> dict[str, Any]
     st = pstats.Stats(prof, stream=io.StringIO())
     entries = sorted(
         ((ct, tt, nc, f"{_short(file)}:{line}({name})")
-         for (file, line, name), (_cc, nc, tt, ct, _callers) in st.stats.items()),  # type: ignore[attr-defined]
+         for (file, line, name), (_cc, nc, tt, ct, _callers) in st.stats.items()  # type: ignore[attr-defined]
+         if not _harness(file, name)),
         reverse=True,
     )
     prof_total = max(sum(e[1] for e in entries), 1e-9)
     top = [{"function": f, "own": tt / prof_total, "cum": min(ct / prof_total, 1.0), "calls": nc}
            for ct, tt, nc, f in entries[:limit]]
     return {"total_s": total, "top": top}
+
+
+def _harness(file: str, name: str) -> bool:
+    """The event loop, the executor and this module: around every profiled call, so not a reason."""
+    return "/asyncio/" in file or file == __file__ or "Context' objects" in name or file.endswith("/threading.py")
 
 
 def _short(file: str) -> str:
