@@ -40,7 +40,8 @@ def save_race(url: str, wid: int, cids: list[str], barrier: Any, out: Any) -> No
                     out.put((cid, wid, "won", "", TA.dump_json(result.all_messages()).decode()))
                 except ConversationConflict as exc:
                     # where it lost: the record check before writing, or the append's expected version
-                    out.put((cid, wid, "conflict", type(exc.__cause__).__name__ if exc.__cause__ else "record check", ""))
+                    where = type(exc.__cause__).__name__ if exc.__cause__ else "record check"
+                    out.put((cid, wid, "conflict", where, ""))
         finally:
             store.close()
 

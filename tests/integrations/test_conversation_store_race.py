@@ -13,7 +13,6 @@ import multiprocessing
 import os
 import uuid
 from pathlib import Path
-from typing import Any
 
 import pytest
 from pydantic_ai.conversation import Conversation
