@@ -21,11 +21,13 @@ from pydantic_ai.conversation_store import ConversationConflict
 from pydantic_ai.exceptions import UserError
 from pydantic_ai.messages import ModelMessagesTypeAdapter as TA
 from pydantic_ai.models.test import TestModel
+from pydantic_ai.usage import RequestUsage
 
 from tplog import AsyncStore, Store
 from tplog.events import MessageRecorded, UserTurnSubmitted
 from tplog.integrations.pydantic_ai import TplogConversationStore, events_from_messages, history_from_thread
 from tplog.integrations.pydantic_ai.conversation_store import ENTRY_KEY
+from tplog.protocol.model import AgentTurn
 from tplog.protocol.validate import thread_id_for, validate
 
 
@@ -429,5 +431,27 @@ def test_a_later_save_answers_the_calls_before_an_interrupted_request() -> None:
         again = await store.load("x")
         assert again is not None and TA.dump_json(again.messages) == TA.dump_json(loaded.messages)
         assert validate(store.store.export(thread_id_for("x"))).errors == []
+
+    run(go())
+
+
+def test_a_saved_turn_carries_its_usage_as_the_recorder_does() -> None:
+    """Each agent turn a save writes has the ``total_usage`` of its responses, so tplog's turns show
+    what a run cost without reading the record."""
+    async def go() -> None:
+        store = TplogConversationStore("memory:")
+        msgs: list[pm.ModelMessage] = [
+            pm.ModelRequest.user_text_prompt("hi"),
+            pm.ModelResponse(parts=[pm.ToolCallPart("add", {"a": 1}, tool_call_id="x")],
+                             usage=RequestUsage(input_tokens=5, output_tokens=2)),
+            pm.ModelRequest(parts=[pm.ToolReturnPart("add", 1, tool_call_id="x")]),
+            pm.ModelResponse(parts=[pm.TextPart("1")], usage=RequestUsage(input_tokens=9, output_tokens=1)),
+            pm.ModelRequest.user_text_prompt("again"),
+            pm.ModelResponse(parts=[pm.TextPart("ok")]),
+        ]
+        await store.save(Conversation(conversation_id="u", messages=msgs))
+        turns = [t for t in store.store.thread(thread_id_for("u")).turns if isinstance(t, AgentTurn)]
+        assert [(t.total_usage.input_tokens, t.total_usage.output_tokens) if t.total_usage else None
+                for t in turns] == [(14, 3), None]
 
     run(go())

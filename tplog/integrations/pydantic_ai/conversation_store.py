@@ -83,6 +83,7 @@ from tplog.integrations.pydantic_ai.mapping import (
     message_to_tp,
     now_iso,
     request_from_user_turn,
+    run_usage_to_tp,
     user_turn_from_request,
 )
 from tplog.protocol import model as m
@@ -176,6 +177,7 @@ class _Events:
         self.ids: list[str] = []
         self.open = False
         self.recorded = 0  # messages recorded in the open turn
+        self.usage: Any = None  # the open turn's responses' usage, summed: its total_usage, as the recorder's
         # Entries with no protocol content, kept in the write's ThreadInfoChanged instead.
         self.bare: list[dict[str, Any]] = []
 
@@ -186,11 +188,13 @@ class _Events:
     def _start(self, ts: str) -> None:
         if not self.open:
             self.add(AgentTurnStarted(agent_id=self.agent_id, started_at=ts))
-            self.open, self.recorded = True, 0
+            self.open, self.recorded, self.usage = True, 0, None
 
     def close(self, deferred: dict[str, str] | None = None) -> None:
         if self.open:
-            self.add(AgentTurnCompleted(completed_at=self.last or now_iso(), deferred=deferred or {}))
+            usage = run_usage_to_tp(self.usage)
+            self.add(AgentTurnCompleted(completed_at=self.last or now_iso(), deferred=deferred or {},
+                                        total_usage=m.UNSET if usage is None else usage))
             self.open = False
 
     def entry(self, entry: ConversationEntry) -> None:
@@ -225,6 +229,8 @@ class _Events:
         if _exact(message_from_tp(tp)) != _exact(msg):
             ext["message"] = _exact(msg).decode()
         self._start(tp.timestamp)
+        if isinstance(msg, pm.ModelResponse):
+            self.usage = msg.usage if self.usage is None else self.usage + msg.usage
         self.add(MessageRecorded(message=_with_entry(tp, ext)), entry.id)
         self.last, self.recorded = tp.timestamp, self.recorded + 1
 
