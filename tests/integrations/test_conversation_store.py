@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import uuid
 from pathlib import Path
 from typing import Any
 
@@ -24,9 +25,10 @@ from pydantic_ai.models.test import TestModel
 from pydantic_ai.usage import RequestUsage
 
 from tplog import AsyncStore, Store
-from tplog.events import MessageRecorded, UserTurnSubmitted
+from tplog.events import LinkAdded, MessageRecorded, ThreadInfoChanged, ThreadStarted, UserTurnSubmitted
 from tplog.integrations.pydantic_ai import TplogConversationStore, events_from_messages, history_from_thread
 from tplog.integrations.pydantic_ai.conversation_store import ENTRY_KEY
+from tplog.protocol import model as m
 from tplog.protocol.model import AgentTurn
 from tplog.protocol.validate import thread_id_for, validate
 
@@ -453,5 +455,35 @@ def test_a_saved_turn_carries_its_usage_as_the_recorder_does() -> None:
         turns = [t for t in store.store.thread(thread_id_for("u")).turns if isinstance(t, AgentTurn)]
         assert [(t.total_usage.input_tokens, t.total_usage.output_tokens) if t.total_usage else None
                 for t in turns] == [(14, 3), None]
+
+    run(go())
+
+
+def test_other_events_on_the_thread_keep_the_conversation() -> None:
+    """A title or a link appended to a conversation's thread by someone else (the CLI, another
+    app) does not hide the conversation, and is no new revision: a copy loaded before it still
+    saves, as with Pydantic AI's own store. (A save between another's load and save is a
+    conflict at the append: tests/integrations/test_conversation_store_race.py.)"""
+    async def go() -> None:
+        store = TplogConversationStore("memory:")
+        await store.save(Conversation(conversation_id="x", messages=[pm.ModelRequest.user_text_prompt("hi")]))
+        before = await store.load("x")
+        assert before is not None
+        tid = thread_id_for("x")
+        store.store.append(tid, [ThreadInfoChanged(title="named")])
+        other = str(uuid.uuid4())
+        store.store.append(other, [ThreadStarted(thread_id=other, created_at="2026-01-01T00:00:00Z")])
+        store.store.append(tid, [LinkAdded(link=m.ThreadLink(thread_id=other, relation="referenced"))])
+        loaded = await store.load("x")
+        assert loaded is not None and TA.dump_json(loaded.messages) == TA.dump_json(before.messages)
+        assert loaded.revision == before.revision
+        assert [r.conversation_id for r in await store.list_conversations()] == ["x"]
+        before.messages.append(pm.ModelRequest.user_text_prompt("more"))
+        await store.save(before)
+        again = await store.load("x")
+        assert again is not None and TA.dump_json(again.messages) == TA.dump_json(before.messages)
+        assert validate(store.store.export(tid)).errors == []
+        await store.delete("x")
+        assert await store.load("x") is None
 
     run(go())

@@ -329,19 +329,32 @@ class TplogConversationStore(ConversationStore):
             raise UserError(f"conversation id {conversation_id!r} cannot name a thread: {exc}") from exc
         tid, k = _newest(self._store, root)
         try:
-            last = self._store.read(tid, limit=1, direction="backward")
+            version, meta = self._record_meta(tid)
         except NotFoundError:
             return tid, k, None, 0, {}
         except ThreadDeletedError:  # deleted: a new conversation under this id takes the next generation
             return tid, k, None, 1, {}
-        ev = last[0].event if last else None
-        meta = ev.metadata if isinstance(ev, ThreadInfoChanged) and isinstance(ev.metadata, dict) else {}
         raw = meta.get(RECORD_KEY)
         if not isinstance(raw, dict) or raw.get("conversation_id") != conversation_id or meta.get(_GEN_KEY) != k:
-            return tid, k, None, last[0].seq if last else 0, {}
+            return tid, k, None, version, {}
         record = _RECORD_TA.validate_python(raw)
         self._seen(tid, [record.head_id, *record.branches])
-        return tid, k, record, last[0].seq, meta
+        return tid, k, record, version, meta
+
+    def _record_meta(self, tid: str) -> tuple[int, dict[str, Any]]:
+        """The thread's version and the metadata of its newest record or deletion marker (``{}``:
+        neither). That is each write's last event, unless someone appended others since (a title,
+        a link): the conversation must still load, and a save still expects the whole version."""
+        page = self._store.read(tid, limit=1, direction="backward")
+        version = page[0].seq if page else 0
+        while page:
+            for rec in page:  # newest first
+                ev = rec.event
+                meta = ev.metadata if isinstance(ev, ThreadInfoChanged) else None
+                if isinstance(meta, dict) and (RECORD_KEY in meta or _DELETED_KEY in meta):  # a record, or its end
+                    return version, meta
+            page = self._store.read(tid, after=page[-1].seq, limit=_PAGE, direction="backward")
+        return version, {}
 
     def _sync_read_record(self, conversation_id: str) -> ConversationRecord | None:
         return self._current(conversation_id)[2]
@@ -356,9 +369,7 @@ class TplogConversationStore(ConversationStore):
         while True:
             page = self._store.threads(metadata=want, after=after, limit=_PAGE)
             for head in page.threads:
-                last = self._store.read(head.thread_id, limit=1, direction="backward")
-                ev = last[0].event if last else None
-                meta = ev.metadata if isinstance(ev, ThreadInfoChanged) and isinstance(ev.metadata, dict) else {}
+                meta = self._record_meta(head.thread_id)[1]
                 raw = meta.get(RECORD_KEY)
                 if not isinstance(raw, dict):
                     continue
