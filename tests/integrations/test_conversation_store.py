@@ -25,6 +25,7 @@ from pydantic_ai.models.test import TestModel
 from pydantic_ai.usage import RequestUsage
 
 from tplog import AsyncStore, Store
+from tplog.errors import ConflictError
 from tplog.events import LinkAdded, MessageRecorded, ThreadInfoChanged, ThreadStarted, UserTurnSubmitted
 from tplog.integrations.pydantic_ai import TplogConversationStore, events_from_messages, history_from_thread
 from tplog.integrations.pydantic_ai.conversation_store import ENTRY_KEY
@@ -485,5 +486,25 @@ def test_other_events_on_the_thread_keep_the_conversation() -> None:
         assert validate(store.store.export(tid)).errors == []
         await store.delete("x")
         assert await store.load("x") is None
+
+    run(go())
+
+
+def test_a_fork_left_without_its_record_is_ended_so_one_creating_save_wins() -> None:
+    """``fork`` is two appends (the thread's fork, then the record). A save that finds the fork
+    without its record (its writer crashed, or is about to record) ends that generation with a
+    deletion marker and takes the next: the other writer's record append is then a conflict, so
+    its save cannot be acknowledged and hidden behind this one."""
+    async def go() -> None:
+        store = TplogConversationStore("memory:")
+        await store.save(Conversation(conversation_id="src", messages=[pm.ModelRequest.user_text_prompt("hi")]))
+        tid = thread_id_for("n")
+        forked = store.store.fork(thread_id_for("src"), 1, new_thread_id=tid)  # A's first append only
+        await store.save(Conversation(conversation_id="n", messages=[pm.ModelRequest.user_text_prompt("b")]))
+        loaded = await store.load("n")
+        assert loaded is not None and [p.content for m_ in loaded.messages for p in m_.parts] == ["b"]
+        with pytest.raises(ConflictError):  # A's record, appended after the fork it made
+            store.store.append(tid, [ThreadInfoChanged(title="A's record")], expected_version=forked.last_seq)
+        assert [r.conversation_id for r in await store.list_conversations()] == ["n", "src"]
 
     run(go())

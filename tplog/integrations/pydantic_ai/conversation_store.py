@@ -409,7 +409,9 @@ class TplogConversationStore(ConversationStore):
         head_is_new = record.head_id is None or record.head_id in new_ids
         try:
             if stored is None:
-                k, tid = (k, tid) if version == 0 else (k + 1, _gen_id(thread_id_for(cid), k + 1))
+                if version != 0:
+                    self._retire(tid, version, cid)
+                    k, tid = k + 1, _gen_id(thread_id_for(cid), k + 1)
                 if head_is_new:
                     self._create(tid, k, record, new_entries)
                 else:
@@ -425,6 +427,15 @@ class TplogConversationStore(ConversationStore):
         except InvalidInputError as exc:
             raise UserError(f"conversation {cid!r} cannot be stored: {exc}") from exc
         self._seen(tid, [e.id for e in new_entries])
+
+    def _retire(self, tid: str, version: int, cid: str) -> None:
+        """End a generation that holds no live record before the save takes the next one: it is
+        deleted, or a fork whose record never came (a crash between the two appends), or one
+        another writer's fork is about to record. The marker, at ``version``, makes that writer's
+        record a conflict (or, appended after it, this one), so only one of two creating saves wins."""
+        with contextlib.suppress(ThreadDeletedError):
+            self._store.append(tid, [ThreadInfoChanged(metadata={_DELETED_KEY: cid}, updated_at=now_iso())],
+                               expected_version=version)
 
     def _seen(self, tid: str, entry_ids: Sequence[str | None]) -> None:
         if len(self._where) > _WHERE_MAX:  # bounded: the next read fills it again
