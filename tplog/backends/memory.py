@@ -17,7 +17,7 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future
-from typing import Any, Final, TypeVar, Union
+from typing import Any, Final, TypeVar
 
 import msgspec
 
@@ -63,7 +63,17 @@ from tplog.backends.contract import (
     VerifyReport,
 )
 from tplog.backends.files import backup_dir, create_file
-from tplog.codec import Codec, Encoded, Facts, Limits
+from tplog.backends.memory_backup import (
+    BACKUP_FILE,
+    BACKUP_FORMAT,
+    BackupEvent,
+    BackupRows,
+    BackupStart,
+    BackupThread,
+    backup_line,
+    decodes,
+)
+from tplog.codec import Codec, Encoded, Limits
 from tplog.errors import (
     InvalidInputError,
     NotFoundError,
@@ -80,7 +90,7 @@ from tplog.events import (
 from tplog.lifecycle import ThreadFilter, matches
 from tplog.projections.fold import Item, ThreadState, feed, item_of
 
-__all__ = ["BACKUP_FILE", "MemoryRecorder"]
+__all__ = ["BACKUP_FILE", "BACKUP_FORMAT", "MemoryRecorder"]
 
 T = TypeVar("T")
 _codec = Codec()
@@ -614,14 +624,14 @@ class MemoryRecorder:
         path = os.path.join(dest, BACKUP_FILE)
         with self._lock:
             self._check_open()
-            lines: list[Any] = [_BackupStart(format=BACKUP_FORMAT, logs=self.logs, last=list(self._last),
+            lines: list[Any] = [BackupStart(format=BACKUP_FORMAT, logs=self.logs, last=list(self._last),
                                              tracking={n: (st, v, list(pos)) for n, (st, v, pos)
                                                        in self._tracking.items()})]
-            lines += [_BackupThread(key=tk, head=t.head, events=[
-                _BackupEvent(e.seq, e.position, e.event_id, e.recorded_at, e.kind, e.facts,
+            lines += [BackupThread(key=tk, head=t.head, events=[
+                BackupEvent(e.seq, e.position, e.event_id, e.recorded_at, e.kind, e.facts,
                              _codec.encode_body(e.event), e.size) for e in t.events])
                 for tk, t in self._threads.items()]
-            lines.append(_BackupRows(links=list(self._links),
+            lines.append(BackupRows(links=list(self._links),
                                      children=[(pk, ck, row[0], row[1]) for (pk, ck), row in self._children.items()],
                                      states=list(self._states.items())))
             data = b"".join(msgspec.json.encode(line) + b"\n" for line in lines)
@@ -641,16 +651,16 @@ class MemoryRecorder:
         except OSError as exc:
             raise InvalidInputError(f"memory:{source}: no memory backup to open ({exc})") from exc
         try:
-            lines = [_backup_line.decode(line) for line in raw]
+            lines = [backup_line.decode(line) for line in raw]
         except msgspec.ValidationError as exc:
-            n = next(i for i, line in enumerate(raw, 1) if not _decodes(line))
+            n = next(i for i, line in enumerate(raw, 1) if not decodes(line))
             raise InvalidInputError(f"{path}, line {n}: not a tplog memory backup line ({exc})") from exc
         except msgspec.DecodeError as exc:
-            n = next(i for i, line in enumerate(raw, 1) if not _decodes(line))
+            n = next(i for i, line in enumerate(raw, 1) if not decodes(line))
             raise InvalidInputError(f"{path}, line {n}: not JSON ({exc})") from exc
-        if not lines or not isinstance(lines[0], _BackupStart) or lines[0].format != BACKUP_FORMAT:
+        if not lines or not isinstance(lines[0], BackupStart) or lines[0].format != BACKUP_FORMAT:
             raise InvalidInputError(f"{path}, line 1: not a {BACKUP_FORMAT} backup")
-        if not isinstance(lines[-1], _BackupRows) or len(lines) < 2:
+        if not isinstance(lines[-1], BackupRows) or len(lines) < 2:
             raise InvalidInputError(f"{path}: ends before its projection rows (a truncated backup?)")
         start, rows = lines[0], lines[-1]
         rec = cls(clock=clock, limits=limits, logs=start.logs)
@@ -659,7 +669,7 @@ class MemoryRecorder:
         rec._tracking = {n: ("stale" if v != VERSIONS.get(n) else st, v, tuple(pos))
                          for n, (st, v, pos) in start.tracking.items()}
         for n, line in enumerate(lines[1:-1], 2):
-            if not isinstance(line, _BackupThread):
+            if not isinstance(line, BackupThread):
                 raise InvalidInputError(f"{path}, line {n}: a thread was expected here")
             t = rec._threads[line.key] = _Thread(line.head)
             log = rec._log_of(line.key)
@@ -717,53 +727,6 @@ class MemoryRecorder:
 
 
 _K_DELETED: Final = KIND_CODE[ThreadDeleted]
-#: The file :meth:`MemoryRecorder.backup` writes (JSON lines: a start line, one line per
-#: thread with its head and events, bodies as base64 msgpack, then the projection rows).
-BACKUP_FILE: Final = "memory.jsonl"
-BACKUP_FORMAT: Final = "tplog-memory-backup-1"
-
-
-class _BackupStart(msgspec.Struct, tag="start"):
-    format: str
-    logs: int
-    last: list[int]
-    tracking: dict[str, tuple[str, int, list[int]]]
-
-
-class _BackupEvent(msgspec.Struct, array_like=True):
-    seq: int
-    position: int
-    event_id: str
-    recorded_at: int
-    kind: int
-    facts: Facts | None
-    body: bytes  # the event's msgpack, as the codec writes it
-    size: int
-
-
-class _BackupThread(msgspec.Struct, tag="thread"):
-    key: bytes
-    head: ThreadHead
-    events: list[_BackupEvent]
-
-
-class _BackupRows(msgspec.Struct, tag="rows"):
-    links: list[tuple[bytes, bytes, bytes, int, str]]
-    children: list[tuple[bytes, bytes, str, int]]
-    states: list[tuple[bytes, ThreadState]]
-
-
-_backup_line = msgspec.json.Decoder(Union[_BackupStart, _BackupThread, _BackupRows])
-
-
-def _decodes(line: bytes) -> bool:
-    try:
-        _backup_line.decode(line)
-    except msgspec.MsgspecError:
-        return False
-    return True
-
-
 def _recorded(thread_id: str, s: _Stored) -> RecordedEvent:
     return RecordedEvent(thread_id=thread_id, seq=s.seq, position=s.position, event_id=s.event_id,
                          recorded_at=s.recorded_at, event=s.event)

@@ -60,7 +60,8 @@ from tplog.events import (
 )
 from tplog.projections.fold import fold
 from tplog.protocol import model as m
-from tplog.protocol.validate import RULES, Checker, Finding, is_uuid, parse_timestamp
+from tplog.protocol.findings import RULES, Finding
+from tplog.protocol.validate import Checker, is_uuid, parse_timestamp
 
 __all__ = ["EventCheck", "Tracker", "advance_rules", "check_event", "exported_calls", "rules_from_log", "stamp"]
 
