@@ -71,3 +71,60 @@ def test_the_library_entry_points_name_the_part_too(part: dict[str, Any]) -> Non
         with pytest.raises(InvalidInputError) as err:
             call(body)
         assert err.value.path == "$.messages[0].parts[1]"
+
+
+# A file part's URL is fetched by the model provider with the server's own identity (s3://, gs://) or
+# read from the server's disk (file://): only what Pydantic AI's UI adapters let through is accepted.
+BAD_FILE_URLS = ["s3://bucket/secret.pdf", "gs://bucket/k", "file:///etc/passwd", "S3://bucket/k", "ftp://h/f"]
+
+
+@pytest.mark.parametrize("url", BAD_FILE_URLS)
+def test_a_file_part_with_a_private_url_scheme_is_a_422_and_nothing_runs(tmp_path: Path, url: str) -> None:
+    chat = str(uuid.uuid4())
+    part = {"type": "file", "mediaType": "application/pdf", "url": url}
+    body = {"id": chat, "trigger": "submit-message",
+            "messages": [{"id": "u1", "role": "user", "parts": [{"type": "text", "text": "read it"}, part]}]}
+    with Store(str(tmp_path / "s")) as store, in_process(store) as client:
+        r = client.post("/api/chat", json=body)
+        assert r.status_code == 422, r.text
+        err = r.json()["error"]
+        assert err["code"] == "invalid_input"
+        assert err["path"] == "$.messages[0].parts[1].url"
+        assert url.split(":")[0].lower() in err["message"]
+        assert store.threads().threads == []  # nothing written, no run
+
+
+@pytest.mark.parametrize("url", ["https://example.com/a.pdf", "data:application/pdf;base64,JVBERi0="])
+def test_a_public_or_inline_file_part_is_recorded(tmp_path: Path, url: str) -> None:
+    chat = str(uuid.uuid4())
+    part = {"type": "file", "mediaType": "application/pdf", "url": url}
+    body = {"id": chat, "trigger": "submit-message",
+            "messages": [{"id": "u1", "role": "user", "parts": [{"type": "text", "text": "read it"}, part]}]}
+    with Store(str(tmp_path / "s")) as store, in_process(store) as client:
+        r = client.post("/api/chat", json=body)
+        assert r.status_code == 200, r.text
+        (head,) = store.threads().threads
+        turn = store.load(head.thread_id).thread.turns[0]  # type: ignore[union-attr]
+        assert "read it" in str(turn) and "application/pdf" in str(turn)
+
+
+@pytest.mark.parametrize("url", BAD_FILE_URLS[:3])
+def test_the_library_entry_points_refuse_a_private_file_url(url: str) -> None:
+    from tplog.integrations.vercel import load_user_message, user_turn_from_body
+    from tplog.integrations.vercel.body import check_user_message
+
+    part = {"type": "file", "mediaType": "application/pdf", "url": url}
+    body = {"id": "c", "messages": [{"id": "u1", "role": "user", "parts": [{"type": "text", "text": "x"}, part]}]}
+    for call in (check_user_message, lambda b: user_turn_from_body(b, submitted_at="2025-01-20T10:00:00Z")):
+        with pytest.raises(InvalidInputError) as err:
+            call(body)
+        assert err.value.path == "$.messages[0].parts[1].url"
+    # a caller that loads the message itself still gets Pydantic AI's sanitizer: the file is dropped
+    import pydantic
+    from pydantic_ai.messages import FileUrl
+    from pydantic_ai.ui.vercel_ai.request_types import UIMessage
+
+    with pytest.warns(UserWarning):
+        loaded = load_user_message(pydantic.TypeAdapter(UIMessage).validate_python(body["messages"][0]))
+    contents = [c for msg in loaded for p in msg.parts for c in (p.content if isinstance(p.content, list) else [])]
+    assert not any(isinstance(c, FileUrl) for c in contents)

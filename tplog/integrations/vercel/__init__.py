@@ -113,7 +113,7 @@ maps to itself), and the chat id is kept in the thread's ``metadata`` under
 from __future__ import annotations
 
 from tplog.integrations.vercel.assembly import StreamAssembler, assemble_turn
-from tplog.integrations.vercel.body import client_tool_results, user_turn_from_body
+from tplog.integrations.vercel.body import client_tool_results, load_user_message, user_turn_from_body
 from tplog.integrations.vercel.chunks import CHAT_ID_KEY as CHAT_ID_KEY
 from tplog.integrations.vercel.chunks import CHAT_NAMESPACE as CHAT_NAMESPACE
 from tplog.integrations.vercel.chunks import DONE as DONE
@@ -143,6 +143,7 @@ __all__ = [
     "assemble_turn",
     "parse_sse",
     "client_tool_results",
+    "load_user_message",
     "recorded_vercel_stream",
     "thread_id_for_chat",
     "ui_request",

@@ -10,12 +10,16 @@ from tplog.protocol import model as m
 from tplog.protocol.json import to_builtins
 
 __all__ = [
-    "body_tool_calls", "check_user_message", "client_tool_results", "last_user_message", "parts_of_body",
+    "FILE_URL_SCHEMES", "body_tool_calls", "check_user_message", "client_tool_results", "last_user_message",
+    "load_user_message", "parts_of_body",
     "unanswered_calls", "user_turn_from_body",
 ]
 
 
 # --------------------------------------------------------------------------- request body
+
+#: What a client's file part may point at: a data URL it holds, or a public URL (Pydantic AI's UI default).
+FILE_URL_SCHEMES = frozenset({"data", "http", "https"})
 
 
 def last_user_message(body: dict[str, Any] | None) -> dict[str, Any] | None:
@@ -47,7 +51,27 @@ def check_user_message(body: dict[str, Any] | None) -> Any:
         if not isinstance(part, TextUIPart | FileUIPart | DataUIPart):
             raise InvalidInputError(f"a user message holds text, file and data-* parts, not a {part.type!r} part",
                                     path=f"$.messages[{len(body['messages']) - 1}].parts[{i}]")
+        scheme = part.url.partition(":")[0].lower() if isinstance(part, FileUIPart) else "data"
+        if scheme not in FILE_URL_SCHEMES:
+            # s3://, gs://, file://: the model provider would fetch it with the server's own identity
+            raise InvalidInputError(
+                f"a file part's URL must be one of {', '.join(sorted(FILE_URL_SCHEMES))}, not {scheme!r}",
+                path=f"$.messages[{len(body['messages']) - 1}].parts[{i}].url")
     return ui
+
+
+def load_user_message(ui: Any) -> list[Any]:
+    """A client's UI message as Pydantic AI messages, through Pydantic AI's own sanitizer: no system
+    prompts or instructions, file URLs only over :data:`FILE_URL_SCHEMES`, no forced downloads or
+    provider-uploaded files (what its UI adapters strip from client messages before a run)."""
+    from pydantic_ai.messages import sanitize_messages
+    from pydantic_ai.ui.vercel_ai import VercelAIAdapter
+
+    loaded = VercelAIAdapter.load_messages([ui])
+    for msg in loaded:  # the UI message id load_messages keeps there: unused here, and the sanitizer warns of it
+        if isinstance(msg.metadata, dict):
+            msg.metadata.pop("__pydantic_ai__", None)
+    return sanitize_messages(loaded, allowed_file_url_schemes=tuple(FILE_URL_SCHEMES - {"data"}))
 
 
 def user_turn_from_body(body: dict[str, Any] | None, *, submitted_at: str) -> m.UserTurn | None:
@@ -56,11 +80,9 @@ def user_turn_from_body(body: dict[str, Any] | None, *, submitted_at: str) -> m.
     ui = check_user_message(body)
     if ui is None:
         return None
-    from pydantic_ai.ui.vercel_ai import VercelAIAdapter
-
     from tplog.integrations.pydantic_ai import is_user_request, user_turn_from_request
 
-    loaded = VercelAIAdapter.load_messages([ui])
+    loaded = load_user_message(ui)
     if not loaded or not is_user_request(loaded[-1]):
         return None
     return user_turn_from_request(loaded[-1], submitted_at=submitted_at)  # type: ignore[arg-type]

@@ -21,7 +21,7 @@ from tplog.events import (
 from tplog.integrations.vercel.body import (
     check_user_message,
     client_tool_results,
-    last_user_message,
+    load_user_message,
     parts_of_body,
     unanswered_calls,
 )
@@ -162,8 +162,8 @@ async def recorded_vercel_stream(
 
     body = ui_request(request_body or {"id": "tplog", "messages": []})
     run_input = pydantic.TypeAdapter(RequestData).validate_python(body)
-    if user_prompt is None and last_user_message(body) is not None:
-        loaded = VercelAIAdapter.load_messages([run_input.messages[-1]])
+    if user_prompt is None and check_user_message(body) is not None:
+        loaded = load_user_message(run_input.messages[-1])
         prompts = [p for p in loaded[-1].parts if isinstance(p, UserPromptPart)] if loaded else []
         if prompts:
             user_prompt = prompts[0].content
