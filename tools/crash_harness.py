@@ -3,6 +3,7 @@
 Run it::
 
     python tools/crash_harness.py STORE --kills N [--seed S] [--writers W] [--threads T]
+    python tools/crash_harness.py STORE --conversations --kills N   # Pydantic AI's store path
 
 or import it (``tests/test_crash.py`` does) and call :func:`run`.
 
@@ -844,6 +845,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--map-size", type=int, default=256 << 10,
                     help="writers' initial LMDB map (small, so the map grows under the kills)")
     ap.add_argument("--delete-rate", type=float, default=0.03, help="share of writer operations that delete a thread")
+    ap.add_argument("--conversations", action="store_true",
+                    help="kill processes saving through Pydantic AI's ConversationStore (tools/crash_conversations.py)")
     # internal: the child processes
     ap.add_argument("--writer", metavar="PATH", help=argparse.SUPPRESS)
     ap.add_argument("--backup-worker", metavar="PATH", help=argparse.SUPPRESS)
@@ -857,6 +860,12 @@ def main(argv: list[str] | None = None) -> int:
     if a.backup_worker:
         backup_main(a.backup_worker, a.dest, a.seed)
         return 0
+    if a.conversations:
+        sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+        import crash_conversations
+
+        seed_args = [] if a.seed is None else ["--seed", str(a.seed)]
+        return crash_conversations.main([a.store, "--kills", str(a.kills), "--workers", str(a.writers), *seed_args])
     seed = a.seed if a.seed is not None else random.randrange(2**32)
     print(f"seed {seed}", flush=True)
     tally = run(a.store, a.kills, seed=seed, writers=a.writers, threads=a.threads,

@@ -85,7 +85,7 @@ def user_turn_from_body(body: dict[str, Any] | None, *, submitted_at: str) -> m.
     loaded = load_user_message(ui)
     if not loaded or not is_user_request(loaded[-1]):
         return None
-    return user_turn_from_request(loaded[-1], submitted_at=submitted_at)  # type: ignore[arg-type]
+    return user_turn_from_request(loaded[-1], submitted_at=submitted_at)
 
 
 def body_tool_calls(body: dict[str, Any] | None) -> dict[str, str]:
