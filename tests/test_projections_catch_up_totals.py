@@ -1,4 +1,4 @@
-"""The rebuild's bookkeeping after its catch-up (tplog/backends/lmdb/projections.py `_rebuild`;
+"""The rebuild's bookkeeping after its catch-up (tplog/backends/lmdb/rebuild.py `_rebuild`;
 written for its surviving mutants, tests/MUTANTS.md): the progress totals of each catch-up
 step, exactly; the log position written with a swapped-in projection; the report's seconds;
 a fork created in a scope while the key-order pass runs, whose inherited link rows the
@@ -18,6 +18,7 @@ from test_rebuild_catch_up import populate, start, turn
 
 from tplog.backends.lmdb import projections as proj
 from tplog.backends.lmdb.keys import tkey
+from tplog.backends.lmdb.rebuild import rebuild
 from tplog.errors import NotFoundError
 from tplog.events import LinkAdded
 from tplog.protocol import model as m
@@ -44,7 +45,7 @@ def test_each_catch_up_step_reports_the_events_done_and_the_positions_left(tmp_p
                 s.append(FIRST, [start(FIRST), *turn("x"), *turn("y"), *turn("z")][:k])
                 assert s.last_position == p0 + k
 
-        reports = proj.rebuild(s.backend.engine, s.codec, names, chunk=3, progress=progress)
+        reports = rebuild(s.backend.engine, s.codec, names, chunk=3, progress=progress)
         steps = [(p0 + min(3 * i, k), p0 + k) for i in range(1, (k + 2) // 3 + 1)]
         if k % 3 == 0:
             steps.append((p0 + k, p0 + k))
@@ -65,7 +66,7 @@ def test_a_swapped_in_projection_is_live_at_the_logs_last_position(tmp_path: Pat
 
         assert s.last_position == 15
         t0 = time.perf_counter()
-        reports = proj.rebuild(s.backend.engine, s.codec, ["links", "state"], chunk=4, progress=progress)
+        reports = rebuild(s.backend.engine, s.codec, ["links", "state"], chunk=4, progress=progress)
         elapsed = time.perf_counter() - t0
         with s.backend.engine.read() as txn:
             infos = {n: proj.read_info(txn, n) for n in ("links", "state")}
@@ -93,7 +94,7 @@ def test_a_fork_made_in_a_scope_during_the_scan_inherits_its_parents_links_in_th
             if calls == 1:  # sorts first in the scope: the catch-up folds it
                 s.fork(parent, 6, new_thread_id=fork)
 
-        proj.rebuild(root.backend.engine, root.codec, ["links"], chunk=3, progress=progress)
+        rebuild(root.backend.engine, root.codec, ["links"], chunk=3, progress=progress)
         assert sorted(s.incoming(target)) == sorted([(parent, "referenced"), (fork, "referenced")])
         assert sorted(s.incoming(tids[0])) == sorted([(tids[0], "referenced"), (parent, "referenced"),
                                                       (fork, "referenced")])
@@ -121,7 +122,7 @@ def test_the_catch_up_goes_on_past_an_event_it_skips_unread(tmp_path: Path, name
                 s.append(FIRST, [start(FIRST), ThreadInfoChanged(title="renamed"),
                                  LinkAdded(link=m.ThreadLink(thread_id=target, relation="referenced")), *turn("c")])
 
-        [report] = proj.rebuild(s.backend.engine, s.codec, names, chunk=100, progress=progress)
+        [report] = rebuild(s.backend.engine, s.codec, names, chunk=100, progress=progress)
         assert calls == 2  # one key-order chunk, one catch-up step
         assert (report.events, report.position) == (s.last_position, s.last_position)
         assert [r.differences for r in s.rebuild(verify=True)] == [[], []]
@@ -136,7 +137,7 @@ def test_a_projection_rebuilt_from_an_empty_log_is_live_at_position_0(tmp_path: 
         s.backend.engine.run_write(lambda txn: [
             proj.write_info(txn, n, proj.ProjectionInfo(proj.VERSIONS[n], 5, "stale"))
             for n in ("links", "state")])
-        reports = proj.rebuild(s.backend.engine, s.codec, ["links", "state"])
+        reports = rebuild(s.backend.engine, s.codec, ["links", "state"])
         assert [(r.events, r.position) for r in reports] == [(0, 0), (0, 0)]
         with s.backend.engine.read() as txn:
             got = [proj.read_info(txn, n) for n in ("links", "state")]

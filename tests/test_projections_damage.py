@@ -144,15 +144,15 @@ def test_damage_the_catch_up_meets_is_named(tmp_path: Path, part: str) -> None:
                 s.append(FIRST, [start(FIRST), link(X)])
                 damage(s, FIRST, 2, 8 if part == "header" else -1)
 
-        from tplog.backends.lmdb import projections as proj
+        from tplog.backends.lmdb.rebuild import rebuild
 
         with pytest.raises(CorruptionError) as exc:
-            proj.rebuild(s.backend.engine, s.codec, ["links"], chunk=1, progress=progress)
+            rebuild(s.backend.engine, s.codec, ["links"], chunk=1, progress=progress)
         assert (exc.value.thread_id, exc.value.seq) == (FIRST, 2), str(exc.value)
 
 
 def test_a_link_stored_as_a_blob_and_appended_during_the_scan_is_caught_up_on(tmp_path: Path) -> None:
-    from tplog.backends.lmdb import projections as proj
+    from tplog.backends.lmdb.rebuild import rebuild
 
     big = m.ThreadLink(thread_id=X, relation="referenced", metadata={"note": "n" * 5000})
     with Store(tmp_path / "s", limits=Limits(blob_threshold=1024)) as s:
@@ -166,6 +166,6 @@ def test_a_link_stored_as_a_blob_and_appended_during_the_scan_is_caught_up_on(tm
             if calls == 1:  # FORK's chunk is scanned: FIRST's events are the catch-up's
                 s.append(FIRST, [start(FIRST), LinkAdded(link=big)])
 
-        proj.rebuild(s.backend.engine, s.codec, ["links"], chunk=1, progress=progress)
+        rebuild(s.backend.engine, s.codec, ["links"], chunk=1, progress=progress)
         assert s.incoming(X) == [(FIRST, "referenced")]
         assert [r.differences for r in s.rebuild(verify=True)] == [[], []]

@@ -1,4 +1,4 @@
-"""The rebuild's catch-up pass and its bookkeeping (tplog/backends/lmdb/projections.py): the
+"""The rebuild's catch-up pass and its bookkeeping (tplog/backends/lmdb/rebuild.py): the
 events it counts and the log position it reports, exactly; a thread started during the
 key-order pass with links declared in its ThreadStarted; and the message that refuses a
 second rebuild, word for word, in both of its forms."""
@@ -16,6 +16,7 @@ import pytest
 from conftest import ToyStore as Store
 
 from tplog.backends.lmdb import projections as proj
+from tplog.backends.lmdb.rebuild import rebuild
 from tplog.errors import RebuildInProgressError
 from tplog.events import AgentTurnCompleted, AgentTurnStarted, LinkAdded, MessageRecorded, ThreadStarted
 from tplog.protocol import model as m
@@ -54,7 +55,7 @@ def test_the_report_counts_every_event_once_and_names_the_last_position(tmp_path
             s.append(t, [LinkAdded(link=m.ThreadLink(thread_id=tids[5], relation="referenced"))] * 2)
         with s.backend.engine.read() as txn:
             assert sum(1 for _, v in txn.range("events") if bytes(v)[:1] not in (b"\x04", b"\x05")) == 6
-        split = proj.rebuild(s.backend.engine, s.codec, names, chunk=3)
+        split = rebuild(s.backend.engine, s.codec, names, chunk=3)
         assert [r.events for r in split] == [6 * 5 + 6] * len(names)
         late = "00000000-0000-4000-8000-0000000000ff"  # sorts first: in a chunk already scanned
         calls = 0
@@ -69,8 +70,8 @@ def test_the_report_counts_every_event_once_and_names_the_last_position(tmp_path
                 s.append(tids[0], turn("late"))
                 s.append(late, [start(late, (tids[1], "referenced"), (tids[2], "spawned_from"))])
 
-        [report] = proj.rebuild(s.backend.engine, s.codec, names[:1], chunk=5, progress=progress) if len(names) == 1 \
-            else proj.rebuild(s.backend.engine, s.codec, names, chunk=5, progress=progress)[:1]
+        [report] = rebuild(s.backend.engine, s.codec, names[:1], chunk=5, progress=progress) if len(names) == 1 \
+            else rebuild(s.backend.engine, s.codec, names, chunk=5, progress=progress)[:1]
         assert calls > 3
         assert report.events == s.stats()["events"] == 6 * 5 + 6 + 3 + 1
         assert report.position == s.last_position
@@ -83,7 +84,7 @@ def test_the_report_counts_every_event_once_and_names_the_last_position(tmp_path
             assert [bytes(k) for k, _ in txn.range("proj") if bytes(k).startswith(b"~")] == []
         assert all(r.differences == [] for r in s.rebuild(verify=True))
         # A rebuild with nothing to catch up on (one snapshot held the whole log).
-        [again] = proj.rebuild(s.backend.engine, s.codec, names[:1])
+        [again] = rebuild(s.backend.engine, s.codec, names[:1])
         assert (again.events, again.position) == (6 * 5 + 6 + 3 + 1, s.last_position)
 
 
@@ -99,7 +100,7 @@ def test_a_second_rebuild_is_refused_naming_the_first_ones_process_and_start(tmp
                     s.rebuild("state")
                 seen.append(str(exc.value))
 
-        proj.rebuild(s.backend.engine, s.codec, ["state"], chunk=5, progress=progress)
+        rebuild(s.backend.engine, s.codec, ["state"], chunk=5, progress=progress)
         pattern = (r"a rebuild of projection 'state' is already running \(process (\d+), started "
                    r"(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ)\); wait for it to finish \(two rebuilds would fold the same "
                    r"events into the same shadow rows\), or, if it is stuck, take its claim over with --force \(it "
@@ -154,7 +155,7 @@ def test_the_catch_up_goes_on_past_events_a_later_snapshot_held(tmp_path: Path) 
                 s.append(b, turn("b2"))
                 s.append(n, [start(n), LinkAdded(link=m.ThreadLink(thread_id=a, relation="referenced")), *turn("n1")])
 
-        [report] = proj.rebuild(s.backend.engine, s.codec, ["state"], chunk=4, progress=progress)
+        [report] = rebuild(s.backend.engine, s.codec, ["state"], chunk=4, progress=progress)
         assert report.events == s.stats()["events"] == 16
         with s.backend.engine.read() as txn:  # a state rebuild's catch-up writes no link rows
             assert [bytes(k) for k, _ in txn.range("proj") if bytes(k).startswith(b"~")] == []
@@ -170,7 +171,7 @@ def test_a_rebuild_of_one_projection_leaves_no_shadow_rows(tmp_path: Path) -> No
         s.append(p, [start(p), LinkAdded(link=m.ThreadLink(thread_id=p, relation="referenced")), *turn("c")])
         s.fork(p, 5)
         for names in (["state"], ["links"], ["links", "state"]):
-            proj.rebuild(s.backend.engine, s.codec, names, chunk=3)
+            rebuild(s.backend.engine, s.codec, names, chunk=3)
             with s.backend.engine.read() as txn:
                 assert [bytes(k) for k, _ in txn.range("proj") if bytes(k).startswith(b"~")] == []
         assert all(r.differences == [] for r in s.rebuild(verify=True))
@@ -213,7 +214,7 @@ def test_a_thread_started_during_a_rebuild_keeps_its_state_row(tmp_path: Path, n
             if calls == 1:
                 s.append(first, [start(first)])
 
-        proj.rebuild(s.backend.engine, s.codec, names, chunk=5, progress=progress)
+        rebuild(s.backend.engine, s.codec, names, chunk=5, progress=progress)
         with s.backend.engine.read() as txn:
             assert txn.get("proj", proj.STATE_PREFIX + uuid.UUID(first).bytes) == proj.encode_state(
                 proj.decode_state(None))
@@ -227,19 +228,19 @@ def test_the_rebuilds_arguments_are_checked(tmp_path: Path) -> None:
         tids = populate(s, 2)
         for bad in (0, -1, True, "5", 2.0):
             with pytest.raises(InvalidInputError) as exc:
-                proj.rebuild(s.backend.engine, s.codec, ["links"], chunk=bad)  # type: ignore[arg-type]
+                rebuild(s.backend.engine, s.codec, ["links"], chunk=bad)  # type: ignore[arg-type]
             assert str(exc.value) == f"chunk must be a positive number of events, not {bad!r}"
         with pytest.raises(InvalidInputError, match=r"unknown projection 'link'; expected one of \['links', 'state'\]"):
-            proj.rebuild(s.backend.engine, s.codec, ["link"])
-        [report] = proj.rebuild(s.backend.engine, s.codec, "links", chunk=1)  # one name; one event per chunk
+            rebuild(s.backend.engine, s.codec, ["link"])
+        [report] = rebuild(s.backend.engine, s.codec, "links", chunk=1)  # one name; one event per chunk
         assert (report.projection, report.verify, report.events) == ("links", False, 10)
         assert sorted(s.incoming(tids[0])) == sorted((t, "referenced") for t in tids)
         lock = s.backend.engine.try_lock("rebuild-links")
         assert lock is not None
         try:  # refused by default; ``force`` takes the claim over
             with pytest.raises(RebuildInProgressError):
-                proj.rebuild(s.backend.engine, s.codec, ["links"])
-            [forced] = proj.rebuild(s.backend.engine, s.codec, ["links"], force=True)
+                rebuild(s.backend.engine, s.codec, ["links"])
+            [forced] = rebuild(s.backend.engine, s.codec, ["links"], force=True)
             assert forced.differences == []
         finally:
             lock.release()
@@ -264,7 +265,7 @@ def test_links_appended_in_a_scope_during_the_scan_are_keyed_in_that_scope(tmp_p
             if calls == 1:  # sorts first: the catch-up folds it
                 s.append(first, [start(first), LinkAdded(link=m.ThreadLink(thread_id=target, relation="referenced"))])
 
-        proj.rebuild(root.backend.engine, root.codec, ["links"], chunk=3, progress=progress)
+        rebuild(root.backend.engine, root.codec, ["links"], chunk=3, progress=progress)
         assert s.incoming(target) == [(first, "referenced")]
         assert [r.differences for r in root.rebuild(verify=True)] == [[], []]
 
@@ -286,7 +287,7 @@ def test_an_event_at_a_snapshots_last_position_is_folded_once(tmp_path: Path) ->
             if calls == 1:
                 s.append(b, [user("again")])
 
-        proj.rebuild(s.backend.engine, s.codec, ["state"], chunk=4, progress=progress)
+        rebuild(s.backend.engine, s.codec, ["state"], chunk=4, progress=progress)
         assert [r.differences for r in s.rebuild(verify=True)] == [[], []]
 
 
@@ -317,7 +318,7 @@ def test_the_catch_up_folds_forks_spawns_and_deletions(tmp_path: Path) -> None:
                 s.append(h, [start(h), *turn("h")])
                 s.delete_thread(h)
 
-        proj.rebuild(s.backend.engine, s.codec, ["links", "state"], chunk=5, progress=progress)
+        rebuild(s.backend.engine, s.codec, ["links", "state"], chunk=5, progress=progress)
         assert sorted(s.incoming(x)) == sorted([(p, "referenced"), (f, "referenced")])
         assert s.children(g) == [child]
         with s.backend.engine.read() as txn:
