@@ -11,6 +11,7 @@
   (``import x as y; y._name``, ``from a import b; b._c``).
 - The public layout: no module under an old private path (``tplog._store``, ...).
 - Every module says what it exports (``__all__``) and star-imports nothing.
+- tests/ mirrors tplog/: each test directory is a package's path (or listed, with why).
 """
 
 from __future__ import annotations
@@ -329,3 +330,48 @@ def test_modules_declare_their_exports() -> None:
         stars = [n.lineno for n in ast.walk(ast.parse(path.read_text()))
                  if isinstance(n, ast.ImportFrom) and any(a.name == "*" for a in n.names)]
         assert not stars, f"{name} star-imports at lines {stars}"
+
+
+TESTS = Path(__file__).resolve().parent
+
+#: Test directories that mirror no package under tplog/, each with why (their subdirectories too).
+UNMIRRORED_TEST_DIRS: dict[str, str] = {
+    "aisdk": "the AI SDK client (tplog/integrations/vercel) driven under Node.js, with its page's sources",
+    "fixtures": "data: the spec's example documents",
+    "golden": "data: stored values pinned byte for byte, one file per format",
+    "integrations/fixtures": "data: recorded model runs",
+    "postgres": "tplog/backends/postgres's tests and their server harness: to move to backends/postgres once no "
+                "branch is adding to it",
+    "server": "tplog/integrations/server's tests and their harness: to move to integrations/server likewise",
+}
+
+
+def _unmirrored(tests: Path, package: Path, allowed: dict[str, str]) -> list[str]:
+    """The directories under ``tests`` that are not a package's path under ``package`` (a directory
+    with an ``__init__.py``) and are not in ``allowed`` nor below an entry of it."""
+    out = []
+    for d in sorted(p for p in tests.rglob("*") if p.is_dir()):
+        rel = d.relative_to(tests)
+        if any(part.startswith((".", "__")) or part == "node_modules" for part in rel.parts):
+            continue
+        if any(rel.as_posix() == a or rel.as_posix().startswith(a + "/") for a in allowed):
+            continue
+        if not (package / rel / "__init__.py").is_file():
+            out.append(rel.as_posix())
+    return out
+
+
+def test_test_directories_mirror_the_package() -> None:
+    """tests/ is laid out as tplog/ is (tests/backends/lmdb/ for tplog/backends/lmdb/, ...), so that
+    a module's tests are found where the module is."""
+    assert not _unmirrored(TESTS, ROOT, UNMIRRORED_TEST_DIRS), _unmirrored(TESTS, ROOT, UNMIRRORED_TEST_DIRS)
+    stale = [a for a in UNMIRRORED_TEST_DIRS if not (TESTS / a).is_dir()]
+    assert not stale, stale
+
+
+def test_the_mirror_check_finds_a_stray_directory(tmp_path: Path) -> None:
+    (tmp_path / "pkg" / "sub").mkdir(parents=True)
+    (tmp_path / "pkg" / "sub" / "__init__.py").write_text("")
+    for d in ("sub", "campaign", "data/more", "sub/__pycache__"):
+        (tmp_path / "tests" / d).mkdir(parents=True)
+    assert _unmirrored(tmp_path / "tests", tmp_path / "pkg", {"data": "data"}) == ["campaign"]

@@ -1,4 +1,4 @@
-"""`tplog verify` (tplog.backends.lmdb.verify): the checks tests/test_rebuild.py does not reach,
+"""`tplog verify` (tplog.backends.lmdb.verify): the checks tests/backends/lmdb/test_rebuild.py does not reach,
 each by one kind of damage to a real LMDB store and the exact problem list it gives.
 Written to kill the surviving mutants of tests/MUTANTS.md (tplog/backends/lmdb/verify.py).
 """

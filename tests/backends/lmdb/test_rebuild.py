@@ -169,7 +169,8 @@ def test_cli_rebuild_chunk(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -
 def test_verify_names_a_corrupted_event(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     path = tmp_path / "s"
     tid = str(uuid.uuid4())
-    with Store(path) as s:  # the turn left open: its events stay one row each (tests/test_chunks.py damages chunks)
+    # the turn left open: its events stay one row each (tests/backends/lmdb/test_chunks.py damages chunks)
+    with Store(path) as s:
         s.append(tid, [start(tid), *tool_turn("c")[:2]])
     env = lmdb.open(str(path), max_dbs=20)
     with env.begin(write=True) as txn:
@@ -210,7 +211,7 @@ def test_rebuild_verify_while_another_process_appends(tmp_path: Path) -> None:
     with Store(path) as s:
         parent, _ = populate(s, 20)
     n = 400
-    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[3])}
     writer = subprocess.Popen([sys.executable, "-c", _APPENDER, path, parent, str(n)], env=env,
                               stdout=subprocess.PIPE, text=True)
     rounds = 0
@@ -334,7 +335,7 @@ print("done", flush=True)
 def _hold(path: str, flag: Path) -> subprocess.Popen[str]:
     """A rebuild of ``links`` in another process, stopped in its first progress call
     until ``flag`` exists."""
-    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[3])}
     holder = subprocess.Popen([sys.executable, "-c", _HOLDER, path, str(flag)], env=env, stdout=subprocess.PIPE,
                               stderr=subprocess.PIPE, text=True)
     assert holder.stdout is not None and holder.stdout.readline().strip() == "holding"
@@ -486,7 +487,7 @@ def test_verify_during_a_rebuild_skips_that_projection_check(tmp_path: Path,
     """`tplog verify` (another process) while a rebuild runs checks everything else and
     says which projection it did not compare (not a problem: exit 0)."""
     path = str(tmp_path / "s")
-    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[3])}
     with Store(path) as s:
         populate(s, 12)
         seen: list[subprocess.CompletedProcess[str]] = []
