@@ -563,7 +563,7 @@ def _commands() -> dict[str, argparse.ArgumentParser]:
     return dict(sub.choices)
 
 
-# serve: tested over HTTP in tests/server; rebuild/verify: behaviour tested in tests/test_rebuild.py;
+# serve: tested over HTTP in tests/server; rebuild/verify: behaviour tested in tests/backends/lmdb/test_rebuild.py;
 # tail/tree (and the terminal output of every command): tests/test_cli_human.py
 # copy: tests/test_copy.py and tests/postgres/test_pg_copy_migrate.py (migrate too)
 EXPECTED_COMMANDS = {"validate", "hash", "stat", "backup", "import", "export", "read", "threads", "turns",

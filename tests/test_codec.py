@@ -1,7 +1,7 @@
-"""tplog.codec's pure helpers, value by value: the header facts the id-only folds read, the
-nesting-depth check, and the schema-check type mirrored from ``Event``.
+"""tplog.codec's pure helpers (tplog/value_format.py, tplog/limits.py), value by value: the header
+facts the id-only folds read, the nesting-depth check, and the schema-check type mirrored from ``Event``.
 
-Most of these run once and are cached in the store's process (``_check_type``, the nested-field
+Most of these run once and are cached in the store's process (``check_type``, the nested-field
 table), so the store-level tests cannot tell a wrong table from a right one built the same way;
 these tests call the builders themselves (tests/MUTANTS.md)."""
 
@@ -18,7 +18,7 @@ import zstandard
 from conftest import T, agent_start, completed, link, response, spawn_message, started, user
 from conftest import ToyStore as Store
 
-from tplog import codec
+from tplog import codec, limits
 from tplog.backends.lmdb.keys import event_key, tkey
 from tplog.codec import ABORTED, V3_SPAWN, Facts, TurnFacts, facts_of, turn_facts_of
 from tplog.errors import CorruptionError, InvalidInputError
@@ -118,9 +118,9 @@ def _nest(depth: int, make: Any) -> Any:
 def test_depth_ok_is_exact_at_the_limit(make: Any) -> None:
     for depth in (2, 3, 5):
         obj = _nest(depth + 1, make)  # ``depth`` containers deep
-        assert codec._depth_ok(obj, depth) is True
-        assert codec._depth_ok(obj, depth - 1) is False
-    assert codec._depth_ok("leaf", 0) is False and codec._depth_ok("leaf", 1) is True
+        assert limits.depth_ok(obj, depth) is True
+        assert limits.depth_ok(obj, depth - 1) is False
+    assert limits.depth_ok("leaf", 0) is False and limits.depth_ok("leaf", 1) is True
 
 
 def test_depth_ok_follows_container_subclasses_and_skips_leaves() -> None:
@@ -130,12 +130,12 @@ def test_depth_ok_follows_container_subclasses_and_skips_leaves() -> None:
     class L(list[Any]):
         pass
 
-    assert codec._depth_ok(D(a=L([L([1])])), 3) is True
-    assert codec._depth_ok(D(a=L([L([1])])), 2) is False
-    assert codec._depth_ok(L([D(a=D(b=1))]), 2) is False
+    assert limits.depth_ok(D(a=L([L([1])])), 3) is True
+    assert limits.depth_ok(D(a=L([L([1])])), 2) is False
+    assert limits.depth_ok(L([D(a=D(b=1))]), 2) is False
     # leaves at the limit do not count as a level
-    assert codec._depth_ok([1, "s", 2.0, True, None, b"x"], 1) is True
-    assert codec._depth_ok([[1]], 1) is False
+    assert limits.depth_ok([1, "s", 2.0, True, None, b"x"], 1) is True
+    assert limits.depth_ok([[1]], 1) is False
 
 
 def test_nested_fields_lists_the_fields_that_can_hold_a_container() -> None:
@@ -149,12 +149,12 @@ def test_nested_fields_lists_the_fields_that_can_hold_a_container() -> None:
         g: int | dict[str, int]
         h: bytes = b""
 
-    assert codec._nested_fields(S) == ("c", "d", "g")
-    assert codec._NESTED_FIELDS[S] == ("c", "d", "g")
-    codec._NESTED_FIELDS[S] = ("a",)  # read from the table once built
-    assert codec._nested_fields(S) == ("a",)
-    del codec._NESTED_FIELDS[S]
-    assert codec._nested_fields(m.ToolCallPart) == ("extra", "args")
+    assert limits._nested_fields(S) == ("c", "d", "g")
+    assert limits._NESTED_FIELDS[S] == ("c", "d", "g")
+    limits._NESTED_FIELDS[S] = ("a",)  # read from the table once built
+    assert limits._nested_fields(S) == ("a",)
+    del limits._NESTED_FIELDS[S]
+    assert limits._nested_fields(m.ToolCallPart) == ("extra", "args")
 
 
 # --------------------------------------------------------------------------- the schema-check type
@@ -174,7 +174,7 @@ def _structs(tp: Any, seen: set[type]) -> set[type]:
 
 def test_raw_mirror_mirrors_every_struct_of_event() -> None:
     made: dict[type, Any] = {}
-    top = codec._raw_mirror(Event, made)
+    top = limits._raw_mirror(Event, made)
     structs = _structs(Event, set())
     assert set(made) == structs and len(structs) > 30
     assert typing.get_args(top) == tuple(made[t] for t in EVENT_TYPES)
@@ -191,7 +191,7 @@ def test_raw_mirror_mirrors_every_struct_of_event() -> None:
 
 def test_raw_mirror_types() -> None:
     made: dict[type, Any] = {}
-    codec._raw_mirror(Event, made)
+    limits._raw_mirror(Event, made)
     types = {f.name: f.type for f in msgspec.structs.fields(made[m.ToolCallPart])}
     assert types["args"] is msgspec.Raw and types["tool_name"] is str
     assert types["extra"] == dict[str, msgspec.Raw]
@@ -203,9 +203,9 @@ def test_raw_mirror_types() -> None:
         made[m.ExtensionContent]]]]
     started = {f.name: f.type for f in msgspec.structs.fields(made[AgentTurnStarted])}
     assert started["agent_id"] is str
-    assert codec._raw_mirror(typing.Annotated[Any, "meta"], {}) == typing.Annotated[msgspec.Raw, "meta"]
-    assert codec._raw_mirror(tuple[int, ...], {}) == tuple[int, ...]
-    assert codec._raw_mirror(typing.Literal["a"], {}) == typing.Literal["a"]
+    assert limits._raw_mirror(typing.Annotated[Any, "meta"], {}) == typing.Annotated[msgspec.Raw, "meta"]
+    assert limits._raw_mirror(tuple[int, ...], {}) == tuple[int, ...]
+    assert limits._raw_mirror(typing.Literal["a"], {}) == typing.Literal["a"]
 
 
 class Node(msgspec.Struct):
@@ -214,11 +214,11 @@ class Node(msgspec.Struct):
 
 def test_raw_mirror_refuses_a_struct_that_refers_to_itself() -> None:
     with pytest.raises(TypeError, match=r"^Node refers to itself$"):
-        codec._raw_mirror(Node, {})
+        limits._raw_mirror(Node, {})
 
 
 def test_the_check_type_decodes_like_event_but_leaves_any_undecoded() -> None:
-    dec = msgspec.msgpack.Decoder(codec._raw_mirror(Event, {}))
+    dec = msgspec.msgpack.Decoder(limits._raw_mirror(Event, {}))
     call = m.ToolCallPart(tool_name="f", tool_call_id="c1", args={"q": [1, 2]})
     body = msgspec.msgpack.encode(_msg(m.ResponseMessage, [call]))
     got = dec.decode(body)
@@ -387,8 +387,8 @@ def test_peek_header_reads_kind_and_facts_off_the_bytes() -> None:
 
 def test_depth_ok_visits_every_container_after_a_non_container() -> None:
     # a value that is neither a leaf type nor a container is passed over, not the end of the walk
-    assert codec._depth_ok([[[["x"]]], object()], 2) is False
-    assert codec._depth_ok([[[["x"]]], object()], 4) is True
+    assert limits.depth_ok([[[["x"]]], object()], 2) is False
+    assert limits.depth_ok([[[["x"]]], object()], 4) is True
 
 
 class Renamed(msgspec.Struct, rename="camel", array_like=True, forbid_unknown_fields=True):
@@ -403,17 +403,17 @@ class Strict(msgspec.Struct, forbid_unknown_fields=True):
 
 def test_raw_mirror_keeps_encoded_names_and_struct_options() -> None:
     made: dict[type, Any] = {}
-    mirror = codec._raw_mirror(Renamed, made)
+    mirror = limits._raw_mirror(Renamed, made)
     assert [(f.name, f.encode_name) for f in msgspec.structs.fields(mirror)] == [
         ("first_field", "firstField"), ("with_default", "withDefault"), ("with_factory", "withFactory")]
     cfg = mirror.__struct_config__
     assert (cfg.array_like, cfg.forbid_unknown_fields) == (True, True)
     assert msgspec.msgpack.decode(msgspec.msgpack.encode([1]), type=mirror) == mirror(first_field=1)
-    strict = codec._raw_mirror(Strict, {})
+    strict = limits._raw_mirror(Strict, {})
     assert strict.__struct_config__.forbid_unknown_fields is True
     with pytest.raises(msgspec.ValidationError, match=r"unknown field `b`"):
         msgspec.msgpack.decode(msgspec.msgpack.encode({"a": 1, "b": 2}), type=strict)
-    annotated = codec._raw_mirror(typing.Annotated[Strict, "meta"], made)
+    annotated = limits._raw_mirror(typing.Annotated[Strict, "meta"], made)
     assert annotated == typing.Annotated[made[Strict], "meta"]
 
 

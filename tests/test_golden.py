@@ -21,9 +21,9 @@ import msgspec
 import pytest
 
 import tplog
-from tplog.backends.lmdb import projections as proj
 from tplog.backends.lmdb.chunks import CHUNK_FORMATS, INDEX_KINDS, chunk_events, chunk_index, chunk_recorded, expand
 from tplog.backends.lmdb.keys import TKEY_SIZE, event_key, from_u64, tkey, u64
+from tplog.backends.lmdb.rebuild import items_in, scan_keys
 from tplog.codec import FORMAT, FORMATS, PREFIX_SIZE, Codec, header_end, verified_header_end
 from tplog.events import EVENT_TYPES
 from tplog.projections.fold import interrupts_of, items_from_events, pending_of, state_of
@@ -170,9 +170,9 @@ def test_id_only_folds_agree_with_the_events_in_every_format(tmp_path: Path, ver
         _plant(s, tid, pairs)
         assert state_of(s._items(tid)) == want  # the per-thread read a stale projection falls back on
         with s.backend.engine.read() as txn:  # the rebuild's key-order scan ...
-            chunk = proj._scan_keys(txn, s.codec, b"", 10**6, True, True, None)
+            chunk = scan_keys(txn, s.codec, b"", 10**6, True, True, None)
             assert chunk.states[tkey(tid)] == want
-            got, *_ = proj._items_in(txn, s.codec, 1, 10**6)  # ... and its catch-up over the global log
+            got, *_ = items_in(txn, s.codec, 1, 10**6)  # ... and its catch-up over the global log
         assert state_of(it for _, _, _, it, _ in got) == want
         s.rebuild()
         assert s.pending(tid) == pending_of(want) and s.interrupts(tid) == interrupts_of(want)

@@ -1,5 +1,5 @@
 """The comparison of a projection's live rows with the shadow rows a rebuild wrote
-(:func:`tplog.backends.lmdb.projections.rebuild`): what differs, said for ``rebuild
+(:func:`tplog.backends.lmdb.rebuild.rebuild`): what differs, said for ``rebuild
 --verify`` or written to the live tables by the swap, and the shadow rows' removal."""
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 
 Kept apart from the engine (:mod:`tplog.backends.lmdb.engine`), which raises what these return
 around every LMDB call; the rules of which error means what are here, with their tests
-(tests/test_engine_errors.py).
+(tests/backends/lmdb/test_engine_errors.py).
 """
 
 from __future__ import annotations

@@ -19,6 +19,7 @@ from tplog.backends.lmdb.commit import now_ns, resolved
 from tplog.backends.lmdb.engine import Held, WriteTxn
 from tplog.backends.lmdb.keys import TKEY_SIZE, eid_key, event_key, from_u64, scope_tag, tkey, u64
 from tplog.backends.lmdb.reads import LmdbReads
+from tplog.backends.lmdb.rebuild import CHUNK, rebuild
 from tplog.codec import (
     F_BLOB,
     Encoded,
@@ -65,7 +66,7 @@ class LmdbMaintenance(LmdbReads):
             check_no_forks(thread_id, forks)
             last = txn.last("global")
             pos = (from_u64(last[0]) if last else 0) + 1  # before removing any: positions are never reused
-            tables = proj._Tables(txn, shadow=False)
+            tables = proj.Tables(txn, shadow=False)
             for seq, ev, spawned in proj.inherited_rows(txn, self.codec, tk):  # a fork's, from its parent's prefix
                 proj.unapply_links(tables, thread_id, tk, seq, ev, spawned, scope)
             rows = chunks.EventRows(txn, self.codec)
@@ -123,13 +124,13 @@ class LmdbMaintenance(LmdbReads):
         return res
 
     def rebuild(self, names: Sequence[str], *, verify: bool = False, force: bool = False,
-                chunk: int = proj.CHUNK, progress: Callable[[int, int], None] | None = None) -> list[RebuildReport]:
+                chunk: int = CHUNK, progress: Callable[[int, int], None] | None = None) -> list[RebuildReport]:
         for n in names:
             if n not in proj.PROJECTIONS:
                 raise InvalidInputError(f"unknown projection {n!r}; known: {', '.join(proj.PROJECTIONS)}")
         self._check_open()
-        return proj.rebuild(self.engine, self.codec, list(names), verify=verify, progress=progress, force=force,
-                            chunk=chunk)
+        return rebuild(self.engine, self.codec, list(names), verify=verify, progress=progress, force=force,
+                       chunk=chunk)
 
     def tracking(self) -> list[Tracking]:
         with self.engine.read() as txn:

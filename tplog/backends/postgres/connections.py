@@ -23,14 +23,15 @@ from tplog.backends.common import VERSIONS, thread_key
 from tplog.backends.contract import Append, ThreadHead
 from tplog.backends.dsn import redact, scrub
 from tplog.backends.postgres.errors import PostgresUnavailableError, SchemaError
-from tplog.backends.postgres.placement import Placement
+from tplog.backends.postgres.placement import Placement, scope_column
 from tplog.backends.postgres.schema import SCHEMA_VERSION, ddl
 from tplog.codec import Codec, Encoded
 from tplog.errors import InvalidInputError, StoreClosedError
 from tplog.lifecycle import ACTIVITY_CODE
 from tplog.projections.fold import ThreadState
 
-__all__ = ["MAX_BATCH", "WRITERS", "PgConnections", "event_key"]
+__all__ = ["MAX_BATCH", "RETRY", "WRITERS", "Blobs", "Held", "Job", "PgConnections", "event_key", "finder_cols",
+           "head_enc", "parse_url", "retried", "state_dec"]
 
 
 P = ParamSpec("P")
@@ -41,10 +42,10 @@ MAX_BATCH: Final = 256
 #: row through COMMIT, the next checks its batch and writes up to that row, so the log's
 #: lock is held back to back instead of idle during every other transaction's first round trip.
 WRITERS: Final = 2
-_head_enc = msgspec.msgpack.Encoder()
-_state_dec = msgspec.msgpack.Decoder(ThreadState)
+head_enc = msgspec.msgpack.Encoder()
+state_dec = msgspec.msgpack.Decoder(ThreadState)
 #: Why a whole batch is retried (as single submissions, or once more after a reconnect).
-_RETRY = (psycopg.errors.DeadlockDetected, psycopg.errors.SerializationFailure, psycopg.errors.UniqueViolation)
+RETRY = (psycopg.errors.DeadlockDetected, psycopg.errors.SerializationFailure, psycopg.errors.UniqueViolation)
 
 
 def event_key(tk: bytes, seq: int) -> bytes:
@@ -52,21 +53,16 @@ def event_key(tk: bytes, seq: int) -> bytes:
     return tk + seq.to_bytes(8, "big")
 
 
-def _finder_cols(head: ThreadHead) -> tuple[int, str]:
+def finder_cols(head: ThreadHead) -> tuple[int, str]:
     """The head's ``activity`` and ``agents`` columns (agents as JSON: unnest flattens 2-D arrays)."""
     return ACTIVITY_CODE.get(head.activity, 0), msgspec.json.encode(head.agent_ids).decode()
-
-
-def _scope(scope: str | None) -> str:
-    # Scopes are non-empty strings, so '' stands for "unscoped" in a NOT NULL key column.
-    return "" if scope is None else scope
 
 
 #: tplog's integer query parameters and their ranges (``?logs=P&writers=N``).
 _URL_INTS: Final = {"logs": (1, 4096), "writers": (1, 16)}
 
 
-def _parse_url(url: str) -> tuple[str, dict[str, Any]]:
+def parse_url(url: str) -> tuple[str, dict[str, Any]]:
     """The libpq URL without tplog's own query parameters (``schema``, ``logs``, ``writers``), and
     those (``logs`` and ``writers`` as ints: a bad one is refused here, naming the parameter)."""
     try:
@@ -86,7 +82,7 @@ def _parse_url(url: str) -> tuple[str, dict[str, Any]]:
     return urllib.parse.urlunsplit(parts._replace(query=rest)), ours
 
 
-def _retried(fn: Callable[P, R]) -> Callable[P, R]:
+def retried(fn: Callable[P, R]) -> Callable[P, R]:
     """Reads are idempotent: one on a pooled connection the server has since dropped is run
     again (the pool discards a broken connection when it comes back)."""
 
@@ -102,7 +98,7 @@ def _retried(fn: Callable[P, R]) -> Callable[P, R]:
     return run
 
 
-class _Held:
+class Held:
     """A named lock: a session advisory lock on its own connection (dies with the process)."""
 
     def __init__(self, conn: psycopg.Connection[Any]) -> None:
@@ -116,14 +112,14 @@ class _Held:
         self._conn.close()
 
 
-class _Job:
+class Job:
     __slots__ = ("append", "delete", "future")
 
     def __init__(self, append: Append | None, delete: tuple[str, Encoded, str | None] | None,
                  future: Future[Any]) -> None:
         self.append, self.delete, self.future = append, delete, future
 
-class _Blobs:
+class Blobs:
     """What the codec reads a blob reference through (``get("blobs", sha)``)."""
 
     def __init__(self, conn: psycopg.Connection[Any], log: int) -> None:
@@ -255,7 +251,7 @@ class PgConnections:
 
     def _key(self, thread_id: str, scope: str | None,
              conn: psycopg.Connection[Any] | None = None) -> tuple[int, str, bytes]:
-        sc, tk = _scope(scope), thread_key(thread_id, scope)
+        sc, tk = scope_column(scope), thread_key(thread_id, scope)
         if self.logs == 1:
             return 0, sc, tk
         log = self._placement.known((sc, tk))
@@ -270,7 +266,7 @@ class PgConnections:
     def _wkey(self, thread_id: str, scope: str | None) -> tuple[int, str, bytes]:
         """``_key`` in the writer's transaction: the logs its batch planned."""
         if self.logs > 1:
-            sc, tk = _scope(scope), thread_key(thread_id, scope)
+            sc, tk = scope_column(scope), thread_key(thread_id, scope)
             log = getattr(self._wlocal, "wlogs", {}).get((sc, tk))  # this writer thread's batch
             if log is not None:
                 return log, sc, tk

@@ -12,7 +12,7 @@ from typing import Any
 from tplog.backends.common import VERSIONS, decode_head, own_seqs
 from tplog.backends.contract import RebuildReport, Tracking, VerifyReport
 from tplog.backends.files import backup_dir, create_file
-from tplog.backends.postgres.connections import _Held, _retried
+from tplog.backends.postgres.connections import Held, retried
 from tplog.backends.postgres.reads import PgReads
 from tplog.backends.postgres.schema import SCHEMA_VERSION, TABLES
 from tplog.errors import InvalidInputError, RebuildInProgressError, TplogError
@@ -26,7 +26,7 @@ class PgMaintenance(PgReads):
 
     # ------------------------------------------------------------------ projections
 
-    @_retried
+    @retried
     def tracking(self) -> list[Tracking]:
         with self._read() as conn:
             rows = {r[0]: r for r in conn.execute("SELECT name, status, version FROM tracking").fetchall()}
@@ -63,7 +63,7 @@ class PgMaintenance(PgReads):
 
     # ------------------------------------------------------------------ maintenance
 
-    def try_lock(self, name: str) -> _Held | None:
+    def try_lock(self, name: str) -> Held | None:
         if not isinstance(name, str) or not name or not all(c.isascii() and (c.isalnum() or c in "-_")
                                                             for c in name):
             raise InvalidInputError(f"lock name must be ASCII letters, digits, '-' or '_', not {name!r}")
@@ -74,7 +74,7 @@ class PgMaintenance(PgReads):
         if row is None or not row[0]:
             conn.close()
             return None
-        return _Held(conn)
+        return Held(conn)
 
     def backup(self, dest: str, *, compact: bool = True) -> None:
         """Every table as ``COPY`` binary files (0600) in the new or empty directory ``dest``, from one
@@ -88,7 +88,7 @@ class PgMaintenance(PgReads):
                     for data in copy:
                         f.write(data)
 
-    @_retried
+    @retried
     def stats(self) -> dict[str, Any]:
         with self._read() as conn:
             threads = conn.execute("SELECT count(*) FROM heads WHERE head IS NOT NULL").fetchone()

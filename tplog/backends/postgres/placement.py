@@ -28,7 +28,7 @@ from tplog.backends.common import SPAWNED_FROM, outgoing, thread_key
 from tplog.backends.contract import Append
 from tplog.events import LinkAdded, ThreadStarted
 
-__all__ = ["Placement"]
+__all__ = ["Placement", "scope_column"]
 
 #: Placements kept in memory at most (then forgotten and looked up again).
 CACHE: Final = 1_000_000
@@ -36,7 +36,8 @@ CACHE: Final = 1_000_000
 Key = tuple[str, bytes]  # (scope column, thread key)
 
 
-def _scope(scope: str | None) -> str:
+def scope_column(scope: str | None) -> str:
+    # Scopes are non-empty strings, so '' stands for "unscoped" in a NOT NULL key column.
     return "" if scope is None else scope
 
 
@@ -90,7 +91,7 @@ class Placement:
         parents: dict[Key, Key] = {}
         for append in appends:
             for part in append:
-                sc = _scope(part.scope)
+                sc = scope_column(part.scope)
                 key = (sc, thread_key(part.thread_id, part.scope))
                 named[key] = None
                 creates = bool(part.events) and isinstance(part.events[0].event, ThreadStarted)

@@ -25,13 +25,13 @@ from tplog.backends.common import (
 )
 from tplog.backends.contract import Cursor, Direction, Inherited, ThreadHead, ThreadPage
 from tplog.backends.postgres.connections import (
+    Blobs,
     PgConnections,
-    _Blobs,
-    _retried,
-    _scope,
-    _state_dec,
     event_key,
+    retried,
+    state_dec,
 )
+from tplog.backends.postgres.placement import scope_column
 from tplog.codec import facts_of
 from tplog.errors import InvalidInputError, NotFoundError, RebuildRequiredError
 from tplog.events import KIND_CODE, RecordedEvent
@@ -50,20 +50,20 @@ class PgReads(PgConnections):
     def _event(self, conn: psycopg.Connection[Any], thread_id: str, log: int, tk: bytes, seq: int, position: int,
                event_id: str, value: bytes) -> RecordedEvent:
         where = (thread_id, seq)
-        reader = _Blobs(conn, log)
+        reader = Blobs(conn, log)
         ev = self.codec.decode_value(event_key(tk, seq), value, reader, where=where)
         hdr = self.codec.header(value, where=where)
         return RecordedEvent(thread_id=thread_id, seq=seq, position=position, event_id=event_id,
                              recorded_at=hdr.recorded_at, event=ev)
 
-    @_retried
+    @retried
     def head(self, thread_id: str, *, scope: str | None = None) -> ThreadHead | None:
         with self._read() as conn:
             row = conn.execute("SELECT head, last_position FROM heads WHERE log_id = %s AND scope = %s AND tk = %s "
                                "AND head IS NOT NULL", self._key(thread_id, scope, conn)).fetchone()
         return None if row is None else msgspec.structs.replace(decode_head(row[0]), last_position=row[1])
 
-    @_retried
+    @retried
     def read_thread(self, thread_id: str, *, scope: str | None = None, after: int | None = None,
                     limit: int | None = None, direction: Direction = "forward") -> list[RecordedEvent]:
         log, sc, tk = self._key(thread_id, scope)
@@ -81,7 +81,7 @@ class PgReads(PgConnections):
                 raise NotFoundError(f"thread {thread_id} does not exist")
             return [self._event(conn, r[0], log, tk, r[1], r[2], r[3], r[4]) for r in rows if r[1] is not None]
 
-    @_retried
+    @retried
     def read_log(self, log: int, *, after: int = 0, limit: int | None = None,
                  scope: str | None = None) -> list[RecordedEvent]:
         if isinstance(log, bool) or not isinstance(log, int) or not 0 <= log < self.logs:
@@ -90,11 +90,11 @@ class PgReads(PgConnections):
             rows = conn.execute(
                 "SELECT h.thread_id, e.tk, e.seq, e.position, e.event_id, e.value FROM events e JOIN heads h "
                 "ON h.log_id = e.log_id AND h.scope = e.scope AND h.tk = e.tk WHERE e.log_id = %s AND e.scope = %s "
-                "AND e.position > %s ORDER BY e.position LIMIT %s", (log, _scope(scope), after, limit),
+                "AND e.position > %s ORDER BY e.position LIMIT %s", (log, scope_column(scope), after, limit),
                 binary=True).fetchall()
             return [self._event(conn, r[0], log, bytes(r[1]), r[2], r[3], r[4], r[5]) for r in rows]
 
-    @_retried
+    @retried
     def positions(self) -> Cursor:
         with self._read() as conn:
             return tuple(r[0] for r in conn.execute("SELECT position FROM logs ORDER BY log_id").fetchall())
@@ -142,12 +142,12 @@ class PgReads(PgConnections):
             except psycopg.Error:
                 time.sleep(0.5)  # the server went away: waiters poll meanwhile
 
-    @_retried
+    @retried
     def threads(self, *, scope: str | None = None, after: str | None = None, limit: int = 50,
                 include_deleted: bool = False, where: ThreadFilter | None = None) -> ThreadPage:
         raw = check_threads_page(after, limit)
         conds: list[str] = []
-        params: list[Any] = [_scope(scope)]
+        params: list[Any] = [scope_column(scope)]
         cur = None if raw is None else (int.from_bytes(raw[:8], "big", signed=True), raw[8:])
         if not include_deleted:
             conds.append("NOT deleted")
@@ -206,7 +206,7 @@ class PgReads(PgConnections):
             self._live_until[name] = now + 1.0
         return live
 
-    @_retried
+    @retried
     def incoming(self, thread_id: str, *, scope: str | None = None, relation: str | None = None,
                  after: tuple[str, str] | None = None, limit: int | None = None) -> list[tuple[str, str]]:
         log, sc, tk = self._key(thread_id, scope)
@@ -249,7 +249,7 @@ class PgReads(PgConnections):
         if not (row and row[0]):
             raise NotFoundError(f"thread {thread_id} does not exist, and no stored thread links to it")
 
-    @_retried
+    @retried
     def children(self, thread_id: str, *, scope: str | None = None, after: str | None = None,
                  limit: int | None = None) -> list[str]:
         log, sc, tk = self._key(thread_id, scope)
@@ -289,7 +289,7 @@ class PgReads(PgConnections):
             return own
         return [*own[:1], *self._copy_events(conn, head.fork_of, scope)[1:head.fork_at], *own[1:]]
 
-    @_retried
+    @retried
     def has_spawned(self, thread_id: str, *, scope: str | None = None) -> bool:
         """Whether the thread's events (a fork's inherited ones too) name a spawned thread."""
         log, sc, tk = self._key(thread_id, scope)
@@ -299,7 +299,7 @@ class PgReads(PgConnections):
                                "parent = %s AND flags & 2 = 2)", (log, sc, tk)).fetchone()
         return bool(row and row[0])
 
-    @_retried
+    @retried
     def thread_state(self, thread_id: str, *, scope: str | None = None) -> ThreadState | None:
         with self._read() as conn:
             live = self._require_live(conn, "state")
@@ -310,9 +310,9 @@ class PgReads(PgConnections):
             raise NotFoundError(f"thread {thread_id} does not exist")
         if not live or decode_head(row[1]).fork_of is not None:
             return None  # stale; or a fork, whose state the facade folds with its parent's prefix
-        return ThreadState() if row[0] is None else _state_dec.decode(row[0])
+        return ThreadState() if row[0] is None else state_dec.decode(row[0])
 
-    @_retried
+    @retried
     def thread_events(self, thread_id: str, *, scope: str | None = None,
                       after: int = 0) -> tuple[ThreadHead, list[Any]]:
         log, sc, tk = self._key(thread_id, scope)
@@ -333,7 +333,7 @@ class PgReads(PgConnections):
         return [fold_item(e.seq, KIND_CODE[type(e.event)], facts_of(e.event), e.event)
                 for e in self.read_thread(thread_id, scope=scope)]
 
-    @_retried
+    @retried
     def descendants(self, thread_id: str, *, scope: str | None = None,
                     max_depth: int | None = None) -> list[tuple[str, int]]:
         root = self._key(thread_id, scope)

@@ -61,15 +61,15 @@ from tplog.backends.common import (
 from tplog.backends.contract import Append, AppendResult, Handle, ThreadAppend, ThreadHead
 from tplog.backends.dsn import redact, scrub
 from tplog.backends.postgres.connections import (
-    _RETRY,
     MAX_BATCH,
+    RETRY,
     WRITERS,
-    _finder_cols,
-    _head_enc,
-    _Job,
-    _parse_url,
-    _state_dec,
+    Job,
     event_key,
+    finder_cols,
+    head_enc,
+    parse_url,
+    state_dec,
 )
 from tplog.backends.postgres.errors import LockTimeoutError, PostgresUnavailableError, SchemaError
 from tplog.backends.postgres.fold import Batch as _Batch
@@ -109,7 +109,7 @@ class PostgresRecorder(PgMaintenance):
                  settings: dict[str, str] | None = None,
                  clock: Callable[[], int] = time.time_ns, codec: Codec | None = None,
                  limits: Limits | None = None) -> None:
-        conninfo, ours = _parse_url(url)
+        conninfo, ours = parse_url(url)
         self.url = redact(url)
         self.schema = check_schema_name(schema or ours.get("schema", "tplog"))
         want_logs = logs if logs is not None else ours.get("logs", 1)
@@ -142,7 +142,7 @@ class PostgresRecorder(PgMaintenance):
             self._conninfo, kwargs=self._kwargs, min_size=1, max_size=max(1, pool_size), open=True,
             name=f"tplog-{self.schema}", reconnect_timeout=30.0)
         self._cond = threading.Condition()
-        self._queue: deque[_Job] = deque()
+        self._queue: deque[Job] = deque()
         self._closing = False
         self._closed = False
         self._listener: threading.Thread | None = None
@@ -164,7 +164,7 @@ class PostgresRecorder(PgMaintenance):
         fut: Future[list[AppendResult]] = Future()
         try:
             check_append(append)
-            self._enqueue(_Job(list(append), None, fut))
+            self._enqueue(Job(list(append), None, fut))
         except TplogError as exc:
             fut.set_exception(exc)
         return fut
@@ -173,12 +173,12 @@ class PostgresRecorder(PgMaintenance):
         fut: Future[AppendResult] = Future()
         try:
             check_tombstone(thread_id, tombstone)
-            self._enqueue(_Job(None, (thread_id, tombstone, scope), fut))
+            self._enqueue(Job(None, (thread_id, tombstone, scope), fut))
         except TplogError as exc:
             fut.set_exception(exc)
         return fut
 
-    def _enqueue(self, job: _Job) -> None:
+    def _enqueue(self, job: Job) -> None:
         with self._cond:
             self._check_open()
             self._queue.append(job)
@@ -200,7 +200,7 @@ class PostgresRecorder(PgMaintenance):
         if conn is not None:
             conn.close()
 
-    def _run(self, batch: list[_Job]) -> None:
+    def _run(self, batch: list[Job]) -> None:
         try:
             outcomes = self._attempt(batch)
         except BaseException as exc:  # a bug must reach the callers, not kill the writer
@@ -212,7 +212,7 @@ class PostgresRecorder(PgMaintenance):
                 job.future.set_result(out)
         self._notify_local()
 
-    def _attempt(self, batch: list[_Job]) -> list[Any]:
+    def _attempt(self, batch: list[Job]) -> list[Any]:
         """The batch's outcomes, retrying what a retry can fix: a conflict between
         batched submissions (each alone), a deadlock, a lost connection (once)."""
         lost = False
@@ -222,7 +222,7 @@ class PostgresRecorder(PgMaintenance):
                 if batch[0].delete is not None:
                     return [self._delete_txn(conn, *batch[0].delete, retrying=lost)]
                 return self._append_txn(conn, batch, lookup_all=lost)
-            except _RETRY as exc:
+            except RETRY as exc:
                 if len(batch) > 1:
                     return [self._attempt([job])[0] for job in batch]
                 if attempt == 2:
@@ -243,7 +243,7 @@ class PostgresRecorder(PgMaintenance):
                 return [exc] * len(batch)
         raise AssertionError("unreachable")  # pragma: no cover
 
-    def _typed(self, exc: BaseException, batch: list[_Job]) -> TplogError:
+    def _typed(self, exc: BaseException, batch: list[Job]) -> TplogError:
         names = sorted({p.thread_id for job in batch for p in (job.append or [])}
                        | ({batch[0].delete[0]} if batch[0].delete else set()))
         what = ", ".join(names[:5]) + (f" and {len(names) - 5} more" if len(names) > 5 else "")
@@ -267,13 +267,13 @@ class PostgresRecorder(PgMaintenance):
             finally:
                 self._wlocal.conn = None
 
-    def _append_txn(self, conn: psycopg.Connection[Any], jobs: list[_Job], *, lookup_all: bool) -> list[Any]:
+    def _append_txn(self, conn: psycopg.Connection[Any], jobs: list[Job], *, lookup_all: bool) -> list[Any]:
         try:
             return self._append_txn_placed(conn, jobs, lookup_all=lookup_all)
         finally:
             self._wlocal.wlogs = {}
 
-    def _append_txn_placed(self, conn: psycopg.Connection[Any], jobs: list[_Job], *, lookup_all: bool) -> list[Any]:
+    def _append_txn_placed(self, conn: psycopg.Connection[Any], jobs: list[Job], *, lookup_all: bool) -> list[Any]:
         b = _Batch()
         spelled: dict[tuple[int, str, bytes], str] = {}
         lookups: list[tuple[int, str, str]] = []
@@ -380,7 +380,7 @@ class PostgresRecorder(PgMaintenance):
                 if part.check_rules:  # the validation rules compare against the thread's state
                     stored = self._stored_reader(conn, t, part.thread_id, part.scope, head)
                     if b.live_state and t.state is None:
-                        t.state = ThreadState() if t.loaded_state is None else _state_dec.decode(t.loaded_state)
+                        t.state = ThreadState() if t.loaded_state is None else state_dec.decode(t.loaded_state)
                     # a fork's state row lacks its parent's prefix: the rules take the slow path
                     state = None if head.fork_of else t.state
                 staged.append((part, t, advance(part.thread_id, head, part.events, stored, state)))
@@ -447,7 +447,7 @@ class PostgresRecorder(PgMaintenance):
         events, name = part.events, part.thread_id
         log, scope, tk = t.log, t.scope, t.tk
         if b.live_state and t.state is None:
-            t.state = ThreadState() if t.loaded_state is None else _state_dec.decode(t.loaded_state)
+            t.state = ThreadState() if t.loaded_state is None else state_dec.decode(t.loaded_state)
         seq0 = head.version - len(events) + 1
         rows = b.events.setdefault(log, [])
         first = 0
@@ -507,7 +507,7 @@ class PostgresRecorder(PgMaintenance):
         for key in keys:
             t = b.threads[key]
             if t.state is not None:
-                raw = _head_enc.encode(t.state)
+                raw = head_enc.encode(t.state)
                 if raw != t.loaded_state:
                     states.append((*key, raw))
         if states:
@@ -528,8 +528,8 @@ class PostgresRecorder(PgMaintenance):
             heads = []
             for t in hs:
                 assert t.head is not None
-                heads.append((t.scope, t.tk, t.head.thread_id, _head_enc.encode(t.head), t.head.updated_ns,
-                              t.head.status == "deleted", t.last_off, *_finder_cols(t.head)))
+                heads.append((t.scope, t.tk, t.head.thread_id, head_enc.encode(t.head), t.head.updated_ns,
+                              t.head.status == "deleted", t.last_off, *finder_cols(t.head)))
             bases[log] = conn.execute(self._COUNTER, self._counter_params(log, rows, heads))
         if bases and self.logs == 1:
             conn.execute(f"NOTIFY {self._channel}".encode())
@@ -606,7 +606,7 @@ class PostgresRecorder(PgMaintenance):
                                               open_turn_agent=None, open_turn_seq=0, stored_bytes=0)
                 cur = conn.execute(self._COUNTER, self._counter_params(
                     log, [(1, sc, tk, seq, tomb.event_id, value)],
-                    [(sc, tk, new.thread_id, _head_enc.encode(new), new.updated_ns, True, 1, *_finder_cols(new))]))
+                    [(sc, tk, new.thread_id, head_enc.encode(new), new.updated_ns, True, 1, *finder_cols(new))]))
                 if self.logs == 1:
                     conn.execute(f"NOTIFY {self._channel}".encode())
         pos = cur.fetchone()[0] + 1  # type: ignore[index]

@@ -15,6 +15,7 @@ from conftest import ToyStore as Store
 
 from tplog.backends.common import CHILD_LINK, CHILD_SPAWN
 from tplog.backends.lmdb import projections as proj
+from tplog.backends.lmdb.rebuild import rebuild
 from tplog.errors import NotFoundError
 from tplog.events import AgentTurnCompleted, AgentTurnStarted, LinkAdded, MessageRecorded, ThreadStarted
 from tplog.protocol import model as m
@@ -124,7 +125,7 @@ def test_a_parent_deleted_after_the_scan_folded_it_leaves_no_rows(tmp_path: Path
             if calls == 1:  # after the chunk holding exactly P's events
                 s.delete_thread(P)
 
-        reports = proj.rebuild(s.backend.engine, s.codec, names, chunk=n, progress=progress)
+        reports = rebuild(s.backend.engine, s.codec, names, chunk=n, progress=progress)
         assert calls > 2 and [r.projection for r in reports] == names
         rows = link_rows(s)
         assert rows["children"] == {PK + C1K: [C1, CHILD_LINK]}
@@ -152,7 +153,7 @@ def test_a_child_deleted_after_its_parent_was_folded_is_nobodys_child(tmp_path: 
                 s.delete_thread(C1)
                 s.delete_thread(C2)
 
-        proj.rebuild(s.backend.engine, s.codec, names, chunk=n, progress=progress)
+        rebuild(s.backend.engine, s.codec, names, chunk=n, progress=progress)
         rows = link_rows(s)
         assert rows["children"] == {} and rows["spawner"] == {}
         assert rows["links_in"] == {proj.link_key(X, "referenced", PK, 2): [P, X]}

@@ -1,7 +1,15 @@
-"""The rebuild's catch-up pass and its bookkeeping (tplog/backends/lmdb/projections.py): the
+"""The rebuild's catch-up pass and its bookkeeping (tplog/backends/lmdb/rebuild.py): the
 events it counts and the log position it reports, exactly; a thread started during the
 key-order pass with links declared in its ThreadStarted; and the message that refuses a
-second rebuild, word for word, in both of its forms."""
+second rebuild, word for word, in both of its forms.
+
+The rebuild's bookkeeping after its catch-up (tplog/backends/lmdb/rebuild.py `_rebuild`;
+written for its surviving mutants, tests/MUTANTS.md): the progress totals of each catch-up
+step, exactly; the log position written with a swapped-in projection; the report's seconds;
+a fork created in a scope while the key-order pass runs, whose inherited link rows the
+catch-up keys in that scope. Real LMDB files; events appended from the progress callback,
+between two of the rebuild's transactions.
+"""
 
 from __future__ import annotations
 
@@ -16,7 +24,9 @@ import pytest
 from conftest import ToyStore as Store
 
 from tplog.backends.lmdb import projections as proj
-from tplog.errors import RebuildInProgressError
+from tplog.backends.lmdb.keys import tkey
+from tplog.backends.lmdb.rebuild import rebuild
+from tplog.errors import NotFoundError, RebuildInProgressError
 from tplog.events import AgentTurnCompleted, AgentTurnStarted, LinkAdded, MessageRecorded, ThreadStarted
 from tplog.protocol import model as m
 
@@ -54,7 +64,7 @@ def test_the_report_counts_every_event_once_and_names_the_last_position(tmp_path
             s.append(t, [LinkAdded(link=m.ThreadLink(thread_id=tids[5], relation="referenced"))] * 2)
         with s.backend.engine.read() as txn:
             assert sum(1 for _, v in txn.range("events") if bytes(v)[:1] not in (b"\x04", b"\x05")) == 6
-        split = proj.rebuild(s.backend.engine, s.codec, names, chunk=3)
+        split = rebuild(s.backend.engine, s.codec, names, chunk=3)
         assert [r.events for r in split] == [6 * 5 + 6] * len(names)
         late = "00000000-0000-4000-8000-0000000000ff"  # sorts first: in a chunk already scanned
         calls = 0
@@ -69,8 +79,8 @@ def test_the_report_counts_every_event_once_and_names_the_last_position(tmp_path
                 s.append(tids[0], turn("late"))
                 s.append(late, [start(late, (tids[1], "referenced"), (tids[2], "spawned_from"))])
 
-        [report] = proj.rebuild(s.backend.engine, s.codec, names[:1], chunk=5, progress=progress) if len(names) == 1 \
-            else proj.rebuild(s.backend.engine, s.codec, names, chunk=5, progress=progress)[:1]
+        [report] = rebuild(s.backend.engine, s.codec, names[:1], chunk=5, progress=progress) if len(names) == 1 \
+            else rebuild(s.backend.engine, s.codec, names, chunk=5, progress=progress)[:1]
         assert calls > 3
         assert report.events == s.stats()["events"] == 6 * 5 + 6 + 3 + 1
         assert report.position == s.last_position
@@ -83,7 +93,7 @@ def test_the_report_counts_every_event_once_and_names_the_last_position(tmp_path
             assert [bytes(k) for k, _ in txn.range("proj") if bytes(k).startswith(b"~")] == []
         assert all(r.differences == [] for r in s.rebuild(verify=True))
         # A rebuild with nothing to catch up on (one snapshot held the whole log).
-        [again] = proj.rebuild(s.backend.engine, s.codec, names[:1])
+        [again] = rebuild(s.backend.engine, s.codec, names[:1])
         assert (again.events, again.position) == (6 * 5 + 6 + 3 + 1, s.last_position)
 
 
@@ -99,7 +109,7 @@ def test_a_second_rebuild_is_refused_naming_the_first_ones_process_and_start(tmp
                     s.rebuild("state")
                 seen.append(str(exc.value))
 
-        proj.rebuild(s.backend.engine, s.codec, ["state"], chunk=5, progress=progress)
+        rebuild(s.backend.engine, s.codec, ["state"], chunk=5, progress=progress)
         pattern = (r"a rebuild of projection 'state' is already running \(process (\d+), started "
                    r"(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ)\); wait for it to finish \(two rebuilds would fold the same "
                    r"events into the same shadow rows\), or, if it is stuck, take its claim over with --force \(it "
@@ -154,7 +164,7 @@ def test_the_catch_up_goes_on_past_events_a_later_snapshot_held(tmp_path: Path) 
                 s.append(b, turn("b2"))
                 s.append(n, [start(n), LinkAdded(link=m.ThreadLink(thread_id=a, relation="referenced")), *turn("n1")])
 
-        [report] = proj.rebuild(s.backend.engine, s.codec, ["state"], chunk=4, progress=progress)
+        [report] = rebuild(s.backend.engine, s.codec, ["state"], chunk=4, progress=progress)
         assert report.events == s.stats()["events"] == 16
         with s.backend.engine.read() as txn:  # a state rebuild's catch-up writes no link rows
             assert [bytes(k) for k, _ in txn.range("proj") if bytes(k).startswith(b"~")] == []
@@ -170,7 +180,7 @@ def test_a_rebuild_of_one_projection_leaves_no_shadow_rows(tmp_path: Path) -> No
         s.append(p, [start(p), LinkAdded(link=m.ThreadLink(thread_id=p, relation="referenced")), *turn("c")])
         s.fork(p, 5)
         for names in (["state"], ["links"], ["links", "state"]):
-            proj.rebuild(s.backend.engine, s.codec, names, chunk=3)
+            rebuild(s.backend.engine, s.codec, names, chunk=3)
             with s.backend.engine.read() as txn:
                 assert [bytes(k) for k, _ in txn.range("proj") if bytes(k).startswith(b"~")] == []
         assert all(r.differences == [] for r in s.rebuild(verify=True))
@@ -213,7 +223,7 @@ def test_a_thread_started_during_a_rebuild_keeps_its_state_row(tmp_path: Path, n
             if calls == 1:
                 s.append(first, [start(first)])
 
-        proj.rebuild(s.backend.engine, s.codec, names, chunk=5, progress=progress)
+        rebuild(s.backend.engine, s.codec, names, chunk=5, progress=progress)
         with s.backend.engine.read() as txn:
             assert txn.get("proj", proj.STATE_PREFIX + uuid.UUID(first).bytes) == proj.encode_state(
                 proj.decode_state(None))
@@ -227,19 +237,19 @@ def test_the_rebuilds_arguments_are_checked(tmp_path: Path) -> None:
         tids = populate(s, 2)
         for bad in (0, -1, True, "5", 2.0):
             with pytest.raises(InvalidInputError) as exc:
-                proj.rebuild(s.backend.engine, s.codec, ["links"], chunk=bad)  # type: ignore[arg-type]
+                rebuild(s.backend.engine, s.codec, ["links"], chunk=bad)  # type: ignore[arg-type]
             assert str(exc.value) == f"chunk must be a positive number of events, not {bad!r}"
         with pytest.raises(InvalidInputError, match=r"unknown projection 'link'; expected one of \['links', 'state'\]"):
-            proj.rebuild(s.backend.engine, s.codec, ["link"])
-        [report] = proj.rebuild(s.backend.engine, s.codec, "links", chunk=1)  # one name; one event per chunk
+            rebuild(s.backend.engine, s.codec, ["link"])
+        [report] = rebuild(s.backend.engine, s.codec, "links", chunk=1)  # one name; one event per chunk
         assert (report.projection, report.verify, report.events) == ("links", False, 10)
         assert sorted(s.incoming(tids[0])) == sorted((t, "referenced") for t in tids)
         lock = s.backend.engine.try_lock("rebuild-links")
         assert lock is not None
         try:  # refused by default; ``force`` takes the claim over
             with pytest.raises(RebuildInProgressError):
-                proj.rebuild(s.backend.engine, s.codec, ["links"])
-            [forced] = proj.rebuild(s.backend.engine, s.codec, ["links"], force=True)
+                rebuild(s.backend.engine, s.codec, ["links"])
+            [forced] = rebuild(s.backend.engine, s.codec, ["links"], force=True)
             assert forced.differences == []
         finally:
             lock.release()
@@ -264,7 +274,7 @@ def test_links_appended_in_a_scope_during_the_scan_are_keyed_in_that_scope(tmp_p
             if calls == 1:  # sorts first: the catch-up folds it
                 s.append(first, [start(first), LinkAdded(link=m.ThreadLink(thread_id=target, relation="referenced"))])
 
-        proj.rebuild(root.backend.engine, root.codec, ["links"], chunk=3, progress=progress)
+        rebuild(root.backend.engine, root.codec, ["links"], chunk=3, progress=progress)
         assert s.incoming(target) == [(first, "referenced")]
         assert [r.differences for r in root.rebuild(verify=True)] == [[], []]
 
@@ -286,7 +296,7 @@ def test_an_event_at_a_snapshots_last_position_is_folded_once(tmp_path: Path) ->
             if calls == 1:
                 s.append(b, [user("again")])
 
-        proj.rebuild(s.backend.engine, s.codec, ["state"], chunk=4, progress=progress)
+        rebuild(s.backend.engine, s.codec, ["state"], chunk=4, progress=progress)
         assert [r.differences for r in s.rebuild(verify=True)] == [[], []]
 
 
@@ -317,9 +327,134 @@ def test_the_catch_up_folds_forks_spawns_and_deletions(tmp_path: Path) -> None:
                 s.append(h, [start(h), *turn("h")])
                 s.delete_thread(h)
 
-        proj.rebuild(s.backend.engine, s.codec, ["links", "state"], chunk=5, progress=progress)
+        rebuild(s.backend.engine, s.codec, ["links", "state"], chunk=5, progress=progress)
         assert sorted(s.incoming(x)) == sorted([(p, "referenced"), (f, "referenced")])
         assert s.children(g) == [child]
         with s.backend.engine.read() as txn:
             assert txn.get("proj", proj.STATE_PREFIX + uuid.UUID(h).bytes) is None
         assert [r.differences for r in s.rebuild(verify=True)] == [[], []]
+
+
+# ------------------------------------------------------------------------- the catch-up's totals, positions and seconds
+
+
+FIRST = "00000000-0000-4000-8000-000000000001"  # its key sorts before every uuid4's: a range already scanned
+
+
+@pytest.mark.parametrize("k", [9, 10])
+@pytest.mark.parametrize("names", [["links"], ["state"], ["links", "state"]])
+def test_each_catch_up_step_reports_the_events_done_and_the_positions_left(tmp_path: Path,
+                                                                            names: list[str], k: int) -> None:
+    """``k`` positions appended after the first snapshot, in a thread whose key the scan has
+    passed: the catch-up reads them 3 at a time (chunk=3), each step's total is the events done
+    plus the positions not yet caught up on (none after a step that ends exactly at the log's
+    end: the next, empty, step finishes), and the last step's total is its count."""
+    with Store(tmp_path / "s") as s:
+        populate(s, 4)
+        p0 = s.last_position
+        calls: list[tuple[int, int]] = []
+
+        def progress(done: int, total: int) -> None:
+            calls.append((done, total))
+            if len(calls) == 1:
+                s.append(FIRST, [start(FIRST), *turn("x"), *turn("y"), *turn("z")][:k])
+                assert s.last_position == p0 + k
+
+        reports = rebuild(s.backend.engine, s.codec, names, chunk=3, progress=progress)
+        steps = [(p0 + min(3 * i, k), p0 + k) for i in range(1, (k + 2) // 3 + 1)]
+        if k % 3 == 0:
+            steps.append((p0 + k, p0 + k))
+        assert calls[-len(steps) - 1:] == [(p0, p0), *steps]
+        assert [(r.events, r.position) for r in reports] == [(p0 + k, p0 + k)] * len(names)
+
+
+def test_a_swapped_in_projection_is_live_at_the_logs_last_position(tmp_path: Path) -> None:
+    with Store(tmp_path / "s") as s:
+        populate(s, 3)
+        s.backend.engine.run_write(lambda txn: [
+            proj.write_info(txn, n, proj.ProjectionInfo(proj.VERSIONS[n], 1, "stale"))
+            for n in ("links", "state")])
+
+        def progress(done: int, total: int) -> None:
+            if s.last_position < 16:
+                s.append(FIRST, [start(FIRST)])
+
+        assert s.last_position == 15
+        t0 = time.perf_counter()
+        reports = rebuild(s.backend.engine, s.codec, ["links", "state"], chunk=4, progress=progress)
+        elapsed = time.perf_counter() - t0
+        with s.backend.engine.read() as txn:
+            infos = {n: proj.read_info(txn, n) for n in ("links", "state")}
+        assert {n: (i.version, i.position, i.status) for n, i in infos.items() if i is not None} == {
+            n: (proj.VERSIONS[n], 16, "live") for n in ("links", "state")}
+        assert all(0 < r.seconds <= elapsed for r in reports), [r.seconds for r in reports]
+        assert [(r.projection, r.events, r.position) for r in reports] == [("links", 16, 16), ("state", 16, 16)]
+
+
+def test_a_fork_made_in_a_scope_during_the_scan_inherits_its_parents_links_in_that_scope(tmp_path: Path) -> None:
+    target = str(uuid.uuid4())
+    with Store(tmp_path / "s") as root:
+        s = root.scoped("tenant-a")
+        s.append(target, [start(target)])
+        tids = populate(s, 2)  # each links to tids[0]
+        parent = tids[1]
+        s.append(parent, [LinkAdded(link=m.ThreadLink(thread_id=target, relation="referenced"))])
+        lowest = min(tkey(t, "tenant-a") for t in [target, *tids])
+        fork = next(t for t in (str(uuid.UUID(int=i)) for i in range(10_000)) if tkey(t, "tenant-a") < lowest)
+        calls = 0
+
+        def progress(done: int, total: int) -> None:
+            nonlocal calls
+            calls += 1
+            if calls == 1:  # sorts first in the scope: the catch-up folds it
+                s.fork(parent, 6, new_thread_id=fork)
+
+        rebuild(root.backend.engine, root.codec, ["links"], chunk=3, progress=progress)
+        assert sorted(s.incoming(target)) == sorted([(parent, "referenced"), (fork, "referenced")])
+        assert sorted(s.incoming(tids[0])) == sorted([(tids[0], "referenced"), (parent, "referenced"),
+                                                      (fork, "referenced")])
+        with pytest.raises(NotFoundError):  # unscoped, the target is no thread and nothing links to it
+            root.incoming(target)
+        assert [r.differences for r in root.rebuild(verify=True)] == [[], []]
+
+
+@pytest.mark.parametrize("names", [["links"], ["state"]])
+def test_the_catch_up_goes_on_past_an_event_it_skips_unread(tmp_path: Path, names: list[str]) -> None:
+    """A ThreadInfoChanged (no id-only fold reads it: recognised from its header bytes and
+    skipped) then a link and a tool call, in one catch-up step: the step goes on past it."""
+    from tplog.events import ThreadInfoChanged
+
+    target = str(uuid.uuid4())
+    with Store(tmp_path / "s") as s:
+        s.append(target, [start(target)])
+        populate(s, 2)
+        calls = 0
+
+        def progress(done: int, total: int) -> None:
+            nonlocal calls
+            calls += 1
+            if calls == 1:
+                s.append(FIRST, [start(FIRST), ThreadInfoChanged(title="renamed"),
+                                 LinkAdded(link=m.ThreadLink(thread_id=target, relation="referenced")), *turn("c")])
+
+        [report] = rebuild(s.backend.engine, s.codec, names, chunk=100, progress=progress)
+        assert calls == 2  # one key-order chunk, one catch-up step
+        assert (report.events, report.position) == (s.last_position, s.last_position)
+        assert [r.differences for r in s.rebuild(verify=True)] == [[], []]
+        if names == ["links"]:
+            assert s.incoming(target) == [(FIRST, "referenced")]
+        else:
+            assert [c.tool_call_id for c in s.pending(FIRST).pending] == ["c"]
+
+
+def test_a_projection_rebuilt_from_an_empty_log_is_live_at_position_0(tmp_path: Path) -> None:
+    with Store(tmp_path / "s") as s:
+        s.backend.engine.run_write(lambda txn: [
+            proj.write_info(txn, n, proj.ProjectionInfo(proj.VERSIONS[n], 5, "stale"))
+            for n in ("links", "state")])
+        reports = rebuild(s.backend.engine, s.codec, ["links", "state"])
+        assert [(r.events, r.position) for r in reports] == [(0, 0), (0, 0)]
+        with s.backend.engine.read() as txn:
+            got = [proj.read_info(txn, n) for n in ("links", "state")]
+        assert [(i.version, i.position, i.status) for i in got if i is not None] == [
+            (proj.VERSIONS["links"], 0, "live"), (proj.VERSIONS["state"], 0, "live")]

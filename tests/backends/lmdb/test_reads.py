@@ -3,12 +3,27 @@ showed them untested (tests/MUTANTS.md): waits that must end (a timeout, an appe
 another store on the same file), reads in a scope reading that scope's thread, ``items``
 (id-only folds) against the reference backend and on values written before format 3, and
 every read naming a damaged value by its thread and seq.
+
+Reads of whole events and of the bodies ``items`` needs (tplog/backends/lmdb/reads.py
+`thread_events`/`_events_of` and `items`; written for their surviving mutants, tests/MUTANTS.md):
+``thread_events``' ``after`` (inside the thread, past its version), its error for an unknown
+thread, a blob-stored body, a damaged single row named by thread and seq; ``items`` of a value
+written before format 3 whose turn-boundary body is a shared blob, is missing its blob, or
+does not decode. Real LMDB files; the older values are golden format-2 values, rewritten with
+valid CRCs.
+
+``incoming``'s arguments and its pages in a scope, and ``links`` of a single-row LinkAdded
+whose body is a shared blob, is missing its blob, or does not decode (tplog/backends/lmdb/reads.py
+`incoming`, `links`; written for their surviving mutants, tests/MUTANTS.md). Real LMDB files.
 """
 
 from __future__ import annotations
 
+import hashlib
+import struct
 import threading
 import time
+import zlib
 from pathlib import Path
 from typing import Any
 
@@ -16,7 +31,7 @@ import pytest
 from conftest import ToyStore as Store
 from conftest import agent_start, completed, link, response, spawn_message, started, user
 
-from tplog import CorruptionError, NotFoundError
+from tplog import CorruptionError, InvalidInputError, Limits, NotFoundError
 from tplog.backends.lmdb.keys import event_key, tkey
 
 
@@ -121,7 +136,7 @@ def test_reads_in_a_scope_read_that_scopes_thread(tmp_path: Path) -> None:
 
 
 def _conversation(stores: list[Store]) -> None:
-    from test_chunks_v5 import _call  # a tool call (a fact an id-only fold reads)
+    from test_chunks import _call  # a tool call (a fact an id-only fold reads)
 
     for s in stores:
         s.append("t", [started("t"), user("q " * 30), agent_start(), _call("c1"), response("r " * 60), link("u"),
@@ -226,7 +241,7 @@ def test_items_name_a_damaged_body_of_a_value_written_before_format_3(tmp_path: 
 
 
 def test_the_state_of_a_scoped_thread_is_its_scopes(tmp_path: Path) -> None:
-    from test_chunks_v5 import _call
+    from test_chunks import _call
 
     with Store(tmp_path / "s") as s:
         a = s.scoped("a")
@@ -444,3 +459,291 @@ def test_a_scoped_backward_read_gives_the_log_positions(tmp_path: Path) -> None:
         assert [(e.seq, e.position) for e in a.read("p", direction="backward")] == [
             (6, 7), (5, 6), (4, 5), (3, 4), (2, 3), (1, 2)]
         assert [(e.seq, e.position) for e in a.read("p", after=4, direction="backward")] == [(3, 4), (2, 3), (1, 2)]
+
+
+# --------------------------------------------------------------------------- whole events and the bodies items needs
+
+
+EVENTS = [started("t"), user("q"), agent_start(), response("r"), completed(), user("open"), link("u")]
+
+
+def _store(path: Path, **options: Any) -> Store:
+    s = Store(path, **options)
+    s.append("t", EVENTS[:5])  # a chunk
+    s.append("t", EVENTS[5:])  # seqs 6, 7: single rows
+    return s
+
+
+@pytest.mark.parametrize("after", [0, 3, 5, 6, 7, 8, 100])
+def test_thread_events_after_a_seq_of_the_thread_or_past_its_version(tmp_path: Path, after: int) -> None:
+    """Past the thread's version the caller's fold is of another life of the id: every event."""
+    with _store(tmp_path / "s") as s:
+        head, events = s.backend.thread_events("t", after=after)
+        assert head.version == 7
+        assert events == (EVENTS[after:] if after <= 7 else EVENTS)
+
+
+def test_thread_events_of_an_unknown_thread_names_it(tmp_path: Path) -> None:
+    with _store(tmp_path / "s") as s, pytest.raises(NotFoundError) as exc:
+        s.backend.thread_events("nope")
+    assert str(exc.value) == "thread nope does not exist"
+
+
+def test_thread_events_read_a_body_stored_as_a_shared_blob(tmp_path: Path) -> None:
+    big = response("long answer " * 600)  # over the blob threshold: a single row with a blob reference
+    with Store(tmp_path / "s", limits=Limits(blob_threshold=4096)) as s:
+        s.append("t", [started("t"), user("q"), agent_start(), big])
+        assert s.stats()["tables"]["blobs"]["entries"] == 1
+        assert s.backend.thread_events("t")[1] == [started("t"), user("q"), agent_start(), big]
+        assert s.backend.thread_events("t", after=3)[1] == [big]
+
+
+def test_thread_events_name_a_damaged_single_row_by_thread_and_seq(tmp_path: Path) -> None:
+    """A body CRC that fails (``thread_events`` decodes bodies, never a single row's header)."""
+    path = tmp_path / "s"
+    _store(path).close()
+    key = event_key(tkey("t"), 7)
+    with Store(path) as s:
+        def damage(txn: Any) -> None:
+            v = bytearray(txn.get("events", key))
+            v[-6] ^= 0x01
+            txn.put("events", key, bytes(v))
+
+        s.backend.engine.run_write(damage)
+        for after in (0, 6):
+            with pytest.raises(CorruptionError) as exc:
+                s.backend.thread_events("t", after=after)
+            assert (exc.value.thread_id, exc.value.seq) == ("t", 7)
+
+
+# --------------------------------------------------------------------------- items of format-2 values
+
+
+def _planted_v2(s: Store) -> tuple[str, int, bytes, bytes]:
+    """The golden format-2 thread planted in ``s``; (thread id, seq, key, value) of its first
+    agent-turn boundary, whose header has no ``turn``: ``items`` reads its body."""
+    from test_golden import GOLDEN_SETS, _plant
+
+    from tplog.backends.lmdb.projections import BODY_KINDS
+
+    records, expected = GOLDEN_SETS[2]
+    pairs = [(r, e) for r, e in zip(records, expected["events"], strict=True) if e["kind"] != "thread_deleted"]
+    tid = expected["thread_id"]
+    _plant(s, tid, pairs)
+    seq = next(seq for seq, hdr, _ in s.backend.iter_thread_values(tid) if hdr.kind in BODY_KINDS and hdr.turn is None)
+    key = event_key(tkey(tid), seq)
+    with s.backend.engine.read() as txn:
+        value = bytes(txn.get("events", key))
+    assert value[0] == 2
+    return tid, seq, key, value
+
+
+def _with_body(key: bytes, value: bytes, flags: int, body: bytes) -> bytes:
+    """``value`` (format 2) with another stored body and its CRC (the header and its CRC kept)."""
+    end = 12 + int.from_bytes(value[10:12], "big")
+    return (value[:1] + bytes([flags]) + (0).to_bytes(4, "big") + value[6:end] + body
+            + zlib.crc32(key, zlib.crc32(body)).to_bytes(4, "big"))
+
+
+def _move_body_to_blob(s: Store, key: bytes, value: bytes, *, keep_blob: bool) -> None:
+    """Rewrite the format-2 value at ``key`` to reference its body as a shared blob (stored only if
+    ``keep_blob``: else the reference dangles)."""
+    data = bytes(s.codec.body_bytes(value))
+    sha = hashlib.sha256(data).digest()
+    stored = struct.pack(">IBII", 1, 0, 0, zlib.crc32(sha, zlib.crc32(data))) + data
+
+    def to_blob(txn: Any) -> None:
+        txn.put("events", key, _with_body(key, value, 2, sha))
+        if keep_blob:
+            txn.put("blobs", sha, stored)
+
+    s.backend.engine.run_write(to_blob)
+
+
+@pytest.mark.parametrize("blob", ["present", "missing"])
+def test_items_read_a_format_2_turn_boundary_whose_body_is_a_shared_blob(tmp_path: Path, blob: str) -> None:
+    with Store(tmp_path / "s") as s:
+        tid, seq, key, value = _planted_v2(s)
+        want = s.backend.items(tid)
+        _move_body_to_blob(s, key, value, keep_blob=blob == "present")
+        if blob == "present":
+            got = s.backend.items(tid)
+            assert got == want
+            assert next(it for it in got if it.seq == seq).event is not None
+        else:
+            with pytest.raises(CorruptionError) as exc:
+                s.backend.items(tid)
+            assert (str(exc.value), exc.value.thread_id, exc.value.seq) == (
+                f"the event's shared blob is missing (thread {tid}, seq {seq})", tid, seq)
+
+
+def test_items_name_a_format_2_turn_boundary_whose_body_does_not_decode(tmp_path: Path) -> None:
+    """Its CRCs hold (the body's rewritten with it), but the body is no msgpack."""
+    with Store(tmp_path / "s") as s:
+        tid, seq, key, value = _planted_v2(s)
+        s.backend.engine.run_write(lambda txn: txn.put("events", key, _with_body(key, value, 0, b"\xc1")))
+        with pytest.raises(CorruptionError) as exc:
+            s.backend.items(tid)
+        assert (exc.value.thread_id, exc.value.seq) == (tid, seq)
+
+
+# ----------------------------------------------------------------- incoming in a scope, links of a single-row LinkAdded
+
+
+TARGET = "00000000-0000-4000-8000-0000000000aa"
+SOURCES = [f"{i:08x}-0000-4000-8000-{i:012x}" for i in (0x11, 0x52, 0x93, 0xd4, 0x35, 0x76, 0xb7, 0xf8)]
+
+
+def _linked(s: Store) -> None:
+    s.append(TARGET, [started(TARGET)])
+    for src in SOURCES:
+        s.append(src, [started(src), link(TARGET), link(TARGET)])  # two links of one pair
+
+
+@pytest.mark.parametrize("limit", [-1, True, 1.5])
+def test_incoming_refuses_a_limit_that_is_no_count(tmp_path: Path, limit: Any) -> None:
+    with Store(tmp_path / "s") as s:
+        _linked(s)
+        for call in (s.incoming, s.backend.incoming):  # the facade checks too: the backend's own check
+            with pytest.raises(InvalidInputError) as exc:
+                call(TARGET, limit=limit)
+            assert str(exc.value) == f"limit must be None or an int ≥ 0, not {limit!r}"
+
+
+@pytest.mark.parametrize("after", [("a",), ("a", "b", "c"), ["a", "referenced"], ("", "referenced"),
+                                   ("a", ""), (1, "referenced")], ids=repr)
+def test_incoming_refuses_an_after_that_is_no_pair_of_ids(tmp_path: Path, after: Any) -> None:
+    with Store(tmp_path / "s") as s:
+        _linked(s)
+        for call in (s.incoming, s.backend.incoming):
+            with pytest.raises(InvalidInputError) as exc:
+                call(TARGET, after=after)
+            assert str(exc.value) == f"after must be a (source_thread_id, relation) pair, not {after!r}"
+
+
+def test_incoming_refuses_an_after_of_another_relation_than_asked(tmp_path: Path) -> None:
+    with Store(tmp_path / "s") as s:
+        _linked(s)
+        for call in (s.incoming, s.backend.incoming):
+            with pytest.raises(InvalidInputError) as exc:
+                call(TARGET, relation="spawned_from", after=(SOURCES[0], "referenced"))
+            assert str(exc.value) == "after names relation 'referenced', but relation='spawned_from' was asked"
+
+
+@pytest.mark.parametrize("scope", [None, "tenant-a", "tenant-b"])
+def test_incoming_pages_in_a_scope_start_after_the_scopes_source_key(tmp_path: Path, scope: str | None) -> None:
+    """A page after ``(source, relation)`` starts past that source's key in the scope: keyed
+    without the scope it would start elsewhere (the keys sort in another order), repeating or
+    skipping sources."""
+    with Store(tmp_path / "s") as root:
+        s = root if scope is None else root.scoped(scope)
+        _linked(s)
+        everything = s.incoming(TARGET)
+        assert len(everything) == 2 * len(SOURCES)
+        order = [src for src, _ in everything[::2]]
+        assert order == sorted(SOURCES, key=lambda t: tkey(t, scope))
+        pages: list[tuple[str, str]] = []
+        after = None
+        for _ in range(len(SOURCES) + 1):  # bounded: a page that starts too early would repeat forever
+            page = s.incoming(TARGET, limit=1, after=after)
+            if not page:
+                break
+            assert len(page) == 2 and page[0] == page[1]  # a page never ends between two links of a pair
+            pages += page
+            after = page[-1]
+        assert pages == everything
+
+
+# --------------------------------------------------------------------------- links of a single row
+
+
+def _single_link(s: Store) -> tuple[bytes, bytes]:
+    s.append("t", [started("t"), user("q"), agent_start(), response("r"), completed()])  # a chunk
+    s.append("t", [user("open"), link("u")])  # seqs 6, 7: single rows
+    key = event_key(tkey("t"), 7)
+    with s.backend.engine.read() as txn:
+        return key, bytes(txn.get("events", key))
+
+
+@pytest.mark.parametrize("blob", ["present", "missing"])
+def test_links_read_a_link_whose_body_is_a_shared_blob(tmp_path: Path, blob: str) -> None:
+    with Store(tmp_path / "s") as s:
+        key, value = _single_link(s)
+        want = s.links("t")
+        assert [lk.thread_id for lk in want] == ["u"]
+        _move_body_to_blob(s, key, value, keep_blob=blob == "present")
+        if blob == "present":
+            assert s.links("t") == want
+        else:
+            with pytest.raises(CorruptionError) as exc:
+                s.links("t")
+            assert (str(exc.value), exc.value.thread_id, exc.value.seq) == (
+                "the event's shared blob is missing (thread t, seq 7)", "t", 7)
+
+
+def test_links_name_a_link_whose_body_does_not_decode(tmp_path: Path) -> None:
+    """Its CRCs hold (the body's rewritten with it), but the body is no msgpack."""
+    with Store(tmp_path / "s") as s:
+        key, value = _single_link(s)
+        s.backend.engine.run_write(lambda txn: txn.put("events", key, _with_body(key, value, 0, b"\xc1")))
+        with pytest.raises(CorruptionError) as exc:
+            s.links("t")
+        assert (exc.value.thread_id, exc.value.seq) == ("t", 7)
+
+
+# --------------------------------------------------------------------------- children, a pair's neighbour, closed
+
+
+def test_a_page_of_incoming_takes_the_rest_of_its_pair_and_no_neighbours_links(tmp_path: Path) -> None:
+    """Two sources whose keys differ in their last byte only: the page of the first pair ends
+    where that pair's links do (the pair is the key less its 8-byte seq)."""
+    a, b = "00000000-0000-4000-8000-0000000000a1", "00000000-0000-4000-8000-0000000000a2"
+    with Store(tmp_path / "s") as s:
+        s.append(TARGET, [started(TARGET)])
+        for src in (a, b):
+            s.append(src, [started(src), link(TARGET), link(TARGET), link(TARGET)])
+        assert tkey(a)[:-1] == tkey(b)[:-1]
+        assert s.incoming(TARGET, limit=1) == [(a, "referenced")] * 3
+        assert s.incoming(TARGET, limit=1, after=(a, "referenced")) == [(b, "referenced")] * 3
+
+
+@pytest.mark.parametrize("limit", [-1, True])
+def test_the_backends_children_refuses_a_limit_that_is_no_count(tmp_path: Path, limit: Any) -> None:
+    with Store(tmp_path / "s") as s:
+        _linked(s)
+        with pytest.raises(InvalidInputError) as exc:
+            s.backend.children(TARGET, limit=limit)
+        assert str(exc.value) == f"limit must be None or an int ≥ 0, not {limit!r}"
+
+
+@pytest.mark.parametrize("scope", [None, "tenant-a"])
+def test_children_pages_in_a_scope_start_after_the_scopes_child_key(tmp_path: Path, scope: str | None) -> None:
+    from conftest import spawn_message
+
+    with Store(tmp_path / "s") as root:
+        s = root if scope is None else root.scoped(scope)
+        s.append(TARGET, [started(TARGET), user(), agent_start(), *[spawn_message(c) for c in SOURCES], completed()])
+        everything = s.children(TARGET)
+        assert everything == sorted(SOURCES, key=lambda t: tkey(t, scope))
+        pages: list[str] = []
+        after = None
+        for _ in range(len(SOURCES) + 1):  # bounded: a page that starts too early would repeat forever
+            page = s.children(TARGET, limit=3, after=after)
+            if not page:
+                break
+            pages += page
+            after = page[-1]
+        assert pages == everything
+
+
+def test_the_backends_link_reads_refuse_a_closed_store_naming_it(tmp_path: Path) -> None:
+    from tplog.errors import StoreClosedError
+
+    s = Store(tmp_path / "s")
+    _linked(s)
+    s.close()
+    for call in (lambda: s.backend.incoming(TARGET), lambda: s.backend.children(TARGET),
+                 lambda: s.backend.thread_events(TARGET)):
+        with pytest.raises(StoreClosedError) as exc:
+            call()
+        assert str(exc.value) == f"{s.path}: cannot use the store, as it has been closed"

@@ -1,4 +1,4 @@
-"""`tplog verify` (tplog.backends.lmdb.verify): the checks tests/test_rebuild.py does not reach,
+"""`tplog verify` (tplog.backends.lmdb.verify): the checks tests/backends/lmdb/test_rebuild.py does not reach,
 each by one kind of damage to a real LMDB store and the exact problem list it gives.
 Written to kill the surviving mutants of tests/MUTANTS.md (tplog/backends/lmdb/verify.py).
 """
@@ -202,7 +202,7 @@ def test_every_stale_projection_is_named(tmp_path: Path) -> None:
 def test_verify_in_the_middle_of_a_rebuild_skips_that_projection_and_says_why(tmp_path: Path) -> None:
     from test_rebuild import populate
 
-    from tplog.backends.lmdb import projections as proj
+    from tplog.backends.lmdb.rebuild import rebuild
 
     with Store(tmp_path / "s") as s:
         populate(s, 12)
@@ -212,7 +212,7 @@ def test_verify_in_the_middle_of_a_rebuild_skips_that_projection_and_says_why(tm
             if not seen:
                 seen.append(verify_store(s))
 
-        proj.rebuild(s.backend.engine, s.codec, ["links"], chunk=7, progress=progress)
+        rebuild(s.backend.engine, s.codec, ["links"], chunk=7, progress=progress)
         rep = seen[0]
         assert rep.problems == [] and len(rep.skipped) == 1
         assert rep.skipped[0].startswith("projection 'links' not compared with a rebuild: a rebuild of projection "

@@ -4,6 +4,14 @@ Written for the surviving mutants of tests/MUTANTS.md (recorder.py): the group-c
 a handle after an engine failure, close() stopping the async leader and refusing appends while
 pending ones drain, multi-thread appends (positions, rules), the idempotency errors' messages,
 the writer cache after another writer's commit, and a fork's history read by the rules.
+
+A group commit that fails outside the engine (tplog/backends/lmdb/recorder.py ``_lead``).
+
+Found reviewing recorder.py's surviving mutants (tests/MUTANTS.md): the leader re-raised such a
+failure, which ended the lead with async appends still queued behind the group (no thread took
+it: they and every later append hung), in the async leader's thread ended that thread (every
+later async append hung), and failed a leader whose own append had committed. The failure is
+the error of the failed group's appends only.
 """
 
 from __future__ import annotations
@@ -450,3 +458,90 @@ def test_auto_dictionary_must_be_an_int_of_at_least_zero(tmp_path: Path, value: 
     assert str(ei.value) == f"auto_dictionary must be an int ≥ 0 (events), not {value!r}"
     assert not (tmp_path / "s").exists()  # refused before the store is opened
     LmdbRecorder(tmp_path / "s", auto_dictionary=0).close()
+
+
+# ------------------------------------------------------------------------- a group commit that fails outside the engine
+
+
+class _FailsOnce(LmdbRecorder):
+    """The first group's commit raises outside the engine; ``during`` runs just before."""
+
+    during: Any = None
+    failed = False
+
+    def _commit(self, batch: list[Any]) -> None:
+        if not self.failed:
+            self.failed = True
+            if self.during is not None:
+                self.during(self)
+            raise RuntimeError("boom")
+        super()._commit(batch)
+
+
+def _close(rec: LmdbRecorder) -> None:
+    """Close in a thread of its own: on the old code the lead was never released and close() waited forever."""
+    t = threading.Thread(target=rec.close, daemon=True)
+    t.start()
+    t.join(30)
+    assert not t.is_alive(), "close() waits for a lead no thread holds"
+
+
+def test_async_appends_queued_behind_a_failed_group_are_committed(tmp_path: Path) -> None:
+    later: list[Any] = []
+    rec = _FailsOnce(tmp_path / "s", auto_dictionary=0)
+    rec.during = lambda r: later.append(r.submit([part(b, [_start(b)])], lead=False))
+    try:
+        a, b, c = _tid(), _tid(), _tid()
+        handle = rec.submit([part(a, [_start(a)])])
+        with pytest.raises(RuntimeError, match="boom"):
+            handle.result(timeout=30)
+        assert handle.done()
+        assert later[0].result(timeout=30)[0].last_position == 1  # queued during the failed commit
+        done: list[Any] = []
+        t = threading.Thread(target=lambda: done.append(rec.submit([part(c, [_start(c)])]).result(timeout=30)))
+        t.start()
+        t.join(30)
+        assert done and done[0][0].last_position == 2  # the lead was released
+        assert rec.head(a) is None and rec.head(b).version == 1
+    finally:
+        _close(rec)
+
+
+def test_the_async_leader_lives_on_after_a_failed_group(tmp_path: Path) -> None:
+    rec = _FailsOnce(tmp_path / "s", auto_dictionary=0)
+    try:
+        a, b = _tid(), _tid()
+        with pytest.raises(RuntimeError, match="boom"):
+            rec.submit([part(a, [_start(a)])], lead=False).result(timeout=30)
+        assert rec.submit([part(b, [_start(b)])], lead=False).result(timeout=30)[0].last_position == 1
+        assert rec.head(a) is None
+    finally:
+        _close(rec)
+
+
+class _SecondFails(LmdbRecorder):
+    """The first group queues an async append during its (good) commit; the next group fails."""
+
+    later: Any = None
+    commits = 0
+
+    def _commit(self, batch: list[Any]) -> None:
+        self.commits += 1
+        if self.commits == 1:
+            b = _tid()
+            self.later = self.submit([part(b, [_start(b)])], lead=False)
+        elif self.commits == 2:
+            raise RuntimeError("boom")
+        super()._commit(batch)
+
+
+def test_a_leader_whose_append_committed_is_not_failed_by_the_next_group(tmp_path: Path) -> None:
+    rec = _SecondFails(tmp_path / "s", auto_dictionary=0)
+    try:
+        a = _tid()
+        assert rec.submit([part(a, [_start(a)])]).result(timeout=30)[0].last_position == 1
+        with pytest.raises(RuntimeError, match="boom"):
+            rec.later.result(timeout=30)  # only the failed group's append has its error
+        assert rec.head(a).version == 1
+    finally:
+        _close(rec)

@@ -13,8 +13,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from backends.contract_helpers import part
 from conftest import agent_start, completed, link, spawn_message, started, user
-from contract_helpers import part
 
 from tplog.backends.lmdb import LmdbRecorder
 from tplog.errors import InvalidInputError, WrongExpectedVersionError

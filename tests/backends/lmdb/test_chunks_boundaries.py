@@ -704,7 +704,7 @@ def test_a_chunk_of_exactly_16_events_reads_back(tmp_path: Path) -> None:
 
 
 def _golden_plain() -> dict[str, Any]:
-    golden = Path(__file__).parent / "golden" / "chunks-v5.bin"
+    golden = Path(__file__).parents[2] / "golden" / "chunks-v5.bin"
     return msgspec.msgpack.decode(golden.read_bytes())[1]  # seqs 13..20, stored uncompressed
 
 
@@ -751,7 +751,7 @@ def test_a_damaged_format_4_chunk_is_named_by_thread_and_last_seq(tmp_path: Path
 
 
 def test_a_tool_call_messages_body_is_kept_out_of_the_index_section(tmp_path: Path) -> None:
-    from test_chunks_v5 import _call
+    from test_chunks import _call
 
     with Store(tmp_path / "s") as s:
         s.append("t", [started("t"), user("q " * 30), agent_start(), _call("c1"), response("r " * 60), completed()])
@@ -769,7 +769,7 @@ def test_a_dictionary_trained_before_the_first_section_is_packed_is_not_used_for
     the index section is packed) compresses neither section."""
     import random
 
-    from test_chunks_v5 import _enc
+    from test_chunks import _enc
 
     from tplog.backends.lmdb.chunks import chunk_events, encode_chunk
     from tplog.codec import Codec, header_end

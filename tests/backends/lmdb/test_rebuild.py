@@ -20,6 +20,7 @@ from conftest import user
 
 from tplog.backends.common import CHILD_LINK, CHILD_SPAWN
 from tplog.backends.lmdb import projections as proj
+from tplog.backends.lmdb.rebuild import rebuild
 from tplog.cli import main
 from tplog.errors import CorruptionError, InvalidInputError, RebuildInProgressError, RebuildRequiredError
 from tplog.events import (
@@ -168,7 +169,8 @@ def test_cli_rebuild_chunk(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -
 def test_verify_names_a_corrupted_event(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     path = tmp_path / "s"
     tid = str(uuid.uuid4())
-    with Store(path) as s:  # the turn left open: its events stay one row each (tests/test_chunks.py damages chunks)
+    # the turn left open: its events stay one row each (tests/backends/lmdb/test_chunks.py damages chunks)
+    with Store(path) as s:
         s.append(tid, [start(tid), *tool_turn("c")[:2]])
     env = lmdb.open(str(path), max_dbs=20)
     with env.begin(write=True) as txn:
@@ -209,7 +211,7 @@ def test_rebuild_verify_while_another_process_appends(tmp_path: Path) -> None:
     with Store(path) as s:
         parent, _ = populate(s, 20)
     n = 400
-    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[3])}
     writer = subprocess.Popen([sys.executable, "-c", _APPENDER, path, parent, str(n)], env=env,
                               stdout=subprocess.PIPE, text=True)
     rounds = 0
@@ -275,7 +277,7 @@ def test_rebuild_in_small_chunks_while_threads_are_appended_and_deleted(tmp_path
             if actions:
                 actions.pop(0)()
 
-        reports = proj.rebuild(s.backend.engine, s.codec, ["links", "state"], chunk=7, progress=progress)
+        reports = rebuild(s.backend.engine, s.codec, ["links", "state"], chunk=7, progress=progress)
         assert calls > len(kids) // 2  # the log really was scanned in many chunks
         assert {r.projection for r in reports} == {"links", "state"}
         assert all(r.differences == [] for r in reports)
@@ -308,7 +310,7 @@ def test_a_second_rebuild_in_the_same_process_is_refused(tmp_path: Path) -> None
                 refused.append(exc.value)
                 s.append(parent, tool_turn("late"))
 
-        reports = proj.rebuild(s.backend.engine, s.codec, ["links", "state"], chunk=7, progress=progress)
+        reports = rebuild(s.backend.engine, s.codec, ["links", "state"], chunk=7, progress=progress)
         assert refused and all(r.differences == [] for r in reports)
         assert _marker(s, "links") is None and _marker(s, "state") is None  # released by the swap
         assert all(r.differences == [] for r in s.rebuild(verify=True))
@@ -317,7 +319,7 @@ def test_a_second_rebuild_in_the_same_process_is_refused(tmp_path: Path) -> None
 _HOLDER = """
 import sys, time
 from pathlib import Path
-from tplog.backends.lmdb import projections as proj
+from tplog.backends.lmdb.rebuild import rebuild
 from tplog.store import Store
 path, flag = sys.argv[1], Path(sys.argv[2])
 with Store(path) as s:
@@ -325,7 +327,7 @@ with Store(path) as s:
         print("holding", flush=True)
         while not flag.exists():
             time.sleep(0.01)
-    proj.rebuild(s.backend.engine, s.codec, ["links"], chunk=5, progress=progress)
+    rebuild(s.backend.engine, s.codec, ["links"], chunk=5, progress=progress)
 print("done", flush=True)
 """
 
@@ -333,7 +335,7 @@ print("done", flush=True)
 def _hold(path: str, flag: Path) -> subprocess.Popen[str]:
     """A rebuild of ``links`` in another process, stopped in its first progress call
     until ``flag`` exists."""
-    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[3])}
     holder = subprocess.Popen([sys.executable, "-c", _HOLDER, path, str(flag)], env=env, stdout=subprocess.PIPE,
                               stderr=subprocess.PIPE, text=True)
     assert holder.stdout is not None and holder.stdout.readline().strip() == "holding"
@@ -381,7 +383,7 @@ def test_a_rebuild_taken_over_stops_without_swapping(tmp_path: Path) -> None:
             s.backend.engine.run_write(lambda txn: txn.delete("children", before[0][0]))  # so a swap would show
 
         with pytest.raises(RebuildInProgressError, match="took this one over"):
-            proj.rebuild(s.backend.engine, s.codec, ["links"], chunk=7, progress=take_over)
+            rebuild(s.backend.engine, s.codec, ["links"], chunk=7, progress=take_over)
         with s.backend.engine.read() as txn:
             assert [(bytes(k), bytes(v)) for k, v in txn.range("children")] == before[1:]  # not swapped
         assert _marker(s, "links") is not None and _marker(s, "links")[1] == b"y" * 16  # the other's, kept
@@ -395,7 +397,7 @@ def test_a_failed_rebuild_releases_its_claim(tmp_path: Path) -> None:
             raise KeyboardInterrupt
 
         with pytest.raises(KeyboardInterrupt):
-            proj.rebuild(s.backend.engine, s.codec, ["links", "state"], chunk=7, progress=boom)
+            rebuild(s.backend.engine, s.codec, ["links", "state"], chunk=7, progress=boom)
         assert _marker(s, "links") is None and _marker(s, "state") is None
         assert all(r.differences == [] for r in s.rebuild(verify=True))
 
@@ -473,7 +475,7 @@ def test_progress_counts_events_up_to_the_total(tmp_path: Path) -> None:
             if len(calls) == 2:  # appended during the key-order pass: caught up on afterwards
                 s.append(parent, tool_turn("late"))
 
-        reports = proj.rebuild(s.backend.engine, s.codec, ["links", "state"], chunk=7, progress=progress)
+        reports = rebuild(s.backend.engine, s.codec, ["links", "state"], chunk=7, progress=progress)
         dones = [d for d, _ in calls]
         assert dones == sorted(dones) and all(d <= t for d, t in calls)
         assert calls[-1][0] == calls[-1][1] == reports[0].events
@@ -485,7 +487,7 @@ def test_verify_during_a_rebuild_skips_that_projection_check(tmp_path: Path,
     """`tplog verify` (another process) while a rebuild runs checks everything else and
     says which projection it did not compare (not a problem: exit 0)."""
     path = str(tmp_path / "s")
-    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[3])}
     with Store(path) as s:
         populate(s, 12)
         seen: list[subprocess.CompletedProcess[str]] = []
@@ -495,7 +497,7 @@ def test_verify_during_a_rebuild_skips_that_projection_check(tmp_path: Path,
                 seen.append(subprocess.run([sys.executable, "-m", "tplog", "verify", path], env=env,
                                            capture_output=True, text=True, timeout=60))
 
-        proj.rebuild(s.backend.engine, s.codec, ["links"], chunk=7, progress=progress)
+        rebuild(s.backend.engine, s.codec, ["links"], chunk=7, progress=progress)
     assert seen[0].returncode == 0, seen[0].stderr
     report = json.loads(seen[0].stdout)
     assert report["ok"] is True and report["problems"] == []
