@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.search.helpers import conversation, more, new_id, retitle
+from search.helpers import conversation, more, new_id, retitle
 from tplog import AsyncStore, InvalidInputError, Store
 from tplog.search import INDEX_FILE, MARK_END, MARK_START, MAX_QUERY, SearchQueryError
 
