@@ -20,8 +20,12 @@ def store(tmp_path: Path) -> tuple[str, list[str]]:
     path = str(tmp_path / "store")
     tids = [new_id() for _ in range(3)]
     with Store(path) as s:
-        s.append(tids[0], conversation(tids[0], title="Order 1042", prompt="a refund for my order",
-                                       tool="issue_refund", args={"order": 1042}))
+        s.append(
+            tids[0],
+            conversation(
+                tids[0], title="Order 1042", prompt="a refund for my order", tool="issue_refund", args={"order": 1042}
+            ),
+        )
         s.append(tids[1], conversation(tids[1], title="Lost parcel", prompt="where is my refund", agent="helper"))
         s.append(tids[2], conversation(tids[2], title="Hello", prompt="hello"))
         s.scoped("team").append(tids[2], conversation(tids[2], title="Scoped", prompt="team refund"))
@@ -40,7 +44,8 @@ def test_piped_output_is_the_page_as_json(store: tuple[str, list[str]]) -> None:
     rest = json.loads(piped("search", path, "refund", "--after", one["cursor"]))
     assert [h["thread_id"] for h in one["hits"] + rest["hits"]] == [tids[0], tids[1]]
     assert [h["thread_id"] for h in json.loads(piped("search", path, "refund", "--agent", "helper"))["hits"]] == [
-        tids[1]]
+        tids[1]
+    ]
     scoped = json.loads(piped("search", path, "refund", "--scope", "team"))
     assert [(h["thread_id"], h["head"]["title"]) for h in scoped["hits"]] == [(tids[2], "Scoped")]
     assert json.loads(piped("search", path, "refund", "--activity", "running"))["hits"] == []
@@ -58,8 +63,12 @@ def test_a_bad_query_is_an_error_naming_it(store: tuple[str, list[str]]) -> None
     import subprocess
     import sys
 
-    r = subprocess.run([sys.executable, "-m", "tplog", "search", store[0], "refund AND (", "--fts5"],
-                       capture_output=True, text=True, timeout=120)
+    r = subprocess.run(
+        [sys.executable, "-m", "tplog", "search", store[0], "refund AND (", "--fts5"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert r.returncode == 2 and "refund AND (" in r.stderr and r.stdout == ""
 
 

@@ -26,12 +26,27 @@ def found(store: Store, query: str, **kw: object) -> list[str]:
 
 def test_each_field_is_indexed_and_named(any_store: Store) -> None:
     tid = new_id()
-    any_store.append(tid, conversation(tid, title="Quarterly invoice", prompt="please refund my order",
-                                       answer="the parcel shipped", tool="delete_file", args={"path": "notes.txt"},
-                                       returned="removed okay", metadata={"customer": "acme"}))
-    want = {"invoice": ("title", 0), "refund": ("prompt", 1), "parcel": ("response", 2),
-            "notes": ("tool_call", 2), "removed": ("tool_return", 2),
-            "acme": ("metadata", 0)}
+    any_store.append(
+        tid,
+        conversation(
+            tid,
+            title="Quarterly invoice",
+            prompt="please refund my order",
+            answer="the parcel shipped",
+            tool="delete_file",
+            args={"path": "notes.txt"},
+            returned="removed okay",
+            metadata={"customer": "acme"},
+        ),
+    )
+    want = {
+        "invoice": ("title", 0),
+        "refund": ("prompt", 1),
+        "parcel": ("response", 2),
+        "notes": ("tool_call", 2),
+        "removed": ("tool_return", 2),
+        "acme": ("metadata", 0),
+    }
     for word, (field, turn) in want.items():
         page = any_store.search(word)
         assert [h.thread_id for h in page.hits] == [tid], word
@@ -67,8 +82,14 @@ def test_thinking_is_indexed_only_when_asked(tmp_path: Path, open_store: Callabl
 def test_ranking_puts_the_denser_match_first(any_store: Store) -> None:
     a, b, c = new_id(), new_id(), new_id()
     any_store.append(a, conversation(a, prompt="refund " * 5 + "now"))
-    any_store.append(b, conversation(b, prompt="I would like a refund of the whole order, which arrived broken, "
-                                             "as I explained in my earlier letter to your service desk"))
+    any_store.append(
+        b,
+        conversation(
+            b,
+            prompt="I would like a refund of the whole order, which arrived broken, "
+            "as I explained in my earlier letter to your service desk",
+        ),
+    )
     any_store.append(c, conversation(c, prompt="nothing to see"))
     page = any_store.search("refund")
     assert [h.thread_id for h in page.hits] == [a, b]
@@ -188,8 +209,9 @@ def test_filters_apply_to_hits(any_store: Store) -> None:
     assert {h.thread_id for h in first.hits + rest.hits} == {idle, other} and rest.cursor is None
 
 
-def test_rebuild_equals_live_and_verify_finds_a_planted_difference(tmp_path: Path,
-                                                                  open_store: Callable[..., Store]) -> None:
+def test_rebuild_equals_live_and_verify_finds_a_planted_difference(
+    tmp_path: Path, open_store: Callable[..., Store]
+) -> None:
     s = open_store(tmp_path / "s")
     tids = [new_id() for _ in range(6)]
     for tid in tids:
@@ -206,8 +228,9 @@ def test_rebuild_equals_live_and_verify_finds_a_planted_difference(tmp_path: Pat
     assert check.differences == [] and s.verify().ok
     # plant a difference: a row removed from the index file behind the store's back
     db = sqlite3.connect(tmp_path / "s" / INDEX_FILE)
-    rid, text = db.execute("SELECT id, text FROM rows WHERE thread_id = ? AND field = 'tool_call'",
-                           (tids[2],)).fetchone()
+    rid, text = db.execute(
+        "SELECT id, text FROM rows WHERE thread_id = ? AND field = 'tool_call'", (tids[2],)
+    ).fetchone()
     db.execute("INSERT INTO docs(docs, rowid, text) VALUES ('delete', ?, ?)", (rid, text))
     db.execute("DELETE FROM rows WHERE id = ?", (rid,))
     db.commit()
