@@ -1,0 +1,43 @@
+"""Store.search on PostgreSQL (one log and four): the index lives in memory and catches up from every
+log; scopes, deletion, rebuild and verify as on LMDB."""
+
+from __future__ import annotations
+
+import itertools
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from backends.contract_helpers import FACTORIES
+
+from search.helpers import conversation, more, new_id
+from tplog import Store
+
+
+@pytest.fixture(params=["postgres", "postgres-p4"])
+def pg_store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Store]:
+    counter = itertools.count(time.time_ns())
+    with Store(FACTORIES[request.param](tmp_path, lambda: next(counter))) as s:
+        yield s
+
+
+def test_search_on_postgres(pg_store: Store) -> None:
+    tids = [new_id() for _ in range(8)]  # spread over the logs of a P=4 store
+    for i, tid in enumerate(tids):
+        pg_store.append(tid, conversation(tid, prompt=f"olive number{i}", tool="press_olives"))
+    other = pg_store.scoped("other")
+    other.append(tids[0], conversation(tids[0], prompt="olive in another scope"))
+    page = pg_store.search("olive")
+    assert sorted(h.thread_id for h in page.hits) == sorted(tids) and page.behind == 0
+    assert [h.thread_id for h in other.search("olive").hits] == [tids[0]]
+    assert [h.thread_id for h in pg_store.search("number3").hits] == [tids[3]]
+    pg_store.append(tids[5], more("late cherry", "ok"))
+    pg_store.delete_thread(tids[3])
+    assert [h.thread_id for h in pg_store.search("cherry").hits] == [tids[5]]
+    assert pg_store.search("number3").hits == []
+    assert pg_store.rebuild("search", verify=True)[0].differences == []
+    [rep] = pg_store.rebuild("search")
+    assert rep.differences == [] and pg_store.verify().ok
+    assert sorted(h.thread_id for h in pg_store.search("press_olives", limit=50).hits) == sorted(
+        t for t in tids if t != tids[3])
