@@ -77,6 +77,8 @@ def test_rebuild_and_verify_cover_the_index(store: tuple[str, list[str]]) -> Non
     piped("search", path, "refund")  # the index exists from here on
     [rep] = json.loads(piped("rebuild", path, "--projection", "search"))
     assert rep["projection"] == "search" and rep["differences"] == []
+    every = json.loads(piped("rebuild", path))  # all projections: the index too, once it exists
+    assert [r["projection"] for r in every] == ["links", "state", "search"]
     assert json.loads(piped("verify", path))["ok"] is True
     db = sqlite3.connect(Path(path) / INDEX_FILE)
     db.execute("UPDATE rows SET text = 'tampered' WHERE thread_id = ? AND field = 'title'", (tids[1],))
