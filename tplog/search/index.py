@@ -183,50 +183,18 @@ class SearchIndex:
         """One read of each log that is behind ``target``, indexed, and the new positions recorded."""
         covered = self._covered(sk)
         backend = view.backend
-        turns: dict[str, int] = {}
+        batch = _Batch(self._db, sk, view.scope, self.thinking)
         for log, (have, want) in enumerate(zip(covered, target, strict=False)):
             if have >= want:
                 continue
             raw = backend.read_log(log, after=have, limit=STEP, scope=view.scope)
             raw = [e for e in raw if e.position <= want]
             for e in forklog.expand(view, raw):
-                self._index(e, sk, view.scope, turns)
+                batch.add(e)
             full = len(raw) == STEP
             covered[log] = raw[-1].position if full else want
-        self._db.executemany("INSERT OR REPLACE INTO threads VALUES (?, ?)", list(turns.items()))
+        batch.flush()
         self._db.execute("INSERT OR REPLACE INTO scopes VALUES (?, ?)", (sk, ",".join(map(str, covered))))
-
-    def _turn(self, tk: str, turns: dict[str, int]) -> int:
-        if tk not in turns:
-            row = self._db.execute("SELECT turn FROM threads WHERE tk = ?", (tk,)).fetchone()
-            turns[tk] = row[0] if row else 0
-        return turns[tk]
-
-    def _index(self, e: RecordedEvent, sk: str, scope: str | None, turns: dict[str, int]) -> None:
-        tk = thread_key(e.thread_id, scope).hex()
-        ev = e.event
-        if isinstance(ev, ThreadDeleted):
-            self.drop_thread(tk)
-            turns.pop(tk, None)
-            return
-        turn = self._turn(tk, turns)
-        if isinstance(ev, (UserTurnSubmitted, AgentTurnStarted)):
-            turn += 1
-            turns[tk] = turn
-        db = self._db
-        for field, text in rows_of(ev, thinking=self.thinking):
-            rid = db.execute(
-                "INSERT INTO rows(scope, tk, thread_id, turn, seq, field, text) VALUES (?,?,?,?,?,?,?)",
-                (sk, tk, e.thread_id, 0 if field in ("title", "metadata") else turn, e.seq, field, text),
-            ).lastrowid
-            db.execute("INSERT INTO docs(rowid, text) VALUES (?, ?)", (rid, text))
-
-    def drop_thread(self, tk: str) -> None:
-        db = self._db
-        for rid, text in db.execute("SELECT id, text FROM rows WHERE tk = ?", (tk,)).fetchall():
-            db.execute("INSERT INTO docs(docs, rowid, text) VALUES ('delete', ?, ?)", (rid, text))
-        db.execute("DELETE FROM rows WHERE tk = ?", (tk,))
-        db.execute("DELETE FROM threads WHERE tk = ?", (tk,))
 
     # ------------------------------------------------------------------ queries
 
@@ -319,6 +287,70 @@ class SearchIndex:
             finally:
                 fresh.close()
         return out
+
+
+class _Batch:
+    """One catch-up step's rows, written with one ``executemany`` per table (ids given here, so the
+    FTS rows need no lookup); a thread's deletion first writes what came before it."""
+
+    def __init__(self, db: sqlite3.Connection, sk: str, scope: str | None, thinking: bool) -> None:
+        self.db, self.sk, self.scope, self.thinking = db, sk, scope, thinking
+        self.next_id = db.execute("SELECT coalesce(max(id), 0) + 1 FROM rows").fetchone()[0]
+        self.rows: list[tuple[Any, ...]] = []
+        self.turns: dict[str, int] = {}
+        self.keys: dict[str, str] = {}
+
+    def add(self, e: RecordedEvent) -> None:
+        tk = self.keys.get(e.thread_id)
+        if tk is None:
+            tk = self.keys[e.thread_id] = thread_key(e.thread_id, self.scope).hex()
+        ev = e.event
+        if isinstance(ev, ThreadDeleted):
+            self.flush()
+            self.drop(tk)
+            self.turns.pop(tk, None)
+            return
+        turn = self.turns.get(tk)
+        if turn is None and e.seq == 1:  # a new thread (or a fork's start): no turns yet, nothing to look up
+            turn = 0
+        elif turn is None:
+            row = self.db.execute("SELECT turn FROM threads WHERE tk = ?", (tk,)).fetchone()
+            turn = row[0] if row else 0
+        if isinstance(ev, (UserTurnSubmitted, AgentTurnStarted)):
+            turn += 1
+        self.turns[tk] = turn
+        for field, text in rows_of(ev, thinking=self.thinking):
+            self.rows.append(
+                (
+                    self.next_id,
+                    self.sk,
+                    tk,
+                    e.thread_id,
+                    0 if field in ("title", "metadata") else turn,
+                    e.seq,
+                    field,
+                    text,
+                )
+            )
+            self.next_id += 1
+
+    def flush(self) -> None:
+        db = self.db
+        db.executemany(
+            "INSERT INTO rows(id, scope, tk, thread_id, turn, seq, field, text) VALUES (?,?,?,?,?,?,?,?)", self.rows
+        )
+        db.executemany("INSERT INTO docs(rowid, text) VALUES (?, ?)", [(r[0], r[7]) for r in self.rows])
+        db.executemany("INSERT OR REPLACE INTO threads VALUES (?, ?)", list(self.turns.items()))
+        self.rows = []
+
+    def drop(self, tk: str) -> None:
+        db = self.db
+        db.executemany(
+            "INSERT INTO docs(docs, rowid, text) VALUES ('delete', ?, ?)",
+            db.execute("SELECT id, text FROM rows WHERE tk = ?", (tk,)).fetchall(),
+        )
+        db.execute("DELETE FROM rows WHERE tk = ?", (tk,))
+        db.execute("DELETE FROM threads WHERE tk = ?", (tk,))
 
 
 def _compare(scope: str | None, live: dict[Any, Any], fresh: dict[Any, Any]) -> list[str]:
