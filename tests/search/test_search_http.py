@@ -52,6 +52,8 @@ def test_bad_queries_are_422_with_a_code(tmp_path: Path) -> None:
         assert long.status_code == 422 and long.json()["error"]["code"] == "query_too_long"
         bad = client.get("/threads", params={"q": "x", "after": "garbage"})
         assert bad.status_code == 422 and bad.json()["error"]["code"] == "invalid_input"
+        blank = client.get("/threads", params={"q": "   "})
+        assert blank.status_code == 422 and blank.json()["error"]["code"] == "invalid_query"
         assert client.get("/threads", params={"q": ""}).status_code == 200  # empty q: the plain listing
 
 
