@@ -610,7 +610,7 @@ class Store:
         label = "+".join(names)
         cb = None if progress is None else (lambda done, total: progress(label, done, total))
         reports = self.backend.rebuild(names, verify=verify, progress=cb, force=force, chunk=chunk)
-        if projection is None and self._search.exists():
+        if projection is None and self._search.exists(self._root):
             reports.append(self._rebuild_search(verify, progress))
         return reports
 
@@ -708,6 +708,6 @@ class Store:
         """Check the whole store against itself (``tplog verify``); with ``projections``, the search
         index too (when it exists) against a fresh build from the log."""
         report = self.backend.verify(projections=projections)
-        if projections and self._search.exists():
+        if projections and self._search.exists(self._root):
             report.problems += self._search.index(self._root).differences()
         return report

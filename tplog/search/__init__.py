@@ -24,7 +24,7 @@ import msgspec
 
 from tplog.backends.contract import ThreadHead
 from tplog.errors import InvalidInputError
-from tplog.search.index import MARK_END, MARK_START, SearchIndex, SearchQueryError
+from tplog.search.index import MARK_END, MARK_START, Index, SearchIndex, SearchQueryError, words
 
 if TYPE_CHECKING:
     from tplog.store import Store
@@ -74,34 +74,37 @@ class SearchPage(msgspec.Struct, frozen=True):
     behind: int
 
 
-def words(query: str) -> str:
-    """``query`` as an FTS5 expression of plain words: each token a quoted phrase, all required."""
-    return " ".join('"' + t.replace('"', '""') + '"' for t in query.split())
-
-
 class SearchSlot:
     """Where a store keeps its index: opened on first use (views share it), closed with the store."""
 
     def __init__(self, directory: str | None, *, thinking: bool = False) -> None:
         self.directory = directory
         self.thinking = thinking
-        self._index: SearchIndex | None = None
+        self._index: Index | None = None
         self._lock = threading.Lock()
 
-    def exists(self) -> bool:
-        return self._index is not None or (
-            self.directory is not None and os.path.exists(os.path.join(self.directory, INDEX_FILE))
-        )
+    def exists(self, store: Store) -> bool:
+        """Whether the store has an index to rebuild or verify (without making one)."""
+        if self._index is not None:
+            return True
+        own = getattr(store.backend, "search_index_exists", None)
+        if callable(own):
+            return bool(own())
+        return self.directory is not None and os.path.exists(os.path.join(self.directory, INDEX_FILE))
 
-    def index(self, store: Store) -> SearchIndex:
+    def index(self, store: Store) -> Index:
         with self._lock:
             if self._index is None:
                 self._index = self._open(store)
             return self._index
 
-    def _open(self, store: Store) -> SearchIndex:
+    def _open(self, store: Store) -> Index:
         import sqlite3
 
+        own = getattr(store.backend, "search_index", None)  # a backend with an index of its own (PostgreSQL)
+        if callable(own):
+            index: Index = own(store, thinking=self.thinking)
+            return index
         if self.directory is not None:
             try:
                 return SearchIndex(store, os.path.join(self.directory, INDEX_FILE), thinking=self.thinking)
@@ -144,18 +147,17 @@ def search(
     index = slot.index(root)
     scope = store.scope
     behind = index.catch_up(scope)
-    match = words(query) if syntax == "words" else query
     hits: list[SearchHit] = []
     cursor: str | None = None
     last = ""
-    for g in index.groups(scope, match, query, after=after):
+    for g in index.groups(scope, query, syntax=syntax, after=after):
         head = store.backend.head(g.thread_id, scope=scope)
         if head is None or head.status != "active" or not keep(head):
             continue
         if len(hits) == limit:  # one more exists: the page ends here
             cursor = last
             break
-        turn, seq, field, snippet = index.best_row(match, g.row)
+        turn, seq, field, snippet = index.best_row(query, syntax, g.row)
         hits.append(
             SearchHit(
                 thread_id=head.thread_id,

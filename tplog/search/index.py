@@ -23,7 +23,7 @@ import sqlite3
 import threading
 import time
 from collections.abc import Callable, Iterator
-from typing import TYPE_CHECKING, Any, Final
+from typing import TYPE_CHECKING, Any, Final, Protocol
 
 import msgspec
 
@@ -36,7 +36,22 @@ from tplog.search.extract import rows_of
 if TYPE_CHECKING:
     from tplog.store import Store
 
-__all__ = ["BUDGET", "FORMAT", "MARK_END", "MARK_START", "Group", "SearchIndex", "SearchQueryError"]
+__all__ = [
+    "BUDGET",
+    "FORMAT",
+    "MARK_END",
+    "MARK_START",
+    "STEP",
+    "Group",
+    "Index",
+    "SearchIndex",
+    "SearchQueryError",
+    "compare",
+    "decode_cursor",
+    "encode_cursor",
+    "scope_key",
+    "words",
+]
 
 FORMAT: Final = "1"  # the index's layout and extraction rules: another value is rebuilt from the log
 MARK_START: Final = "\ue000"  # snippet highlight markers (private-use code points: never in escaped HTML)
@@ -78,8 +93,37 @@ class Group(msgspec.Struct, frozen=True, kw_only=True):
     cursor: str
 
 
-def _scope_key(scope: str | None) -> str:
+def scope_key(scope: str | None) -> str:
     return "" if scope is None else scope  # a scope is never empty (Store.scoped), so "" is the unscoped store
+
+
+def words(query: str) -> str:
+    """``query`` as an FTS5 expression of plain words: each token a quoted phrase, all required."""
+    return " ".join('"' + t.replace('"', '""') + '"' for t in query.split())
+
+
+class Index(Protocol):
+    """What a search index does (:class:`SearchIndex` in SQLite; PostgreSQL's in its backend)."""
+
+    def catch_up(
+        self, scope: str | None, *, budget: float | None = ..., until: tuple[int, ...] | None = ...
+    ) -> int: ...
+
+    def groups(self, scope: str | None, query: str, *, syntax: str, after: str | None = None) -> Iterator[Group]: ...
+
+    def best_row(self, query: str, syntax: str, rid: int) -> tuple[int, int, str, str]: ...
+
+    def rebuild(self, progress: Callable[[int, int], None] | None = None) -> int: ...
+
+    def differences(self) -> list[str]: ...
+
+    def position(self) -> int: ...
+
+    def rows(self, scope: str | None) -> dict[tuple[str, int, str], tuple[str, int, str]]: ...
+
+    def behind(self, scope: str | None) -> int: ...
+
+    def close(self) -> None: ...
 
 
 def encode_cursor(score: float, tk: str) -> str:
@@ -143,7 +187,7 @@ class SearchIndex:
     def behind(self, scope: str | None) -> int:
         """Log positions (summed over the logs, every scope's) not yet covered for ``scope``."""
         with self._lock:
-            covered = self._covered(_scope_key(scope))
+            covered = self._covered(scope_key(scope))
         return sum(max(0, p - c) for p, c in zip(self.store.backend.positions(), covered, strict=False))
 
     def catch_up(
@@ -152,7 +196,7 @@ class SearchIndex:
         """Index ``scope``'s log entries not yet covered, for at most ``budget`` seconds (``None``: to the
         end, or to the positions ``until``); returns :meth:`behind`. The write lock taken by another
         process for longer than the budget leaves the index as it is."""
-        sk = _scope_key(scope)
+        sk = scope_key(scope)
         deadline = None if budget is None else time.monotonic() + budget
         view = self.store if scope is None else self.store.scoped(scope)
         with self._lock:
@@ -198,10 +242,11 @@ class SearchIndex:
 
     # ------------------------------------------------------------------ queries
 
-    def groups(self, scope: str | None, match: str, query: str, *, after: str | None = None) -> Iterator[Group]:
-        """``scope``'s threads with rows matching the FTS5 expression ``match``, best first
-        (bm25, then thread key), after the ``after`` cursor."""
-        sk = _scope_key(scope)
+    def groups(self, scope: str | None, query: str, *, syntax: str, after: str | None = None) -> Iterator[Group]:
+        """``scope``'s threads with rows matching ``query`` (``syntax``: ``"words"`` or ``"fts5"``), best
+        first (bm25, then thread key), after the ``after`` cursor."""
+        match = words(query) if syntax == "words" else query
+        sk = scope_key(scope)
         last = decode_cursor(after) if after is not None else None
         sql = (
             "WITH d AS MATERIALIZED (SELECT rowid AS id, bm25(docs) AS score FROM docs WHERE docs MATCH ?) "
@@ -222,8 +267,9 @@ class SearchIndex:
         for tk, tid, rid, best, n in found:  # rid: the best row's (SQLite's bare column beside min())
             yield Group(thread_id=tid, row=rid, score=-best, matches=n, cursor=encode_cursor(-best, tk))
 
-    def best_row(self, match: str, rid: int) -> tuple[int, int, str, str]:
-        """Row ``rid``'s turn, seq, field and snippet of its matches of ``match``."""
+    def best_row(self, query: str, syntax: str, rid: int) -> tuple[int, int, str, str]:
+        """Row ``rid``'s turn, seq, field and snippet of its matches of ``query``."""
+        match = words(query) if syntax == "words" else query
         with self._lock:
             turn, seq, field = self._db.execute("SELECT turn, seq, field FROM rows WHERE id = ?", (rid,)).fetchone()
             row = self._db.execute(
@@ -263,7 +309,7 @@ class SearchIndex:
             return {
                 (tk, seq, f): (tid, turn, text)
                 for tk, tid, turn, seq, f, text in self._db.execute(
-                    "SELECT tk, thread_id, turn, seq, field, text FROM rows WHERE scope = ?", (_scope_key(scope),)
+                    "SELECT tk, thread_id, turn, seq, field, text FROM rows WHERE scope = ?", (scope_key(scope),)
                 )
             }
 
@@ -279,11 +325,11 @@ class SearchIndex:
         for scope in self.scopes():
             self.catch_up(scope, budget=None)
             with self._lock:
-                until = tuple(self._covered(_scope_key(scope)))
+                until = tuple(self._covered(scope_key(scope)))
             fresh = SearchIndex(self.store, None, thinking=self.thinking)
             try:
                 fresh.catch_up(scope, budget=None, until=until)
-                out += _compare(scope, self.rows(scope), fresh.rows(scope))
+                out += compare(scope, self.rows(scope), fresh.rows(scope))
             finally:
                 fresh.close()
         return out
@@ -353,7 +399,7 @@ class _Batch:
         db.execute("DELETE FROM threads WHERE tk = ?", (tk,))
 
 
-def _compare(scope: str | None, live: dict[Any, Any], fresh: dict[Any, Any]) -> list[str]:
+def compare(scope: str | None, live: dict[Any, Any], fresh: dict[Any, Any]) -> list[str]:
     where = "" if scope is None else f" (scope {scope!r})"
     out: list[str] = []
     for key in sorted(live.keys() | fresh.keys()):
