@@ -14,6 +14,7 @@ from backends.contract_helpers import FACTORIES
 from search.helpers import conversation, more, new_id
 from tplog import Store
 from tplog.backends.postgres.search import PgSearchIndex
+from tplog.search import MARK_END, MARK_START
 
 
 @pytest.fixture(params=["postgres", "postgres-p4"])
@@ -35,6 +36,16 @@ def test_search_on_postgres(pg_store: Store) -> None:
     assert sorted(h.thread_id for h in page.hits) == sorted(tids) and page.behind == 0
     assert [h.thread_id for h in other.search("olive").hits] == [tids[0]]
     assert [h.thread_id for h in pg_store.search("number3").hits] == [tids[3]]
+    assert f"{MARK_START}number3{MARK_END}" in pg_store.search("number3").hits[0].snippet
+    seen, after = [], None  # pages: no thread twice, none left out
+    while True:
+        p = pg_store.search("olive", limit=3, after=after)
+        seen += [h.thread_id for h in p.hits]
+        if p.cursor is None:
+            break
+        after = p.cursor
+    assert sorted(seen) == sorted(tids)
+    assert [h.thread_id for h in pg_store.search("number3 OR number4", syntax="fts5").hits] != []
     pg_store.append(tids[5], more("late cherry", "ok"))
     pg_store.delete_thread(tids[3])
     assert [h.thread_id for h in pg_store.search("cherry").hits] == [tids[5]]

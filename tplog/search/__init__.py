@@ -1,8 +1,9 @@
 """Full-text search over a store's threads (``Store.search``, ``tplog search``, ``GET /threads?q=``).
 
-The index is a catch-up projection in SQLite FTS5 (:mod:`tplog.search.index`): beside an
-LMDB store in ``<store>/search.sqlite``; in memory for ``"memory:"`` and PostgreSQL stores
-(built from the log on a process's first search). A search first catches its scope's rows
+The index is a catch-up projection: in SQLite FTS5 (:mod:`tplog.search.index`) beside an
+LMDB store in ``<store>/search.sqlite``, or in memory for ``"memory:"`` (built from the log on a
+process's first search); a PostgreSQL store keeps its own in its schema (``tsvector``,
+:mod:`tplog.backends.postgres.search`). A search first catches its scope's rows
 up with the log for at most :data:`~tplog.search.index.BUDGET` seconds, then answers one
 hit per thread, best first (bm25), from the caller's scope only.
 
