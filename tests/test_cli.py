@@ -565,10 +565,10 @@ def _commands() -> dict[str, argparse.ArgumentParser]:
 
 # serve: tested over HTTP in tests/server; rebuild/verify: behaviour tested in tests/backends/lmdb/test_rebuild.py;
 # tail/tree (and the terminal output of every command): tests/test_cli_human.py
-# copy: tests/test_copy.py and tests/postgres/test_pg_copy_migrate.py (migrate too)
+# copy: tests/test_copy.py and tests/postgres/test_pg_copy_migrate.py (migrate too); search: tests/search
 EXPECTED_COMMANDS = {"validate", "hash", "stat", "backup", "import", "export", "read", "threads", "turns",
                      "pending", "interrupts", "children", "links", "delete", "train",
-                     "rebuild", "verify", "serve", "copy", "migrate", "tail", "tree",
+                     "rebuild", "verify", "serve", "copy", "migrate", "tail", "tree", "search",
                      "fork", "prune", "prune-reports"}  # these three: tests/test_cli_lifecycle.py
 
 

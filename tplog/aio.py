@@ -41,6 +41,7 @@ from tplog.prepare import (
 from tplog.projections.fold import FoldResult, InterruptState, PendingState
 from tplog.protocol import model as m
 from tplog.retire import PruneReport, RetentionPolicy
+from tplog.search import SearchPage
 from tplog.store import CHUNK, ExpectedVersion, Store
 
 __all__ = ["ASYNC_INLINE_BYTES", "AsyncStore"]
@@ -191,6 +192,31 @@ class AsyncStore:
         activity = activity_argument(activity, status, "AsyncStore.threads")
         return await asyncio.to_thread(
             self.store.threads, after=after, limit=limit, include_deleted=include_deleted, activity=activity,
+            agent=agent, title=title, metadata=metadata, created_after=created_after, created_before=created_before,
+            updated_after=updated_after, updated_before=updated_before, roots=roots, has_children=has_children)
+
+    async def search(
+        self,
+        query: str,
+        *,
+        scope: str | None = None,
+        limit: int = 20,
+        after: str | None = None,
+        syntax: Literal["words", "fts5"] = "words",
+        activity: str | Sequence[str] | None = None,
+        agent: str | None = None,
+        title: str | None = None,
+        metadata: dict[str, Any] | None = None,
+        created_after: Any = None,
+        created_before: Any = None,
+        updated_after: Any = None,
+        updated_before: Any = None,
+        roots: bool = False,
+        has_children: bool | None = None,
+    ) -> SearchPage:
+        """As :meth:`Store.search` (the index's catch-up and query run in the default executor)."""
+        return await asyncio.to_thread(
+            self.store.search, query, scope=scope, limit=limit, after=after, syntax=syntax, activity=activity,
             agent=agent, title=title, metadata=metadata, created_after=created_after, created_before=created_before,
             updated_after=updated_after, updated_before=updated_before, roots=roots, has_children=has_children)
 

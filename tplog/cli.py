@@ -378,6 +378,13 @@ def cmd_threads(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_search(args: argparse.Namespace) -> int:
+    with _store(args) as s:
+        _emit(s.search(args.query, scope=args.scope, limit=args.limit, after=args.after, activity=args.activity,
+                       agent=args.agent, syntax="fts5" if args.fts5 else "words"))
+    return 0
+
+
 def cmd_turns(args: argparse.Namespace) -> int:
     from tplog.protocol.json import to_builtins
 
@@ -714,6 +721,16 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("--limit", type=int, default=None, help="stop after this many events")
     sp.add_argument("--timeout", type=float, default=None, metavar="SECONDS",
                     help="stop when no new event came for this long (default: follow until Ctrl-C)")
+    sp = add("search", cmd_search, "Find threads by their text: titles, prompts, responses, tool calls and returns, "
+             "metadata; one hit per thread, best first.")
+    sp.add_argument("query", metavar="QUERY", help="words, all required (with --fts5: an FTS5 query)")
+    sp.add_argument("--limit", action=_count(1), default=20, help="threads per page (default 20)")
+    sp.add_argument("--after", default=None, help="the cursor a previous page returned")
+    sp.add_argument("--scope", default=None, help="search this scope's threads (default: unscoped)")
+    sp.add_argument("--activity", action="append", default=None, choices=list(ACTIVITY_NAMES), metavar="ACTIVITY",
+                    help="only threads doing this (as tplog threads --activity); repeatable")
+    sp.add_argument("--agent", default=None, help="only threads this agent id registered or ran a turn in")
+    sp.add_argument("--fts5", action="store_true", help="QUERY is FTS5 syntax (OR, NOT, \"phrases\", prefix*)")
     sp = add("links", cmd_links, "A thread's outgoing links, or with --incoming the threads linking to it.",
              thread=True)
     sp.add_argument("--incoming", action="store_true", help="threads that link to this one")
@@ -818,7 +835,8 @@ def build_parser() -> argparse.ArgumentParser:
              "(\"trained\": false) below 64 events: zstd's trainer needs that many samples to find what recurs.")
     sp.add_argument("--samples", type=int, default=2000, help="how many recent events to sample (at least 64 train)")
     sp = add("rebuild", cmd_rebuild, "Rebuild projections from the log (safe while others append).")
-    sp.add_argument("--projection", choices=["links", "state"], default=None, help="only this projection")
+    sp.add_argument("--projection", choices=["links", "state", "search"], default=None,
+                    help="only this projection (search: the full-text index, tplog search)")
     sp.add_argument("--verify", action="store_true",
                     help="rebuild into a shadow copy and report every difference from the live projection; "
                          "exit 1 if any")

@@ -19,6 +19,7 @@ do not know tplog::
     │   │   ├── UnknownFormatError          no format recognised
     │   │   ├── PydanticAIImportError       a bad Pydantic AI message history
     │   │   └── VercelImportError           bad AI SDK UI messages or stream
+    │   ├── SearchQueryError                a search query FTS5 cannot parse, empty or too long (search)
     │   └── VercelStreamError               a bad AI SDK stream (integrations.vercel.chunks)
     │       ├── MalformedChunkError         a chunk that does not parse
     │       ├── ChunkOrderError             a chunk out of its order

@@ -335,6 +335,23 @@ def _prune_reports(d: dict[str, Any]) -> list[Block]:
     return blocks
 
 
+def _search(d: dict[str, Any]) -> list[Block]:
+    # the snippet's highlight markers (tplog.search.MARK_START / MARK_END) as brackets on a terminal
+    def snip(t: str) -> str:
+        return _short(t.replace("\ue000", "[").replace("\ue001", "]"), 60)
+
+    rows = [[h["thread_id"], _short(h["head"].get("title") or "-", 30), h["field"], f"{h['turn']}/{h['seq']}",
+             snip(h["snippet"]), str(h["matches"])] for h in d["hits"]]
+    blocks: list[Block] = [Table(None, ["thread", "title", "field", "turn/seq", "snippet", "matches"], rows,
+                                 right=frozenset({"turn/seq", "matches"}), empty="no matches",
+                                 wrap=frozenset({"title", "snippet"}))]
+    extra = ([("next page", f"--after {d['cursor']}")] if d.get("cursor") else []) + (
+        [("index behind", f"{d['behind']} log positions")] if d.get("behind") else [])
+    if extra:
+        blocks.append(KeyValues(None, extra))
+    return blocks
+
+
 def generic(d: Any) -> list[Block]:
     """Any JSON result: an object as key/value lines, a list of objects as a table, else one value a line."""
     if isinstance(d, dict):
@@ -350,7 +367,7 @@ def generic(d: Any) -> list[Block]:
 _RENDERERS: dict[str, Callable[[Any], list[Block]]] = {
     "threads": _threads, "turns": _turns, "pending": _pending, "interrupts": _interrupts, "children": _children,
     "tree": _tree, "links": _links, "stat": _stat, "verify": _verify, "rebuild": _rebuild, "validate": _validate,
-    "import": _import, "prune": _prune, "prune-reports": _prune_reports,
+    "import": _import, "prune": _prune, "prune-reports": _prune_reports, "search": _search,
 }
 
 

@@ -68,6 +68,7 @@ from tplog.projections.fold import (
 )
 from tplog.protocol import model as m
 from tplog.retire import PruneReport, RetentionPolicy
+from tplog.search import SearchPage, SearchSlot
 
 __all__ = ["ANY", "EXISTS", "NO_STREAM", "AppendResult", "ExpectedVersion", "Store", "ThreadHead",
            "ThreadPage"]
@@ -75,6 +76,7 @@ __all__ = ["ANY", "EXISTS", "NO_STREAM", "AppendResult", "ExpectedVersion", "Sto
 ExpectedVersion = contract.ExpectedVersion  # the types live in the backend contract; re-exported here
 
 CHUNK: Final = 20_000  # events a rebuild folds per snapshot and per commit (see Store.rebuild)
+SEARCH: Final = "search"  # the search index's name as a projection (rebuild, verify)
 
 
 log = logging.getLogger("tplog.store")
@@ -112,6 +114,8 @@ class Store:
       turns of recently loaded threads, each with the seq it covers), so a
       later load folds only what was appended since; 0 turns it off. A folded
       event holds several KB of Python objects (see benchmarks/README.md).
+    - ``search_thinking``: :meth:`search` indexes thinking parts too (off by default:
+      they are the model's scratch work; an index built with the other setting is rebuilt).
     """
 
     def __init__(
@@ -120,6 +124,7 @@ class Store:
         *,
         fold_cache: int = 20_000,
         check_rules: bool = True,
+        search_thinking: bool = False,
         **options: Unpack[LmdbOptions],
     ) -> None:
         if not isinstance(check_rules, bool):
@@ -145,6 +150,12 @@ class Store:
         self.check_rules = check_rules
         self._scope: str | None = None
         self._view = False
+        if not isinstance(search_thinking, bool):
+            raise InvalidInputError(f"search_thinking must be True or False, not {search_thinking!r}")
+        # the search index (tplog.search): beside an LMDB store's files, else in memory; opened on first use
+        self._search = SearchSlot(self.path if self.path and os.path.isdir(self.path) else None,
+                                  thinking=search_thinking)
+        self._root = self
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -179,6 +190,7 @@ class Store:
         """Close the store. Pending appends finish first; later calls raise StoreClosedError."""
         if self._view:
             return
+        self._search.close()
         self.backend.close()
 
     def _check_open(self) -> None:
@@ -430,6 +442,61 @@ class Store:
         return self.backend.threads(scope=self._scope, after=after, limit=limit, include_deleted=include_deleted,
                                     where=None if where.empty else where)
 
+    def search(
+        self,
+        query: str,
+        *,
+        scope: str | None = None,
+        limit: int = 20,
+        after: str | None = None,
+        syntax: Literal["words", "fts5"] = "words",
+        activity: str | Sequence[str] | None = None,
+        agent: str | None = None,
+        title: str | None = None,
+        metadata: dict[str, Any] | None = None,
+        created_after: Any = None,
+        created_before: Any = None,
+        updated_after: Any = None,
+        updated_before: Any = None,
+        roots: bool = False,
+        has_children: bool | None = None,
+    ) -> SearchPage:
+        """Threads whose titles, prompts, responses, tool calls and returns or metadata
+        (thinking with ``search_thinking``) match ``query``: one :class:`~tplog.search.SearchHit`
+        per thread (its best match: turn, seq, field, highlighted snippet), best first
+        (bm25), ``limit`` per page; pass the page's ``cursor`` as ``after`` for the next.
+
+        ``query``: plain words, all required (``syntax="fts5"``: FTS5's query syntax; one it
+        cannot parse raises :class:`~tplog.search.SearchQueryError`, as does an empty one or one
+        over :data:`~tplog.search.MAX_QUERY` characters). ``scope``: search that scope (a view
+        searches its own; another one raises :class:`InvalidInputError`). The filters are
+        :meth:`threads`' and must all hold. The index is brought up to date with the log first
+        (for at most half a second): the page's ``behind`` says how many log positions it
+        still lacked (0: none). Deleted threads are never found."""
+        check_page_limit(limit)
+        if limit is None or limit <= 0:
+            raise InvalidInputError("limit must be > 0")
+        view = self
+        if scope is not None and scope != self._scope:
+            if self._scope is not None:
+                raise InvalidInputError(f"a view of scope {self._scope!r} cannot search scope {scope!r}")
+            view = self.scoped(scope)
+        from tplog.lifecycle import matches
+        from tplog.search import search
+
+        where = check_filter(activity=activity, agent=agent, title=title,  # type: ignore[arg-type]
+                             metadata=metadata, created_after=created_after, created_before=created_before,
+                             updated_after=updated_after, updated_before=updated_before, roots=roots,
+                             has_children=has_children)
+
+        def keep(head: ThreadHead) -> bool:
+            if not matches(where, head):
+                return False
+            return has_children is None or bool(view.children(head.thread_id, limit=1)) == has_children
+
+        self._check_open()
+        return search(view, self._root, query, limit=limit, after=after, syntax=syntax, keep=keep, slot=self._search)
+
     # ------------------------------------------------------------------ links (exact indexes)
 
     def incoming(
@@ -537,10 +604,31 @@ class Store:
         per read snapshot and per write transaction (bounds memory and how long an
         append waits behind the rebuild; each chunk costs one commit)."""
         self._check_open()
+        if projection == SEARCH:
+            return [self._rebuild_search(verify, progress)]
         names = [projection] if projection is not None else list(PROJECTIONS)
         label = "+".join(names)
         cb = None if progress is None else (lambda done, total: progress(label, done, total))
-        return self.backend.rebuild(names, verify=verify, progress=cb, force=force, chunk=chunk)
+        reports = self.backend.rebuild(names, verify=verify, progress=cb, force=force, chunk=chunk)
+        if projection is None and self._search.exists(self._root):
+            reports.append(self._rebuild_search(verify, progress))
+        return reports
+
+    def _rebuild_search(self, verify: bool, progress: Callable[[str, int, int], None] | None) -> RebuildReport:
+        """The search index (``projection="search"``, tplog.search): rebuilt from the log, or with
+        ``verify`` compared with a fresh build. Its ``events`` count log positions covered."""
+        import time
+
+        t0 = time.perf_counter()
+        index = self._search.index(self._root)
+        cb = None if progress is None else (lambda done, total: progress(SEARCH, done, total))
+        if verify:
+            diffs = index.differences()
+            pos = index.position()
+        else:
+            diffs, pos = [], index.rebuild(cb)
+        return RebuildReport(projection=SEARCH, verify=verify, events=pos, seconds=time.perf_counter() - t0,
+                             position=pos, differences=diffs)
 
     def projections(self) -> dict[str, dict[str, Any]]:
         """Each projection's fold version, status and the log position it covers."""
@@ -617,5 +705,9 @@ class Store:
             return {"hits": c.hits, "misses": c.misses, "events": c.events, "budget": c.budget}
 
     def verify(self, *, projections: bool = True) -> VerifyReport:
-        """Check the whole store against itself (``tplog verify``)."""
-        return self.backend.verify(projections=projections)
+        """Check the whole store against itself (``tplog verify``); with ``projections``, the search
+        index too (when it exists) against a fresh build from the log."""
+        report = self.backend.verify(projections=projections)
+        if projections and self._search.exists(self._root):
+            report.problems += self._search.index(self._root).differences()
+        return report

@@ -90,6 +90,7 @@ def _postgres(path: Path, clock: Callable[[], int], logs: int = 1) -> Recorder:
                     for table in ("events", "heads", "links", "children", "states", "blobs"):
                         c.execute(f"DELETE FROM {table}".encode())
                     c.execute("UPDATE logs SET position = 0")
+                    c.execute("DROP TABLE IF EXISTS search_rows, search_threads, search_scopes, search_meta")
                     c.execute("UPDATE tracking SET status = 'live'")
                 _free_schemas.setdefault((os.getpid(), self.logs), []).append(self.schema)
 

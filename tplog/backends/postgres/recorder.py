@@ -157,6 +157,18 @@ class PostgresRecorder(PgMaintenance):
 
     # ------------------------------------------------------------------ writes
 
+    def search_index(self, store: Any, *, thinking: bool = False) -> Any:
+        """The store's search index in this schema (``tsvector``, GIN; :mod:`tplog.backends.postgres.search`)."""
+        from tplog.backends.postgres.search import PgSearchIndex
+
+        return PgSearchIndex(store, thinking=thinking)
+
+    def search_index_exists(self) -> bool:
+        """Whether this schema holds a search index (a search, or ``rebuild --projection search``, made it)."""
+        with self._read() as conn:
+            row = conn.execute("SELECT to_regclass('search_rows') IS NOT NULL").fetchone()
+        return bool(row and row[0])
+
     def gate(self) -> None:
         """Nothing to hold back: encoding runs while the writer thread waits on the server."""
 

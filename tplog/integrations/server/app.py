@@ -507,6 +507,9 @@ def create_app(
     async def threads(request: Request) -> Response:
         limit = _int_param(request, "limit", 50, lo=1, hi=1000)
         assert limit is not None
+        q = request.query_params.get("q")
+        if q:
+            return await search_threads(request, q, limit)
         page = await srv.astore.threads(
             limit=limit,
             after=request.query_params.get("after") or None,
@@ -514,6 +517,21 @@ def create_app(
             **_thread_filters(request),
         )
         return _json({"threads": _plain(page.threads), "next_cursor": page.cursor})
+
+    async def search_threads(request: Request, q: str, limit: int) -> Response:
+        """``/threads?q=``: the listing's thread objects, ranked by the search, each with its ``hit``."""
+        from tplog.search import MAX_QUERY, SearchQueryError
+
+        if len(q) > MAX_QUERY:
+            raise HTTPError(422, "query_too_long", f"q is {len(q)} characters; at most {MAX_QUERY} are accepted")
+        filters = _thread_filters(request)
+        try:
+            page = await srv.astore.search(q, limit=limit, after=request.query_params.get("after") or None, **filters)
+        except SearchQueryError as exc:
+            raise HTTPError(422, "invalid_query", str(exc)) from exc
+        hits = [{**_plain(h.head), "hit": {"turn": h.turn, "seq": h.seq, "field": h.field, "snippet": h.snippet,
+                                           "score": h.score, "matches": h.matches}} for h in page.hits]
+        return _json({"threads": hits, "next_cursor": page.cursor, "search": {"behind": page.behind}})
 
     async def thread(request: Request) -> Response:
         th = await asyncio.to_thread(srv.store.thread, await path_thread(srv, request))
