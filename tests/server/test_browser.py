@@ -165,8 +165,8 @@ def test_turn_in_progress_shows_live(browser_server: tuple[ServerProcess, str, s
         # read in the page: the view is re-rendered on every event, so element handles go stale
         open_text = 'const e = document.querySelector("section.turn.open"); return e ? e.innerText : ""'
         wait_until(lambda: "in progress" in driver.execute_script(open_text), timeout=20)
-        wait_until(lambda: "word29" in main_text(driver) and not driver.find_elements("css selector", "section.turn.open"),
-                   timeout=30)
+        wait_until(lambda: "word29" in main_text(driver)
+                   and not driver.find_elements("css selector", "section.turn.open"), timeout=30)
     finally:
         runner.join(60)
 
