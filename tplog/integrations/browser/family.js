@@ -13,14 +13,16 @@ function node(n, current) {
       `fork at ${fork.branch_point ? fork.branch_point.replace("_", " ") : "seq " + fork.seq}` +
       (fork.reason ? `: ${fork.reason}` : "")) : null,
     n.deleted ? h("span", { class: "rel" }, "deleted")
-      : n.activity && n.activity !== "idle" ? h("span", { class: "rel act" }, ACTIVITY[n.activity] || n.activity) : null,
+      : n.activity && n.activity !== "idle"
+        ? h("span", { class: "rel act" }, ACTIVITY[n.activity] || n.activity) : null,
     n.children && n.children.length ? h("ul", {}, n.children.map((c) => node(c, current))) : null);
 }
 
 export function familyTree(fam, current) {
   const group = (title, cls, items) => (items.length
     ? h("div", { class: "links " + cls }, h("h3", {}, title), h("ul", {}, items)) : null);
-  const linkItem = (l) => h("li", {}, threadLink(l.thread_id, shortId(l.thread_id)), h("span", { class: "rel" }, l.relation));
+  const linkItem = (l) => h("li", {}, threadLink(l.thread_id, shortId(l.thread_id)),
+    h("span", { class: "rel" }, l.relation));
   const lone = !fam.root.children.length && fam.root.thread_id === current;
   return h("nav", { class: "tree", "aria-label": "thread family" },
     lone ? null : h("div", { class: "links family" }, h("h3", {}, "Family"), h("ul", { class: "family-tree" },

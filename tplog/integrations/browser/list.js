@@ -81,8 +81,12 @@ export async function showList(view, params) {
     more.hidden = !cursor;
     more.disabled = false;
     const notes = [];
-    if (params.q && !page.search) notes.push("This server does not search thread contents: the list shows every thread the filters keep.");
-    if (page.search && page.search.behind > 0) notes.push(`The search index is ${page.search.behind} events behind the log.`);
+    if (params.q && !page.search) {
+      notes.push("This server does not search thread contents: the list shows every thread the filters keep.");
+    }
+    if (page.search && page.search.behind > 0) {
+      notes.push(`The search index is ${page.search.behind} events behind the log: the newest may be missing.`);
+    }
     if (!rows.children.length) notes.push(params.q || params.activity || params.agent || params.meta
       ? "No threads match." : "No threads yet.");
     status.replaceChildren(...notes.map((n) => h("p", { class: "muted" }, n)));

@@ -26,7 +26,8 @@ function block(v) {
   if (text.length <= LONG_CHARS && lines <= LONG_LINES) return pre;
   const first = text.split("\n", 1)[0].slice(0, 80);
   return h("details", { class: "long" },
-    h("summary", {}, h("span", { class: "preview" }, first), ` … show all ${lines} lines (${text.length} characters)`),
+    h("summary", {}, h("span", { class: "preview" }, first),
+      ` … show all ${lines} lines (${text.length} characters)`),
     pre);
 }
 
@@ -90,13 +91,14 @@ function pendingLabel(pc) {
   return pc.state === "executing" ? "executing" : "pending";
 }
 
-function systemMessage(msg) {
+function systemMessage(msg, ctx) {
   const data = msg.event_data;
   const spawned = SPAWN.has(msg.event_type) && data && typeof data === "object"
     ? data.spawned_thread_id || data.thread_id : null;
   if (typeof spawned === "string") {
     return h("div", { class: "system spawn" }, label("spawned"), "Started thread ",
-      threadLink(spawned, null, "tid spawn-link"), msg.source_agent ? ` (by ${msg.source_agent})` : "");
+      threadLink(spawned, ctx.nameOf(spawned), "tid spawn-link"),
+      msg.source_agent ? ` (by ${agentLabel(ctx, msg.source_agent)})` : "");
   }
   return h("div", { class: "system" }, label("system"), msg.event_type,
     data === undefined ? null : block(data));
@@ -134,7 +136,7 @@ function turnView(turn, index, ctx, inProgress) {
   const body = [];
   let model = null;
   for (const msg of turn.messages || []) {
-    if (msg.message_type === "system") body.push(systemMessage(msg));
+    if (msg.message_type === "system") body.push(systemMessage(msg, ctx));
     else body.push(h("div", { class: "msg " + msg.message_type }, msg.parts.map((p) => part(p, ctx))));
     if (msg.model_name) model = msg.model_name;
   }
@@ -181,6 +183,8 @@ function renderThread(view, id, d) {
     pending: new Map([...d.pending.pending, ...d.pending.abandoned].map((pc) => [pc.tool_call_id, pc])),
     interrupts: d.interrupts.facts,
     agents: th.agents || {},
+    // a thread of the family by its title (what the family route carries), else its id
+    nameOf: (tid) => (d.family.root && findNode(d.family.root, tid) || {}).title || tid,
   };
   const waiting = d.pending.pending;
   const turns = th.turns.map((t, i) => turnView(t, i, ctx, false));
@@ -190,7 +194,7 @@ function renderThread(view, id, d) {
     const at = Math.min(fork.turns, turns.length);
     turns.splice(at, 0, h("div", { class: "fork-point", role: "note", "data-seq": fork.seq },
       `Fork point: the turns above are ${fork.turns === 1 ? "the first turn" : `the first ${fork.turns} turns`} of `,
-      threadLink(fork.parent), ` (to seq ${fork.seq}); this thread goes on below.`));
+      threadLink(fork.parent, ctx.nameOf(fork.parent)), ` (to seq ${fork.seq}); this thread goes on below.`));
   }
   const total = {};
   for (const t of th.turns) {
@@ -205,7 +209,8 @@ function renderThread(view, id, d) {
       ` · created ${th.created_at} · updated ${th.updated_at} · version ${d.turns.version}`,
       Object.keys(total).length ? h("span", { class: "usage-total" }, ` · usage: ${usageText(total)}`) : null),
     agentsLine(th),
-    fork ? h("div", { class: "fork-summary", role: "status" }, "Forked from ", threadLink(fork.parent),
+    fork ? h("div", { class: "fork-summary", role: "status" }, "Forked from ",
+      threadLink(fork.parent, ctx.nameOf(fork.parent)),
       ` at turn ${fork.turns} (seq ${fork.seq})`, fork.reason ? `: ${fork.reason}` : "") : null,
     waiting.length ? h("div", { class: "pending-summary", role: "status" },
       `${waiting.length} tool call${waiting.length > 1 ? "s" : ""} waiting: `,
