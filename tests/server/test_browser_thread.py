@@ -122,7 +122,8 @@ def test_spawn_link_and_family_tree(thread_server: tuple[ServerProcess, dict[str
     # the tree: the parent (here), its child and its fork; the other link beside it
     tree = find(driver, "nav.tree .family-tree")[0]
     assert _js(driver, "return document.querySelector('.family-tree > li').dataset.thread") == ids["parent"]
-    kids = _js(driver, "return [...document.querySelectorAll('.family-tree > li > ul > li')].map(l => l.dataset.thread)")
+    kids = _js(driver, "return [...document.querySelectorAll('.family-tree > li > ul > li')]"
+                       ".map(l => l.dataset.thread)")
     assert sorted(kids) == sorted([ids["child"], ids["fork"]])
     assert "fork at turn 2: try a cheaper hotel" in tree.text
     assert find(driver, f'.family-tree li[data-thread="{ids["parent"]}"] > b[aria-current="page"]')
