@@ -110,3 +110,28 @@ def keys(drv: Any, *ks: str) -> None:
     for k in ks:
         chain.send_keys(k)
     chain.perform()
+
+
+# WCAG 2 contrast of every visible element's own text against the first opaque background behind it
+_CONTRAST = """
+const lum = (c) => { const [r, g, b] = c.match(/[\\d.]+/g).slice(0, 3).map((v) => {
+  v /= 255; return v <= 0.03928 ? v / 12.92 : ((v + 0.055) / 1.055) ** 2.4; });
+  return 0.2126 * r + 0.7152 * g + 0.0722 * b; };
+const opaque = (c) => { const a = c.match(/[\\d.]+/g); return a && (a.length < 4 || Number(a[3]) === 1); };
+const bg = (el) => { for (; el; el = el.parentElement) { const c = getComputedStyle(el).backgroundColor;
+  if (opaque(c)) return c; } return "rgb(255, 255, 255)"; };
+const out = [];
+for (const el of document.querySelectorAll("body *")) {
+  const own = [...el.childNodes].some((n) => n.nodeType === 3 && n.data.trim());
+  if (!own || !el.getClientRects().length) continue;
+  const a = lum(getComputedStyle(el).color), b = lum(bg(el));
+  const ratio = (Math.max(a, b) + 0.05) / (Math.min(a, b) + 0.05);
+  if (ratio < arguments[0]) out.push([el.tagName + "." + el.className, el.textContent.slice(0, 40), ratio]);
+}
+return out;
+"""
+
+
+def low_contrast(drv: Any, minimum: float = 4.5) -> list[Any]:
+    """The page's texts below ``minimum`` (WCAG AA for body text: 4.5), as (element, text, ratio)."""
+    return list(drv.execute_script(_CONTRAST, minimum))

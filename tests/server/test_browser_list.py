@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from server.browser_harness import TOKEN, chromium, find, keys, login, main_text, shoot, shots_dir
+from server.browser_harness import TOKEN, chromium, find, keys, login, low_contrast, main_text, shoot, shots_dir
 from server.server_harness import ServerProcess, wait_until
 from tplog import Store
 from tplog.events import (
@@ -100,6 +100,7 @@ def test_columns_and_one_request(list_server: tuple[ServerProcess, dict[str, str
     updated = driver.find_element("css selector", f'tr[data-thread="{ids["refund"]}"] time')
     assert "ago" in updated.text or updated.text == "just now"
     assert updated.get_attribute("title").endswith("Z")  # the exact time, UTC
+    assert low_contrast(driver) == []
     shoot(driver, shots_dir(tmp_path_factory) / "list-columns.png")
 
 

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from server.browser_harness import TOKEN, chromium, click, find, login, main_text, shoot, shots_dir
+from server.browser_harness import TOKEN, chromium, click, find, login, low_contrast, main_text, shoot, shots_dir
 from server.server_harness import ServerProcess, wait_until
 from tplog import Store
 from tplog.events import (
@@ -107,6 +107,7 @@ def test_agents_usage_and_long_output(thread_server: tuple[ServerProcess, dict[s
     wait_until(lambda: long.get_attribute("open") is not None and "hotel 49: Lisbon" in long.text)
     # the short arguments are not folded
     assert find(driver, ".tool-call pre.json")[0].text.replace(" ", "") == '{\n"city":"Lisbon"\n}'
+    assert low_contrast(driver) == []
     shoot(driver, shots_dir(tmp_path_factory) / "thread-usage.png")
 
 
@@ -151,6 +152,7 @@ def test_fork_point_and_reason(thread_server: tuple[ServerProcess, dict[str, str
                         ".map(e => e.classList.contains('fork-point') ? 'fork' : e.dataset.turn)")
     assert order == ["0", "1", "fork", "2", "3"]
     assert "Flights" not in main_text(driver)  # the parent's later turns are not the fork's
+    assert low_contrast(driver) == []
     shoot(driver, shots_dir(tmp_path_factory) / "thread-fork.png")
 
 

@@ -96,7 +96,8 @@ export async function showList(view, params) {
   view.app.replaceChildren(
     h("h1", {}, params.q ? "Search" : "Threads"), form(params), status,
     h("table", { class: "threads" },
-      h("thead", {}, h("tr", {}, ["thread", "activity", "agents", "messages", "updated"].map((c) => h("th", {}, c)))),
+      h("thead", {}, h("tr", {}, ["thread", "activity", "agents", "messages", "updated"].map((c) =>
+        h("th", { class: c === "messages" ? "num" : null }, c)))),
       rows),
     more);
   await load();
