@@ -166,6 +166,12 @@ def test_keyboard(list_server: tuple[ServerProcess, dict[str, str]], driver: Any
     assert driver.execute_script("return document.activeElement.value") == "j"
     keys(driver, Keys.ESCAPE)
     assert driver.execute_script("return document.activeElement.id") != "q"
+    # "/" on a thread: back to the list, in its search box
+    find(driver, "a.title")[0].click()
+    wait_until(lambda: "#/thread/" in driver.current_url and "about" in main_text(driver))
+    keys(driver, "/")
+    wait_until(lambda: driver.execute_script("return document.activeElement.id") == "q")
+    assert "#/thread/" not in driver.current_url
 
 
 def test_phone_width(list_server: tuple[ServerProcess, dict[str, str]], driver: Any,
@@ -184,3 +190,33 @@ def test_phone_width(list_server: tuple[ServerProcess, dict[str, str]], driver: 
     assert driver.execute_script(before, f'tr[data-thread="{ids["refund"]}"] td[data-label="activity"]') == (
         '"activity: "')  # each value is labelled on the card
     shoot(driver, shots_dir(tmp_path_factory) / "list-phone.png", width=390)
+
+
+def test_search_answer_rendering(list_server: tuple[ServerProcess, dict[str, str]], driver: Any) -> None:
+    """A search answer's row (the shape GET /threads?q= answers with: each summary with its hit) as
+    the page renders it: the snippet's text stays text, its U+E000/U+E001 marks become <mark>, and
+    the row opens the thread at the hit. (Rendered in the page from the list's module, so this
+    does not depend on the server's q= support; the end-to-end search test comes with it.)"""
+    srv, _ = list_server
+    login(driver, srv)
+    wait_until(lambda: len(_rows(driver)) == 8)
+    got = driver.execute_async_script("""
+      const done = arguments[arguments.length - 1];
+      import("/ui/list.js").then((m) => {
+        const tr = m.row({thread_id: "t-1", title: "Refund <b>now</b>", activity: "waiting_approval",
+          agent_ids: ["a"], agent_names: {a: "Support Bot"}, messages: 3, user_turns: 1, agent_turns: 1,
+          updated_ns: Date.now() * 1e6, hit: {turn: 2, seq: 7, field: "prompt", score: 1.5, matches: 2,
+          snippet: "I want a \\uE000refund\\uE001 for <img src=x onerror=window.__pwned=1> order"}}, "refund");
+        document.body.appendChild(document.createElement("table")).appendChild(tr);
+        const hit = tr.querySelector(".hit");
+        done({marks: [...hit.querySelectorAll("mark")].map((x) => x.textContent),
+              imgs: tr.querySelectorAll("img").length, text: hit.textContent,
+              href: tr.querySelector("a.title").getAttribute("href"),
+              title: tr.querySelector("a.title").textContent});
+      }, (e) => done({error: String(e)}));
+    """)
+    assert got["marks"] == ["refund"] and got["imgs"] == 0
+    assert got["text"].startswith("I want a refund for <img src=x onerror=window.__pwned=1> order")
+    assert "turn 2 · prompt" in got["text"]
+    assert got["href"] == "#/thread/t-1?turn=2&seq=7&q=refund" and got["title"] == "Refund <b>now</b>"
+    assert driver.execute_script("return window.__pwned === undefined") is True

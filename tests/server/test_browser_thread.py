@@ -162,7 +162,7 @@ def test_opened_from_a_search_hit(thread_server: tuple[ServerProcess, dict[str, 
     srv, ids = thread_server
     login(driver, srv)
     driver.set_window_size(1280, 500)
-    driver.get(f"{srv.url}/#/thread/{ids['parent']}?turn=3&seq=20&q=flights%20EUR")
+    driver.get(f"{srv.url}/#/thread/{ids['parent']}?turn=4&seq=20&q=flights%20EUR")  # turns from 1
     wait_until(lambda: driver.find_elements("css selector", "section.turn.hit-turn"))
     assert _js(driver, "return document.querySelector('.hit-turn').dataset.turn") == "3"
     marks = _js(driver, "return [...document.querySelectorAll('mark.hl')].map(m => m.textContent.toLowerCase())")

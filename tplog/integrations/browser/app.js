@@ -11,6 +11,7 @@ let tail = null; // the AbortController of the open thread's event tail
 let nav = 0; // bumped on each navigation: a view still loading for an older one drops its result
 let view = null;
 let lastList = "#/"; // where Esc goes back to from a thread
+let focusSearch = false; // "/" pressed on a thread: the list's search box gets the focus once shown
 
 function showError(err) {
   app.replaceChildren(h("p", { class: "error" }, String(err.message || err)));
@@ -64,7 +65,11 @@ function route() {
   const m = (path || "").match(/^\/thread\/(.+)$/);
   if (!m) lastList = listHash(params);
   const shown = m ? showThread(view, decodeURIComponent(m[1]), params) : showList(view, params);
-  shown.catch((e) => me === nav && showError(e));
+  shown.then(() => {
+    const q = document.getElementById("q");
+    if (focusSearch && me === nav && q) q.focus();
+    focusSearch = false;
+  }, (e) => me === nav && showError(e));
   window.scrollTo(0, 0);
 }
 
@@ -80,7 +85,8 @@ document.addEventListener("keydown", (e) => {
   if (typing) return;
   if (e.key === "/") {
     const q = document.getElementById("q");
-    if (q) { e.preventDefault(); q.focus(); q.select(); } else location.hash = lastList;
+    e.preventDefault();
+    if (q) { q.focus(); q.select(); } else { focusSearch = true; location.hash = lastList; }
     return;
   }
   if (view && view.keys && view.keys(e)) e.preventDefault();

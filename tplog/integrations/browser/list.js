@@ -33,7 +33,8 @@ function form(params) {
   return f;
 }
 
-function row(t, q) {
+// One thread's row (exported for the page's tests of a search answer's rendering)
+export function row(t, q) {
   const names = t.agent_names || {};
   const hit = t.hit;
   const open = hit ? threadHref(t.thread_id, `turn=${hit.turn}&seq=${hit.seq}&q=${enc(q)}`) : threadHref(t.thread_id);
@@ -45,7 +46,7 @@ function row(t, q) {
       t.fork_of ? h("span", { class: "badge fork", title: `forked from ${t.fork_of}` }, "fork") : null,
       h("div", {}, h("code", { class: "tid", title: t.thread_id }, shortId(t.thread_id))),
       hit ? h("div", { class: "hit" }, snippet(hit.snippet),
-        h("span", { class: "meta" }, ` turn ${hit.turn} · ${hit.field}`)) : null),
+        h("span", { class: "meta" }, hit.turn ? ` turn ${hit.turn} · ${hit.field}` : ` ${hit.field}`)) : null),
     h("td", { "data-label": "activity" }, activityBadge(t.activity)),
     h("td", { class: "agents", "data-label": "agents" }, (t.agent_ids || []).map((id) =>
       h("a", { href: listHash({ agent: id }), class: "agent", title: `agent id ${id}` }, names[id] || id))),

@@ -231,12 +231,14 @@ function findNode(node, id) {
   return null;
 }
 
-// Opened from a search hit: mark the hit's turn, highlight the query's words, scroll there once.
+// Opened from a search hit: mark the hit's turn (search numbers turns from 1; 0 is the title or
+// metadata), highlight the query's words, scroll there once.
 function showHit(view, params, scroll) {
   if (!params.q && params.turn === undefined) return;
   const conv = view.app.querySelector(".conversation");
   highlight(conv, queryWords(params.q));
-  const turn = conv.querySelector(`[data-turn="${CSS.escape(String(params.turn))}"]`);
+  const index = Number(params.turn) - 1;
+  const turn = index >= 0 ? conv.querySelector(`[data-turn="${index}"]`) : null;
   if (!turn) return;
   turn.classList.add("hit-turn");
   if (scroll) (turn.querySelector("mark.hl") || turn).scrollIntoView({ block: "center" });
