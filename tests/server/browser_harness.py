@@ -47,6 +47,7 @@ def chromium() -> Iterator[Any]:
     for arg in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--disable-gpu",
                 f"--window-size={WIDTH},1000"):
         opts.add_argument(arg)
+    opts.set_capability("goog:loggingPrefs", {"browser": "ALL"})  # console errors: see console_errors()
     drv = webdriver.Chrome(options=opts, service=Service(executable_path=CHROMEDRIVER))
     drv.set_page_load_timeout(30)
     try:
@@ -135,3 +136,8 @@ return out;
 def low_contrast(drv: Any, minimum: float = 4.5) -> list[Any]:
     """The page's texts below ``minimum`` (WCAG AA for body text: 4.5), as (element, text, ratio)."""
     return list(drv.execute_script(_CONTRAST, minimum))
+
+
+def console_errors(drv: Any) -> list[str]:
+    """The console's errors since the last call (a script error, a refused module, a CSP violation)."""
+    return [e["message"] for e in drv.get_log("browser") if e.get("level") == "SEVERE"]

@@ -10,7 +10,18 @@ from typing import Any
 
 import pytest
 
-from server.browser_harness import TOKEN, chromium, find, keys, login, low_contrast, main_text, shoot, shots_dir
+from server.browser_harness import (
+    TOKEN,
+    chromium,
+    console_errors,
+    find,
+    keys,
+    login,
+    low_contrast,
+    main_text,
+    shoot,
+    shots_dir,
+)
 from server.server_harness import ServerProcess, wait_until
 from tplog import Store
 from tplog.events import (
@@ -101,6 +112,7 @@ def test_columns_and_one_request(list_server: tuple[ServerProcess, dict[str, str
     assert "ago" in updated.text or updated.text == "just now"
     assert updated.get_attribute("title").endswith("Z")  # the exact time, UTC
     assert low_contrast(driver) == []
+    assert console_errors(driver) == []  # the modules loaded under the CSP, no script error
     shoot(driver, shots_dir(tmp_path_factory) / "list-columns.png")
 
 

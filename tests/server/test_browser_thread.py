@@ -11,7 +11,18 @@ from typing import Any
 
 import pytest
 
-from server.browser_harness import TOKEN, chromium, click, find, login, low_contrast, main_text, shoot, shots_dir
+from server.browser_harness import (
+    TOKEN,
+    chromium,
+    click,
+    console_errors,
+    find,
+    login,
+    low_contrast,
+    main_text,
+    shoot,
+    shots_dir,
+)
 from server.server_harness import ServerProcess, wait_until
 from tplog import Store
 from tplog.events import (
@@ -153,6 +164,7 @@ def test_fork_point_and_reason(thread_server: tuple[ServerProcess, dict[str, str
     assert order == ["0", "1", "fork", "2", "3"]
     assert "Flights" not in main_text(driver)  # the parent's later turns are not the fork's
     assert low_contrast(driver) == []
+    assert console_errors(driver) == []
     shoot(driver, shots_dir(tmp_path_factory) / "thread-fork.png")
 
 
