@@ -134,6 +134,7 @@ def test_filters_paging_and_errors(list_server: tuple[ServerProcess, dict[str, s
     wait_until(lambda: _rows(driver) == [ids["refund"]])
     # metadata, typed as key=value
     driver.get(f"{srv.url}/#/")
+    wait_until(lambda: len(_rows(driver)) == 8)  # the new view, not the one the hash change replaces
     meta = find(driver, "#meta")[0]
     meta.send_keys("team=red\n")
     wait_until(lambda: _rows(driver) == [ids["crash"]])
