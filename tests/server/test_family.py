@@ -116,6 +116,10 @@ def test_bounds(family_server: tuple[ServerProcess, dict[str, str]]) -> None:
     assert down0["root"]["children"] == [] and down0["truncated"] is True
     one = _get(srv, f"/threads/{ids['root']}/family?limit=2").json()
     assert len(_ids(one["root"])) == 1 and one["truncated"] is True
+    # past the limit, the path from the root down to the thread is still there
+    path = _get(srv, f"/threads/{ids['grandchild']}/family?limit=1").json()
+    assert path["truncated"] is True and _ids(path["root"]) == [ids["child"]]
+    assert _ids(path["root"]["children"][0]) == [ids["grandchild"]]
     whole = _get(srv, f"/threads/{ids['root']}/family").json()
     assert whole["truncated"] is False
     for bad in ("up=-1", "down=99", "limit=x", "limit=²"):

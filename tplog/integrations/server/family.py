@@ -2,7 +2,8 @@
 
 The tree starts at the thread's oldest ancestor reached by ``spawned_from`` (at most ``up``
 steps up) and holds the descendants of that ancestor (spawned children and forks) down to
-``down`` levels below the thread, ``limit`` nodes in all; ``truncated`` says a bound cut it.
+``down`` levels below the thread, ``limit`` nodes in all (plus the path down to the thread,
+which is always there); ``truncated`` says a bound cut it.
 Each node carries what its head says (title, activity, agents by name) and, for a fork,
 its fork point and reason (from its ``spawned_from`` link's metadata, :mod:`tplog.fork`).
 The thread's other links (not ``spawned_from``), both ways, come beside the tree. Every read
@@ -54,7 +55,7 @@ def _node(store: Store, tid: str, cache: dict[str, dict[str, Any]]) -> dict[str,
         }
         if h.fork_of is not None:
             node["fork"] = _fork_info(store, h.thread_id, h.fork_of, h.fork_at)
-    cache[tid] = node
+    cache[tid] = cache[node["thread_id"]] = node  # by the id asked and as the head spells it
     return node
 
 
@@ -87,6 +88,8 @@ def family(store: Store, thread_id: str, *, up: int, down: int, limit: int) -> d
     else:
         truncated = cache[chain[-1]].get("parent") is not None
     root = cache[chain[-1]]
+    # each ancestor's child toward the thread: kept even past the limit, so the thread is in its tree
+    toward = {chain[i + 1]: chain[i] for i in range(len(chain) - 1)}
     max_level = len(chain) - 1 + down
     seen = {root["thread_id"]}
     queue = deque([(root, 0)])
@@ -101,7 +104,11 @@ def family(store: Store, thread_id: str, *, up: int, down: int, limit: int) -> d
         kids = store.children(node["thread_id"], limit=room + 1) if room > 0 else []
         if len(kids) > room or (room <= 0 and _has_children(store, node["thread_id"])):
             truncated = True
-        for kid in kids[: max(room, 0)]:
+        take = kids[: max(room, 0)]
+        path = toward.get(node["thread_id"])
+        if path is not None and path not in take:
+            take.append(path)
+        for kid in take:
             if kid in seen:
                 continue
             seen.add(kid)
