@@ -12,10 +12,10 @@ const LONG_LINES = 16;
 
 async function fetchThread(id) {
   const p = "/threads/" + enc(id);
-  const [thread, turns, pending, interrupts, links, family] = await Promise.all([
-    api(p), api(p + "/turns"), api(p + "/pending"), api(p + "/interrupts"), api(p + "/links"), api(p + "/family"),
+  const [thread, turns, pending, interrupts, family] = await Promise.all([
+    api(p), api(p + "/turns"), api(p + "/pending"), api(p + "/interrupts"), api(p + "/family"),
   ]);
-  return { thread, turns, pending, interrupts, links, family };
+  return { thread, turns, pending, interrupts, family };
 }
 
 // A JSON or text block; a long one is folded (its first line shown) until clicked open.
@@ -162,12 +162,12 @@ function turnView(turn, index, ctx, inProgress) {
   usage ? h("div", { class: "usage" }, "usage: " + usageText(usage)) : null);
 }
 
-// The fork's spawned_from link (tplog.fork writes its branch point and reason there)
-function forkOf(d) {
-  const lk = d.links.links.find((l) => l.relation === "spawned_from" && l.metadata && l.metadata.branch_point);
-  if (!lk) return null;
-  const m = /^turn_(\d+)$/.exec(lk.metadata.branch_point || "");
-  return { parent: lk.thread_id, seq: lk.metadata.seq, reason: lk.metadata.reason, turns: m ? Number(m[1]) : 0 };
+// A fork's parent, fork point and reason (the family route reads them from its spawned_from link)
+function forkOf(me) {
+  const f = me && me.fork;
+  if (!f) return null;
+  const m = /^turn_(\d+)$/.exec(f.branch_point || "");
+  return { parent: f.of, seq: f.seq, reason: f.reason, turns: m ? Number(m[1]) : 0 };
 }
 
 function agentsLine(th) {
@@ -189,7 +189,8 @@ function renderThread(view, id, d) {
   const waiting = d.pending.pending;
   const turns = th.turns.map((t, i) => turnView(t, i, ctx, false));
   if (d.turns.in_progress) turns.push(turnView(d.turns.in_progress, th.turns.length, ctx, true));
-  const fork = forkOf(d);
+  const me = findNode(d.family.root, d.family.thread_id);
+  const fork = forkOf(me);
   if (fork) {
     const at = Math.min(fork.turns, turns.length);
     turns.splice(at, 0, h("div", { class: "fork-point", role: "note", "data-seq": fork.seq },
@@ -201,7 +202,6 @@ function renderThread(view, id, d) {
     const u = t.turn_type === "agent" ? turnUsage(t) : null;
     for (const k of TOKENS) if (u && typeof u[k] === "number") total[k] = (total[k] || 0) + u[k];
   }
-  const me = findNode(d.family.root, d.family.thread_id);
   view.where.textContent = th.title || id;
   view.app.replaceChildren(h("div", {},
     h("h1", {}, th.title || "Untitled thread", me ? activityBadge(me.activity) : null),
