@@ -17,6 +17,7 @@ from server.browser_harness import (
     click,
     console_errors,
     find,
+    keys,
     login,
     low_contrast,
     main_text,
@@ -116,6 +117,10 @@ def test_agents_usage_and_long_output(thread_server: tuple[ServerProcess, dict[s
     assert "show all 50 lines" in long.text
     long.find_element("css selector", "summary").click()
     wait_until(lambda: long.get_attribute("open") is not None and "hotel 49: Lisbon" in long.text)
+    # j/k move from turn to turn
+    keys(driver, "j", "j", "j", "k", "\ue015")  # \ue015: selenium's arrow down
+    at = "return [...document.querySelectorAll('section.turn.selected')].map(t => t.dataset.turn)"
+    assert _js(driver, at) == ["2"] and _js(driver, "return document.activeElement.dataset.turn") == "2"
     # the short arguments are not folded
     assert find(driver, ".tool-call pre.json")[0].text.replace(" ", "") == '{\n"city":"Lisbon"\n}'
     assert low_contrast(driver) == []

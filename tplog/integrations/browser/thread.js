@@ -244,12 +244,29 @@ function showHit(view, params, scroll) {
   if (scroll) (turn.querySelector("mark.hl") || turn).scrollIntoView({ block: "center" });
 }
 
+// j/k or arrows move from turn to turn (the page re-renders live: the position is a turn index)
+function turnKeys(view) {
+  let at = -1;
+  return (e) => {
+    const step = e.key === "j" || e.key === "ArrowDown" ? 1 : e.key === "k" || e.key === "ArrowUp" ? -1 : 0;
+    const turns = view.app.querySelectorAll("section.turn");
+    if (!step || !turns.length) return false;
+    at = Math.max(0, Math.min(turns.length - 1, at + step));
+    turns.forEach((t, n) => t.classList.toggle("selected", n === at));
+    turns[at].setAttribute("tabindex", "-1");
+    turns[at].focus({ preventScroll: true });
+    turns[at].scrollIntoView({ block: "nearest" });
+    return true;
+  };
+}
+
 export async function showThread(view, id, params) {
   view.where.textContent = id;
   let d = await fetchThread(id);
   if (!view.current()) return;
   renderThread(view, id, d);
   showHit(view, params, true);
+  view.keys = turnKeys(view);
   // Follow the thread: any new event re-reads and re-renders it (coalesced while one is in flight).
   let busy = false;
   let again = false;
