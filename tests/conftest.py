@@ -89,7 +89,7 @@ def _markers(item: pytest.Item) -> set[str]:
         needs.add("pg")
     if path.startswith("aisdk/"):
         needs.add("node")
-    if path in ("server/test_browser.py", "aisdk/test_usechat_page.py"):  # chromium through selenium
+    if path.startswith("server/test_browser") or path == "aisdk/test_usechat_page.py":  # chromium, selenium
         needs.add("browser")
     if path == "test_powerloss.py":
         needs.add("fuse")

@@ -229,7 +229,7 @@ def _seed(store: Store, thread_id: str, phead: ThreadHead, at: int,
         h = ThreadHead(thread_id="", user_turns=phead.user_turns, agent_turns=phead.agent_turns,
                        messages=phead.messages, links=phead.links - len(outgoing(1, first)),
                        activity=phead.activity, title=phead.title, metadata=phead.metadata,
-                       agent_ids=list(phead.agent_ids))
+                       agent_ids=list(phead.agent_ids), agent_names=dict(phead.agent_names))
         inh = inherited([first, *_prefix(store, thread_id, at)], at) if (
             at > 1 and _may_inherit(store, thread_id, phead, first)) else []
         return h, phead.user_turns + phead.agent_turns, inh

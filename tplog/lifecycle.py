@@ -64,6 +64,9 @@ def note(h: Any, ev: Any) -> None:
         h.activity = "idle"
     elif isinstance(ev, AgentRegistered):
         _agent(h, ev.agent.agent_id)
+        name = ev.agent.agent_name
+        if isinstance(name, str):
+            h.agent_names = {**h.agent_names, ev.agent.agent_id: name, ev.registry_key: name}
     elif isinstance(ev, ThreadStarted):
         h.title = ev.title if isinstance(ev.title, str) else None
         h.metadata = ev.metadata if isinstance(ev.metadata, dict) else None

@@ -45,6 +45,7 @@ def test_a_forks_head_is_its_seeds_values_at_the_fork_point(rec: Recorder, check
     append(rec, part(p, [started(p), register(), *exchange(), *exchange()]))  # seqs 1..10
     seed = ThreadHead(thread_id="", user_turns=2, agent_turns=3, messages=4, links=5, activity="interrupted",
                       title="seeded", metadata={"from": "seed"}, agent_ids=["a1", "a2"], parent="seed-parent",
+                      agent_names={"a1": "Writer"},
                       # rule values and an open turn in the seed are not the fork's: it keeps none
                       agents=["x"], turn_end=7, open_turn_start=8, open_turn_last=9, rules=1,
                       open_turn_agent="a9", open_turn_seq=3)
@@ -64,7 +65,7 @@ def test_a_forks_head_is_its_seeds_values_at_the_fork_point(rec: Recorder, check
         # not kept (rules 0): the next checked append folds them from the spliced log
         "agents": [], "turn_end": None, "open_turn_start": None, "open_turn_last": None, "rules": 0,
         "activity": "interrupted", "title": "seeded", "metadata": {"from": "seed"}, "agent_ids": ["a1", "a2"],
-        "parent": "seed-parent", "fork_of": p, "fork_at": 6}
+        "parent": "seed-parent", "fork_of": p, "fork_at": 6, "agent_names": {"a1": "Writer"}}
     assert head.stored_bytes > 0 and head.created_ns > 0 and head.updated_ns >= head.created_ns
 
 

@@ -4,14 +4,13 @@ against a real ``tplog serve``: list -> thread -> spawned child, as a person see
 The store holds a parent thread with a tool call and its return, an interrupted turn, a tool
 call waiting for approval, and a spawned child. The server wants a token (issue 37): the
 browser signs in once with ``/?token=…``, the test's own requests send it as a Bearer header.
-Under ``CI=true`` a missing chromium fails the test (``.ci/run`` installs it); elsewhere it
-skips, naming what to install.
+The list's and the thread's newer parts (issue 40) are tested in test_browser_list.py and
+test_browser_thread.py.
 """
 
 from __future__ import annotations
 
 import os
-import shutil
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -19,6 +18,7 @@ from typing import Any
 
 import pytest
 
+from server.browser_harness import AUTH, TOKEN, chromium, click, find, login, main_text, shoot
 from server.server_harness import ServerProcess, chat_body, wait_until
 from tplog import Store
 from tplog.events import (
@@ -33,24 +33,6 @@ from tplog.events import (
 from tplog.integrations.server.security import ENV_AUTH_TOKEN
 from tplog.integrations.vercel import thread_id_for_chat
 from tplog.protocol import model as m
-
-CHROMIUM = os.environ.get("TPLOG_CHROMIUM", "/usr/bin/chromium")
-CHROMEDRIVER = os.environ.get("TPLOG_CHROMEDRIVER", "/usr/bin/chromedriver")
-TOKEN = "browser-" + "t" * 24
-AUTH = {"authorization": f"Bearer {TOKEN}"}
-
-
-def _need_browser() -> None:
-    try:
-        import selenium  # noqa: F401
-    except ImportError:  # a declared test dependency: a broken install fails, it does not skip
-        pytest.fail("the selenium package is missing (pip install -e '.[test]')")
-    missing = [p for p in (CHROMIUM, CHROMEDRIVER) if not shutil.which(p)]
-    if missing:
-        msg = f"the browser test needs {', '.join(missing)} (apt-get install chromium chromium-driver)"
-        if os.environ.get("CI") == "true":
-            pytest.fail(msg)
-        pytest.skip(msg)
 
 
 @pytest.fixture(scope="module")
@@ -73,61 +55,7 @@ def browser_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[S
 
 @pytest.fixture
 def driver() -> Iterator[Any]:
-    _need_browser()
-    from selenium import webdriver
-    from selenium.webdriver.chrome.service import Service
-
-    opts = webdriver.ChromeOptions()
-    opts.binary_location = CHROMIUM
-    for arg in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--disable-gpu",
-                "--window-size=1280,1000"):
-        opts.add_argument(arg)
-    drv = webdriver.Chrome(options=opts, service=Service(executable_path=CHROMEDRIVER))
-    drv.set_page_load_timeout(30)
-    try:
-        yield drv
-    finally:
-        drv.quit()
-
-
-def _find(drv: Any, css: str, timeout: float = 15.0) -> Any:
-    from selenium.webdriver.common.by import By
-
-    return wait_until(lambda: drv.find_elements(By.CSS_SELECTOR, css), timeout=timeout)
-
-
-def _shoot(drv: Any, path: Path) -> None:
-    """A screenshot of the whole page: the window grown to the page's height first."""
-    height = drv.execute_script("return document.documentElement.scrollHeight")
-    drv.set_window_size(1280, max(800, min(int(height) + 200, 4000)))
-    drv.save_screenshot(str(path))
-    drv.set_window_size(1280, 1000)
-
-
-def _click(drv: Any, css: str) -> None:
-    """Click the first match; again if a live re-render replaced it between finding and clicking."""
-    from selenium.common.exceptions import StaleElementReferenceException
-
-    def attempt() -> bool:
-        try:
-            _find(drv, css)[0].click()
-            return True
-        except StaleElementReferenceException:
-            return False
-
-    wait_until(attempt)
-
-
-def _login(drv: Any, srv: ServerProcess) -> None:
-    """Once, as a person would open the link: the token goes to a cookie and out of the address bar."""
-    drv.get(f"{srv.url}/?token={TOKEN}")
-    wait_until(lambda: drv.current_url == srv.url + "/")
-
-
-def _text(drv: Any) -> str:
-    from selenium.webdriver.common.by import By
-
-    return str(drv.find_element(By.TAG_NAME, "main").text)
+    yield from chromium()
 
 
 def test_list_thread_child(browser_server: tuple[ServerProcess, str, str], driver: Any,
@@ -139,53 +67,43 @@ def test_list_thread_child(browser_server: tuple[ServerProcess, str, str], drive
     shots.mkdir(parents=True, exist_ok=True)
 
     # the list: both threads, most recently updated (the child, linked last) first
-    _login(driver, srv)
-    rows = _find(driver, "tr[data-thread]")
+    login(driver, srv)
+    rows = find(driver, "tr[data-thread]")
     assert [r.get_attribute("data-thread") for r in rows] == [child, parent]
-    wait_until(lambda: "weather in Paris" in _text(driver))  # titles arrive per row
-    _shoot(driver, shots / "list.png")
-
-    # the client-side filter hides rows whose id and title do not match
-    filt = _find(driver, "#filter")[0]
-    filt.send_keys("paris")
-    wait_until(lambda: [r.is_displayed() for r in rows] == [False, True])
-    filt.clear()
-    filt.send_keys("x")  # clear() sends no input event: type, then erase
-    filt.send_keys("\b")
-    wait_until(lambda: all(r.is_displayed() for r in rows))
+    assert "weather in Paris" in main_text(driver)  # titles come in the page (no request per row)
+    shoot(driver, shots / "list.png")
 
     # list -> thread: the conversation
-    _click(driver, f'tr[data-thread="{parent}"] a.tid')
-    _find(driver, "section.turn")
-    text = wait_until(lambda: (t := _text(driver)) and "delete_file" in t and t)
+    click(driver, f'tr[data-thread="{parent}"] a.title')
+    find(driver, "section.turn")
+    text = wait_until(lambda: (t := main_text(driver)) and "delete_file" in t and t)
     assert "weather in Paris" in text  # the user's prompt
     assert "get_weather" in text and '"city": "Paris"' in text  # the tool call with its arguments
     assert "sunny and 20 °C in Paris" in text  # its return
     assert "Interrupted here: error" in text  # the interruption, in the turn where it happened
-    interrupted = _find(driver, "section.turn.was-interrupted")
+    interrupted = find(driver, "section.turn.was-interrupted")
     assert len(interrupted) == 1 and interrupted[0].get_attribute("data-turn") == "3"
-    pending = _find(driver, ".tool-call.pending")
+    pending = find(driver, ".tool-call.pending")
     assert len(pending) == 1 and "delete_file" in pending[0].text and "awaiting approval" in pending[0].text
     assert "1 tool call waiting: delete_file (awaiting approval)" in text
-    _shoot(driver, shots / "thread.png")
+    shoot(driver, shots / "thread.png")
 
     # live: approving the call (another client) shows its result and clears the flag, no reload
     with srv.client(headers=AUTH) as c:
         [call] = c.get(f"/threads/{parent}/pending").json()["pending"]
         r = c.post(f"/threads/{parent}/approvals", json={"approvals": {call["tool_call_id"]: True}})
         assert r.status_code == 200
-    wait_until(lambda: "delete_file: deleted /tmp/report.txt." in _text(driver), timeout=20)
-    assert "waiting" not in _text(driver) and not driver.find_elements("css selector", ".tool-call.pending")
-    _shoot(driver, shots / "thread-live.png")
+    wait_until(lambda: "delete_file: deleted /tmp/report.txt." in main_text(driver), timeout=20)
+    assert "waiting" not in main_text(driver) and not driver.find_elements("css selector", ".tool-call.pending")
+    shoot(driver, shots / "thread-live.png")
 
-    # thread -> spawned child, and back to the parent through the link tree
-    _click(driver, f'.links.children a[href="#/thread/{child}"]')
-    wait_until(lambda: "weather in Oslo" in _text(driver))
-    assert "sunny and 19 °C in Oslo" in _text(driver)
-    assert "waiting" not in _text(driver)  # nothing pending in the child
-    back = _find(driver, f'.links.parent a[href="#/thread/{parent}"]')
+    # thread -> spawned child, and back to the parent through the family tree
+    click(driver, f'.links.family li[data-thread="{child}"] > a[href="#/thread/{child}"]')
+    wait_until(lambda: "sunny and 19 °C in Oslo" in main_text(driver))
+    assert "waiting" not in main_text(driver)  # nothing pending in the child
+    back = find(driver, f'.links.family li[data-thread="{parent}"] > a[href="#/thread/{parent}"]')
     assert back
-    _shoot(driver, shots / "child.png")
+    shoot(driver, shots / "child.png")
     print(f"\nbrowser screenshots: {shots}")
     for name in ("list.png", "thread.png", "thread-live.png", "child.png"):
         assert (shots / name).stat().st_size > 10_000, name
@@ -198,9 +116,9 @@ def test_stored_text_is_not_html(browser_server: tuple[ServerProcess, str, str],
     payload = '<img src=x onerror="window.__pwned=1"><b id="injected">bold</b>'
     with srv.client(headers=AUTH) as c:
         assert c.post("/api/chat", json=chat_body(chat, payload)).status_code == 200
-    _login(driver, srv)
+    login(driver, srv)
     driver.get(f"{srv.url}/#/thread/{thread_id_for_chat(chat)}")
-    wait_until(lambda: payload in _text(driver))
+    wait_until(lambda: payload in main_text(driver))
     from selenium.webdriver.common.by import By
 
     assert driver.find_elements(By.ID, "injected") == []
@@ -208,7 +126,7 @@ def test_stored_text_is_not_html(browser_server: tuple[ServerProcess, str, str],
 
 
 def test_page_assets(browser_server: tuple[ServerProcess, str, str]) -> None:
-    """The page and its two assets come from the package; other names under /ui/ are 404."""
+    """The page and its assets come from the package; other names under /ui/ are 404."""
     srv, _, _ = browser_server
     with srv.client(headers=AUTH) as c:
         page = c.get("/")
@@ -216,8 +134,9 @@ def test_page_assets(browser_server: tuple[ServerProcess, str, str]) -> None:
         csp = page.headers["content-security-policy"]
         assert "default-src 'self'" in csp and "*" not in csp and "frame-ancestors 'none'" in csp
         assert page.headers["x-content-type-options"] == "nosniff"
-        assert '<script src="/ui/app.js">' in page.text
-        assert c.get("/ui/app.js").headers["content-type"].startswith("text/javascript")
+        assert '<script type="module" src="/ui/app.js">' in page.text
+        for name in ("app.js", "dom.js", "list.js", "thread.js", "family.js"):  # ES modules need a JS type
+            assert c.get(f"/ui/{name}").headers["content-type"].startswith("text/javascript"), name
         assert c.get("/ui/app.css").headers["content-type"].startswith("text/css")
         assert c.get("/ui/__init__.py").status_code == 404
         assert c.get("/ui/..%2F__init__.py").status_code == 404
@@ -231,10 +150,10 @@ def test_turn_in_progress_shows_live(browser_server: tuple[ServerProcess, str, s
     chat = f"live-{uuid.uuid4().hex[:8]}"
     with srv.client(headers=AUTH) as c:
         assert c.post("/api/chat", json=chat_body(chat, "hello")).status_code == 200
-    _login(driver, srv)
+    login(driver, srv)
     driver.get(f"{srv.url}/#/thread/{thread_id_for_chat(chat)}")
-    wait_until(lambda: "You said: hello" in _text(driver))
-    _find(driver, "#live:not([hidden])")
+    wait_until(lambda: "You said: hello" in main_text(driver))
+    find(driver, "#live:not([hidden])")
 
     def slow() -> None:
         with srv.client(timeout=60.0, headers=AUTH) as c:
@@ -246,8 +165,8 @@ def test_turn_in_progress_shows_live(browser_server: tuple[ServerProcess, str, s
         # read in the page: the view is re-rendered on every event, so element handles go stale
         open_text = 'const e = document.querySelector("section.turn.open"); return e ? e.innerText : ""'
         wait_until(lambda: "in progress" in driver.execute_script(open_text), timeout=20)
-        wait_until(lambda: "word29" in _text(driver) and not driver.find_elements("css selector", "section.turn.open"),
-                   timeout=30)
+        wait_until(lambda: "word29" in main_text(driver)
+                   and not driver.find_elements("css selector", "section.turn.open"), timeout=30)
     finally:
         runner.join(60)
 
@@ -297,9 +216,9 @@ def test_files_and_remote_images(browser_server: tuple[ServerProcess, str, str],
             AgentTurnCompleted(completed_at=at),
         ])
     try:
-        _login(driver, srv)
+        login(driver, srv)
         driver.get(f"{srv.url}/#/thread/{t}")
-        text = wait_until(lambda: (x := _text(driver)) and "invoice.pdf" in x and x)
+        text = wait_until(lambda: (x := main_text(driver)) and "invoice.pdf" in x and x)
         assert not driver.find_elements(By.CSS_SELECTOR, "p.error"), text
         assert "report.pdf (application/pdf" in text and "here is the invoice" in text
         imgs = [i.get_attribute("src") for i in driver.find_elements(By.CSS_SELECTOR, "main img")]
@@ -309,7 +228,7 @@ def test_files_and_remote_images(browser_server: tuple[ServerProcess, str, str],
         keep = os.environ.get("TPLOG_SCREENSHOTS")
         shots = Path(keep) if keep else tmp_path_factory.mktemp("screenshots-files")
         shots.mkdir(parents=True, exist_ok=True)
-        _shoot(driver, shots / "files.png")
+        shoot(driver, shots / "files.png")
         assert hits == []  # nothing fetched the remote image
     finally:
         tracker.shutdown()

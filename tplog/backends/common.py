@@ -159,8 +159,9 @@ def apply_fork(head: ThreadHead, seed: ForkSeed) -> ThreadHead:
     return msgspec.structs.replace(
         head, version=seed.at, fork_of=seed.parent, fork_at=seed.at, user_turns=s.user_turns,
         agent_turns=s.agent_turns, messages=s.messages, links=s.links, activity=s.activity, title=s.title,
-        metadata=s.metadata, agent_ids=list(s.agent_ids), parent=s.parent, rules=0, agents=[], turn_end=None,
-        open_turn_start=None, open_turn_last=None, open_turn_agent=None, open_turn_seq=0)
+        metadata=s.metadata, agent_ids=list(s.agent_ids), agent_names=dict(s.agent_names), parent=s.parent,
+        rules=0, agents=[], turn_end=None, open_turn_start=None, open_turn_last=None, open_turn_agent=None,
+        open_turn_seq=0)
 
 
 def check_fork_parent(seed: ForkSeed, parent: ThreadHead | None) -> None:

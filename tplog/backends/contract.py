@@ -123,6 +123,9 @@ class ThreadHead(msgspec.Struct, array_like=True, kw_only=True):
     # from there, not copied; its own rows are seq 1 (its ThreadStarted) and seqs > fork_at.
     fork_of: str | None = None
     fork_at: int = 0
+    # agent id (and registry key) -> registered agent_name, for listings that show who took part
+    # without reading the thread; heads written before it decode with {} (listings then show ids).
+    agent_names: dict[str, str] = {}
 
 
 #: One prefix event's link-index input: its seq, the LinkAdded (or ``None``), the

@@ -1,5 +1,5 @@
 """The thread browser served at ``/`` by ``tplog serve``: one HTML page, a stylesheet and a
-small vanilla script, shipped as package data (no build step, no CDN). The script reads the
+few small vanilla ES modules, shipped as package data (no build step, no CDN). The script reads the
 server's JSON endpoints and follows a thread's SSE tail; it never puts stored text into HTML
 (every string goes in through ``textContent``/attributes), and loads no remote URL: a stored
 image or file at a web address is shown as a link (the app's Content-Security-Policy, set on
@@ -20,6 +20,10 @@ __all__ = ["ASSETS", "browser_routes"]
 #: the files under ``/ui/`` and their media types; nothing else is served from the package
 ASSETS = {
     "app.js": "text/javascript; charset=utf-8",
+    "dom.js": "text/javascript; charset=utf-8",
+    "list.js": "text/javascript; charset=utf-8",
+    "thread.js": "text/javascript; charset=utf-8",
+    "family.js": "text/javascript; charset=utf-8",
     "app.css": "text/css; charset=utf-8",
 }
 

@@ -65,7 +65,8 @@ Endpoints
 ``has_children=1|0``: as ``Store.threads``), ``GET /threads/{id}``
 (ThreadProtocol v0.0.4 JSON), ``/threads/{id}/turns``, ``/pending``,
 ``/interrupts``, ``/children`` (``?limit=&after=&recursive=1&max_depth=``),
-``/links`` (``?incoming=1&relation=``); ``POST /threads/{id}/fork`` (``{"at": SEQ, "thread_id": NEW,
+``/links`` (``?incoming=1&relation=``), ``/family`` (``?up=&down=&limit=``: the family tree,
+:mod:`tplog.integrations.server.family`); ``POST /threads/{id}/fork`` (``{"at": SEQ, "thread_id": NEW,
 "reason": ...}`` → 201 with the append result: ``Store.fork``)
     Read-only views, JSON. ``/children`` and ``/links?incoming=1`` also answer for
     a thread stored elsewhere that a stored thread links to; as ``Store.children``,

@@ -28,6 +28,7 @@ from tplog.integrations.http import error_response as _error_response
 from tplog.integrations.resume import AfterStop, resume_response
 from tplog.integrations.scheduled_prune import PruneSchedule
 from tplog.integrations.server.config import AppendTimings, OnDisconnect, TpChunks
+from tplog.integrations.server.family import family_route
 from tplog.integrations.server.limits import ServerLimits, check_chat_shape, check_depth, check_fork_id, held
 from tplog.integrations.server.security import SecureApp, Security, redact_access_log
 from tplog.integrations.server.state import Server, new_message_id, path_thread, thread_for
@@ -682,6 +683,7 @@ def create_app(
         Route("/threads/{thread_id}/interrupts", guarded(interrupts), methods=["GET"]),
         Route("/threads/{thread_id}/children", guarded(children), methods=["GET"]),
         Route("/threads/{thread_id}/links", guarded(links), methods=["GET"]),
+        Route("/threads/{thread_id}/family", guarded(family_route(srv)), methods=["GET"]),
         Route("/threads/{thread_id}/events", guarded(events), methods=["GET"]),
         Route("/threads/{thread_id}/approvals", guarded(approvals), methods=["POST"]),
         Route("/threads/{thread_id}/fork", guarded(fork), methods=["POST"]),
