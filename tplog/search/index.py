@@ -13,7 +13,8 @@ Tables: ``rows`` (one per event and field: scope, thread key, id, turn, seq, fie
 ``scopes`` (each scope's covered positions, one per log) and ``meta``. Several processes
 may share the file: catch-up takes SQLite's write lock (``BEGIN IMMEDIATE``) and re-reads
 the covered positions under it; one that finds the lock taken answers from what is
-indexed and says how far behind that is.
+indexed and says how far behind that is. All scopes share the tables: a query ranks every
+scope's matching rows and keeps the caller's (one file, at the cost of other tenants' matches).
 """
 
 from __future__ import annotations
