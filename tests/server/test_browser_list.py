@@ -233,3 +233,37 @@ def test_search_answer_rendering(list_server: tuple[ServerProcess, dict[str, str
     assert "turn 2 · prompt" in got["text"]
     assert got["href"] == "#/thread/t-1?turn=2&seq=7&q=refund" and got["title"] == "Refund <b>now</b>"
     assert driver.execute_script("return window.__pwned === undefined") is True
+
+
+def test_search_end_to_end(list_server: tuple[ServerProcess, dict[str, str]], driver: Any,
+                           tmp_path_factory: pytest.TempPathFactory) -> None:
+    """The search box against the server's own index (GET /threads?q=): one request, the hits
+    ranked with their snippets marked, the server's filters still applying, a hit opening its turn."""
+    srv, ids = list_server
+    login(driver, srv)
+    wait_until(lambda: len(_rows(driver)) == 8)
+    driver.execute_script("performance.clearResourceTimings()")
+    box = find(driver, "#q")[0]
+    box.send_keys("chat\n")
+    wait_until(lambda: sorted(_rows(driver)) == sorted(ids[f"idle{i}"] for i in range(4)))
+    assert "q=chat" in driver.current_url
+    reqs = _thread_requests(driver)
+    assert len(reqs) == 1 and "q=chat" in reqs[0]
+    marks = driver.execute_script("return [...document.querySelectorAll('tr[data-thread] .hit mark')]"
+                                  ".map(m => m.textContent.toLowerCase())")
+    assert marks and set(marks) == {"chat"}
+    shoot(driver, shots_dir(tmp_path_factory) / "list-search.png")
+    # a word in one thread only, its prompt: that thread, and its row opens the thread at the hit
+    driver.get(f"{srv.url}/#/?q=refund")
+    wait_until(lambda: _rows(driver) == [ids["refund"]])
+    # with a filter the hit does not pass: nothing
+    driver.get(f"{srv.url}/#/?q=refund&activity=interrupted")
+    wait_until(lambda: "No threads match." in main_text(driver))
+    assert _rows(driver) == []
+    driver.get(f"{srv.url}/#/?q=refund")
+    wait_until(lambda: _rows(driver) == [ids["refund"]])
+    find(driver, f'tr[data-thread="{ids["refund"]}"] a.title')[0].click()
+    wait_until(lambda: "#/thread/" + ids["refund"] in driver.current_url)
+    wait_until(lambda: "about Refund request" in main_text(driver))
+    assert "q=refund" in driver.current_url
+    shoot(driver, shots_dir(tmp_path_factory) / "thread-from-search.png")
