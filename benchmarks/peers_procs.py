@@ -68,26 +68,26 @@ def _instrument(st: LockStats) -> None:
     lock0, unlock0, run0 = LmdbEngine._lock_writers, LmdbEngine._unlock_writers, LmdbEngine.run_write
     clock = time.perf_counter
 
-    def lock(self: Any) -> None:
+    def lock(self: Any, on_wait: Any = None) -> None:
         t = clock()
-        lock0(self)
+        lock0(self, on_wait)
         st.acquired = st.built = clock()
         st.wait += st.acquired - t
 
     def unlock(self: Any) -> None:
+        t = clock()  # before the release: another process's hold may start right after it
         unlock0(self)
-        t = clock()
         st.hold += t - st.acquired
         st.build += st.built - st.acquired
         st.spans.append((st.acquired, t))
 
-    def run_write(self: Any, fn: Callable[[Any], Any]) -> Any:
+    def run_write(self: Any, fn: Callable[[Any], Any], on_wait: Any = None) -> Any:
         def timed(txn: Any) -> Any:
             out = fn(txn)
             st.built = clock()
             return out
 
-        return run0(self, timed)
+        return run0(self, timed, on_wait)
 
     LmdbEngine._lock_writers = lock  # type: ignore[method-assign]
     LmdbEngine._unlock_writers = unlock  # type: ignore[method-assign]

@@ -213,11 +213,20 @@ class LmdbEngine:
             fd, self._wfd = self._wfd, None
             os.close(fd)
 
-    def _lock_writers(self) -> None:
+    def _lock_writers(self, on_wait: Callable[[], object] | None = None) -> None:
         """Queue behind other processes' write transactions (see the module's docstring).
-        Callers hold ``_write_lock``: an fcntl lock belongs to the process, not the thread."""
+        Callers hold ``_write_lock``: an fcntl lock belongs to the process, not the thread.
+        ``on_wait`` runs first if another process holds the lock (before this one blocks)."""
         if self._wfd is not None:
             try:
+                if on_wait is not None:
+                    try:
+                        fcntl.lockf(self._wfd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                        return
+                    except OSError as exc:
+                        if exc.errno not in (errno.EACCES, errno.EAGAIN):
+                            raise
+                    on_wait()
                 fcntl.lockf(self._wfd, fcntl.LOCK_EX)
             except OSError as exc:  # pragma: no cover - EDEADLK/ENOLCK
                 raise StorageError(f"{self.path}: cannot lock writer.lck: {exc}") from exc
@@ -342,10 +351,11 @@ class LmdbEngine:
                     cond.release()
             self._adopt_size()  # another process grew the map; adopt it, then retry
 
-    def run_write(self, fn: Callable[[WriteTxn], R]) -> R:
+    def run_write(self, fn: Callable[[WriteTxn], R], on_wait: Callable[[], object] | None = None) -> R:
         """Run ``fn`` in one write transaction and commit; retried after map growth.
 
-        ``fn`` must not have effects outside the transaction (it may run again).
+        ``fn`` must not have effects outside the transaction (it may run again). ``on_wait``
+        runs (once per attempt) when another process's write transaction holds the lock.
         """
         self._check()
         if self.readonly:
@@ -355,7 +365,7 @@ class LmdbEngine:
                 txn = None
                 try:
                     with self._rw.shared():
-                        self._lock_writers()
+                        self._lock_writers(on_wait)
                         try:
                             txn = self._env.begin(write=True)
                             try:
