@@ -1,6 +1,6 @@
 """Several worker processes appending to one store (issue #41): tplog and DIY SQLite, N x 8 against 1 x 16.
 
-    python -m benchmarks.peers_procs [--quick] [--repeat N] [--procs N] [--dir D] [--json PATH] [--no-md]
+    python -m benchmarks.peers_procs [--quick] [--repeat N] [--procs N] [--ab] [--dir D] [--json PATH] [--no-md]
 
 What ``tplog serve --workers N`` does to a store: N processes, each with 8 writer threads, append
 the peers module's conversations (each conversation written by one thread of one process, one
@@ -15,7 +15,9 @@ engine queues on before ``env.begin(write=True)``, see ``tplog.backends.lmdb.eng
 the engine's lock/unlock and ``run_write`` in the child only (the library is not changed): per
 process, how long its commits waited for the lock and held it (building the transaction, then the
 commit's two fsyncs), its groups (appends per commit), how often the other process committed between
-two of its commits, and its CPU time per message. ``python -m benchmarks.peers`` runs these rows too.
+two of its commits, and its CPU time per message. ``--ab`` adds tplog as it flushed before issue #41
+(the meta page inside the commit, under the lock: LMDB ``metasync``), in the same alternation.
+``python -m benchmarks.peers`` runs these rows too.
 """
 
 from __future__ import annotations
@@ -98,6 +100,20 @@ def _child(kind: str, d: pathlib.Path, share: list[Any], writers: int, go: Any, 
     from benchmarks import peers
 
     st = LockStats()
+    if kind == "tplog-metalock":  # as before issue #41: LMDB flushes the meta page inside the commit, locked
+        import lmdb
+
+        from tplog.backends.lmdb import engine as E
+
+        lmdb_open, init = lmdb.open, E.LmdbEngine.__init__
+        lmdb.open = lambda *a, **k: lmdb_open(*a, **{**k, "metasync": True})
+
+        def locked_meta(self: Any, *a: Any, **k: Any) -> None:
+            init(self, *a, **k)
+            self._meta_sync = False
+
+        E.LmdbEngine.__init__ = locked_meta  # type: ignore[method-assign]
+        kind = "tplog"
     if kind == "tplog":
         _instrument(st)
         sysm: peers.System = peers.TplogSystem(d)
@@ -114,7 +130,7 @@ def _child(kind: str, d: pathlib.Path, share: list[Any], writers: int, go: Any, 
     t1 = time.perf_counter()
     st.cpu = time.process_time() - c0
     st.messages = len(stamps)
-    if kind == "tplog":
+    if kind != "diy":
         gc = sysm.store.backend._gc  # type: ignore[attr-defined]
         st.commits, st.appends = gc.commits, gc.appends
         st.spans = [s for s in st.spans if s[0] >= t0]
@@ -134,7 +150,7 @@ def measure(
 
         d = base / f"{kind}-{procs}x{writers}-{uuid.uuid4().hex[:8]}"
         d.mkdir()
-        (peers.TplogSystem(d) if kind == "tplog" else peers.DiySqlite(d)).close()  # created once, before the race
+        (peers.TplogSystem(d) if kind != "diy" else peers.DiySqlite(d)).close()  # created once, before the race
         go = ctx.Barrier(procs)
         pipes, children = [], []
         for p in range(procs):
@@ -207,25 +223,44 @@ LOCK_HEADERS = [
 ]
 
 
-def configurations(procs: int) -> list[tuple[str, str, int, int]]:
-    """(label, kind, processes, writers per process): one process first, then ``procs``."""
+METALOCK = "meta page flushed under the lock"
+
+
+def configurations(procs: int, ab: bool = False) -> list[tuple[str, str, int, int]]:
+    """(label, kind, processes, writers per process): one process first, then ``procs``; ``ab``:
+    also tplog as it flushed before (the meta page inside the commit, under the writer lock)."""
     one, many = f"1 x {procs * WRITERS}", f"{procs} x {WRITERS}"
     return [
         (f"tplog {one}", "tplog", 1, procs * WRITERS),
         (f"tplog {many}", "tplog", procs, WRITERS),
         (f"DIY SQLite WAL FULL {one}", "diy", 1, procs * WRITERS),
         (f"DIY SQLite WAL FULL {many}", "diy", procs, WRITERS),
-    ]
+    ] + (
+        [
+            (f"tplog {one}, {METALOCK}", "tplog-metalock", 1, procs * WRITERS),
+            (f"tplog {many}, {METALOCK}", "tplog-metalock", procs, WRITERS),
+        ]
+        if ab
+        else []
+    )
 
 
-def add_rows(report: Report, root: pathlib.Path, convs: list[Any], repeat: int, procs: int) -> None:
+def add_rows(report: Report, root: pathlib.Path, convs: list[Any], repeat: int, procs: int, ab: bool = False) -> None:
     """The multi-process rows, their per-repetition ratios, goals and the lock table, into ``report``."""
     stats: dict[str, list[Any]] = {}
-    confs = configurations(procs)
+    confs = configurations(procs, ab)
     systems = [(label, measure(kind, root, convs, p, w, stats, label)) for label, kind, p, w in confs]
     rows = report.add(run_interleaved(W_PROCS, systems, repeat))
     by = {r.system: r for r in rows}
-    t1, tn, d1, dn = (by[c[0]] for c in confs)
+    t1, tn, d1, dn = (by[c[0]] for c in confs[:4])
+    extra = []
+    if ab:
+        m1, mn = (by[c[0]] for c in confs[4:])
+        extra = [
+            (f"tplog {procs} processes ÷ the same, {METALOCK}", tn, mn, None),
+            (f"tplog 1 process ÷ the same, {METALOCK}", t1, m1, None),
+            (f"tplog {procs} processes, {METALOCK} ÷ 1 process, {METALOCK}", mn, m1, None),
+        ]
 
     def spread(num: Any, den: Any) -> tuple[float, str]:
         ratios = [b / a for a, b in zip(num.samples, den.samples, strict=True)]  # seconds: den ÷ num = rate ratio
@@ -237,6 +272,7 @@ def add_rows(report: Report, root: pathlib.Path, convs: list[Any], repeat: int, 
         (f"tplog {procs} processes ÷ DIY SQLite {procs} processes", tn, dn, 1.5),
         (f"DIY SQLite {procs} processes ÷ DIY SQLite 1 process", dn, d1, None),
         ("tplog 1 process ÷ DIY SQLite 1 process", t1, d1, None),
+        *extra,
     ):
         med, rng = spread(num, den)
         table.append(
@@ -270,12 +306,13 @@ def add_rows(report: Report, root: pathlib.Path, convs: list[Any], repeat: int, 
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     tiny = "--tiny" in argv  # the smoke test's size: a few seconds
+    ab = "--ab" in argv  # also tplog flushing the meta page under the lock (as before issue #41)
     procs = 2
     if "--procs" in argv:
         i = argv.index("--procs")
         procs = int(argv[i + 1])
         del argv[i : i + 2]
-    argv = [a for a in argv if a != "--tiny"]
+    argv = [a for a in argv if a not in ("--tiny", "--ab")]
     args, size, report, Store = start(NAME, TITLE, __doc__, SIZES, argv)
     if Store is None:
         report.finish()
@@ -296,7 +333,7 @@ def main(argv: list[str] | None = None) -> int:
     }
     with workdir(args.dir, NAME) as root:
         report.machine = machine_info(root)
-        add_rows(report, root, convs, args.repeat, procs)
+        add_rows(report, root, convs, args.repeat, procs, ab)
     report.finish()
     return 0
 

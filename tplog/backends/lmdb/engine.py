@@ -103,6 +103,12 @@ class LmdbEngine:
     crash or power loss may undo the last committed transaction(s) until the
     next durable commit or :meth:`sync`. A process crash loses nothing in
     either mode (writes are in the OS page cache).
+
+    Both open LMDB with ``MDB_NOMETASYNC``; a durable write transaction flushes its meta page
+    itself (``mdb_env_sync``) after releasing the cross-process writer lock and before it returns,
+    so another process commits (its data pages flushed under the lock) during this one's second
+    flush instead of waiting for it. Integrity is LMDB's ``MDB_NOMETASYNC`` guarantee (the meta
+    page names only flushed pages); a reader may see a durable commit during its meta flush.
     """
 
     def __init__(
@@ -120,6 +126,7 @@ class LmdbEngine:
         self.path = os.path.abspath(path)
         self.readonly = readonly
         self.durability = durability
+        self._meta_sync = durability == "durable" and not readonly
         self.max_map_size = max_map_size
         self._pid = os.getpid()
         self._closed = False
@@ -138,7 +145,7 @@ class LmdbEngine:
                         max_dbs=len(TABLES) + 4,
                         max_readers=max_readers,
                         readonly=readonly,
-                        metasync=durability == "durable",
+                        metasync=False,  # durable: flushed by run_write, outside the writer lock
                         sync=True,
                         lock=True,
                         readahead=False,
@@ -251,6 +258,8 @@ class LmdbEngine:
                             self._dbs[name] = self._env.open_db(name.encode(), txn=txn)
                 finally:
                     self._unlock_writers()
+                if self._meta_sync:
+                    self._env.sync(True)
         except lmdb.MapResizedError:
             raise
         except lmdb.Error as exc:
@@ -376,6 +385,8 @@ class LmdbEngine:
                                 raise
                         finally:
                             self._unlock_writers()
+                        if self._meta_sync:  # the commit's meta page, with no other process waiting on it
+                            self._env.sync(True)
                         return result
                 except lmdb.MapFullError:
                     if txn is not None:
