@@ -28,7 +28,9 @@ call, with its durable default (recorded in the output):
   per-step ``put_writes`` a graph also makes is left out, again the peer's best case).
 - **JSONL** — one file per conversation, a line per message, ``fsync`` per message.
 
-Workloads: durable append with 1 writer and with 16 writers (long enough to reach
+Workloads: durable append with 1 writer and with 16 writers, and 2 worker processes x 8 writers
+against 1 x 16 on one store, tplog and DIY SQLite (``benchmarks.peers_procs``: with the write lock's
+wait and hold per process); (the single-process rows run long enough to reach
 steady state: the rate in each quarter of the run is shown, and the device flushes per
 append from the block device's counters); loading a ~20-message conversation as
 pydantic-ai messages (cold: nothing cached; warm: tplog's fold cache and converted
@@ -85,6 +87,7 @@ SIZES = {
     "long_loads": (1, 3),
 }
 WRITERS = 16
+PROCS = 2  # worker processes of the multi-process rows (benchmarks.peers_procs)
 LONG_INDEX = 9_100_000  # outside any corpus range
 AGENT = "agent"
 
@@ -775,6 +778,10 @@ def main(argv: list[str] | None = None) -> int:
                     (cls.name, measure_append(cls, root, per, workload, cls.name, dev, use_async=cls is OpenAISession))
                 )
             report.add(run_interleaved(workload, systems, R))
+        if with_tplog:  # N worker processes x 8 writers on one store, against 1 x 16 (issue #41)
+            from benchmarks import peers_procs
+
+            peers_procs.add_rows(report, root, convs, R, PROCS)
 
         # Steady state and flushes, from each system's last repeat.
         rows = []

@@ -111,8 +111,17 @@ def worker(store_dir: str, wid: int, threads: int, seed: int, durability: str, s
         import lmdb
 
         orig = lmdb.open
+        from tplog.backends.lmdb import engine as lmdb_engine
+
         override = {"nosync": {"sync": False}, "nometasync": {"metasync": False}}[broken]
         lmdb.open = lambda *a, **k: orig(*a, **{**k, **override})
+        init = lmdb_engine.LmdbEngine.__init__
+
+        def no_meta_flush(self: Any, *a: Any, **k: Any) -> None:  # a durable commit flushes its meta page itself
+            init(self, *a, **k)
+            self._meta_sync = False
+
+        lmdb_engine.LmdbEngine.__init__ = no_meta_flush  # type: ignore[method-assign]
     out_lock = threading.Lock()
 
     def emit(obj: dict[str, Any]) -> None:

@@ -103,6 +103,12 @@ class LmdbEngine:
     crash or power loss may undo the last committed transaction(s) until the
     next durable commit or :meth:`sync`. A process crash loses nothing in
     either mode (writes are in the OS page cache).
+
+    Both open LMDB with ``MDB_NOMETASYNC``; a durable write transaction flushes its meta page
+    itself (``mdb_env_sync``) after releasing the cross-process writer lock and before it returns,
+    so another process commits (its data pages flushed under the lock) during this one's second
+    flush instead of waiting for it. Integrity is LMDB's ``MDB_NOMETASYNC`` guarantee (the meta
+    page names only flushed pages); a reader may see a durable commit during its meta flush.
     """
 
     def __init__(
@@ -120,6 +126,7 @@ class LmdbEngine:
         self.path = os.path.abspath(path)
         self.readonly = readonly
         self.durability = durability
+        self._meta_sync = durability == "durable" and not readonly
         self.max_map_size = max_map_size
         self._pid = os.getpid()
         self._closed = False
@@ -138,7 +145,7 @@ class LmdbEngine:
                         max_dbs=len(TABLES) + 4,
                         max_readers=max_readers,
                         readonly=readonly,
-                        metasync=durability == "durable",
+                        metasync=False,  # durable: flushed by run_write, outside the writer lock
                         sync=True,
                         lock=True,
                         readahead=False,
@@ -213,11 +220,20 @@ class LmdbEngine:
             fd, self._wfd = self._wfd, None
             os.close(fd)
 
-    def _lock_writers(self) -> None:
+    def _lock_writers(self, on_wait: Callable[[], object] | None = None) -> None:
         """Queue behind other processes' write transactions (see the module's docstring).
-        Callers hold ``_write_lock``: an fcntl lock belongs to the process, not the thread."""
+        Callers hold ``_write_lock``: an fcntl lock belongs to the process, not the thread.
+        ``on_wait`` runs first if another process holds the lock (before this one blocks)."""
         if self._wfd is not None:
             try:
+                if on_wait is not None:
+                    try:
+                        fcntl.lockf(self._wfd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                        return
+                    except OSError as exc:
+                        if exc.errno not in (errno.EACCES, errno.EAGAIN):
+                            raise
+                    on_wait()
                 fcntl.lockf(self._wfd, fcntl.LOCK_EX)
             except OSError as exc:  # pragma: no cover - EDEADLK/ENOLCK
                 raise StorageError(f"{self.path}: cannot lock writer.lck: {exc}") from exc
@@ -242,6 +258,8 @@ class LmdbEngine:
                             self._dbs[name] = self._env.open_db(name.encode(), txn=txn)
                 finally:
                     self._unlock_writers()
+                if self._meta_sync:
+                    self._env.sync(True)
         except lmdb.MapResizedError:
             raise
         except lmdb.Error as exc:
@@ -342,10 +360,11 @@ class LmdbEngine:
                     cond.release()
             self._adopt_size()  # another process grew the map; adopt it, then retry
 
-    def run_write(self, fn: Callable[[WriteTxn], R]) -> R:
+    def run_write(self, fn: Callable[[WriteTxn], R], on_wait: Callable[[], object] | None = None) -> R:
         """Run ``fn`` in one write transaction and commit; retried after map growth.
 
-        ``fn`` must not have effects outside the transaction (it may run again).
+        ``fn`` must not have effects outside the transaction (it may run again). ``on_wait``
+        runs (once per attempt) when another process's write transaction holds the lock.
         """
         self._check()
         if self.readonly:
@@ -355,7 +374,7 @@ class LmdbEngine:
                 txn = None
                 try:
                     with self._rw.shared():
-                        self._lock_writers()
+                        self._lock_writers(on_wait)
                         try:
                             txn = self._env.begin(write=True)
                             try:
@@ -366,6 +385,8 @@ class LmdbEngine:
                                 raise
                         finally:
                             self._unlock_writers()
+                        if self._meta_sync:  # the commit's meta page, with no other process waiting on it
+                            self._env.sync(True)
                         return result
                 except lmdb.MapFullError:
                     if txn is not None:

@@ -316,8 +316,21 @@ class LmdbRecorder(LmdbMaintenance):
         cache = gc.cache
         writes: dict[str, Any] = {}
 
+        waited: list[bool] = []
+
+        def waiting() -> None:
+            # Another process commits: the previous group's callers and new appenders run while this
+            # one waits, and what they queue meanwhile joins this group (taken below, under the lock).
+            waited.append(True)
+            gc.gate.set()
+            wake(gc.waking)
+
         def work(txn: WriteTxn) -> list[tuple[AppendResult | None, BaseException | None]]:
             gc.gate.clear()
+            if waited:
+                with gc.cond:
+                    batch.extend(gc.queue)  # in queue order, after what the group already holds
+                    gc.queue.clear()
             writes.clear()
             txn_id = txn.id()
             heads: dict[bytes, bytes] = {}
@@ -346,7 +359,7 @@ class LmdbRecorder(LmdbMaintenance):
             return out
 
         try:
-            results = self.engine.run_write(work)
+            results = self.engine.run_write(work, waiting)
         except BaseException as exc:  # engine failure: every append of the group failed
             gc.gate.set()
             cache.clear()
