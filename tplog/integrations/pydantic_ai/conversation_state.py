@@ -45,8 +45,9 @@ DELETED_KEY: Final = "pydantic_ai.deleted"
 BARE_KEY: Final = "pydantic_ai.entries"
 
 _PAGE: Final = 200
-_MAX_ENTRIES: Final = 50_000  # decoded entries kept over all threads (LRU by thread)
+_MAX_ENTRIES: Final = 20_000  # decoded entries kept over all threads (LRU by thread), as Store's fold_cache
 _MAX_THREADS: Final = 100_000
+_SHORT: Final = 64  # events: a thread this short is read whole at once (its history is read next)
 
 _MSG_TA: pydantic.TypeAdapter[Any] = pydantic.TypeAdapter(pm.ModelMessage)
 
@@ -158,7 +159,7 @@ class States:
         if st is not None and (st.entries is not None or not entries):
             if st.version < head.version:
                 st = st.extended(store.read(tid, after=st.version))
-        elif entries:
+        elif entries or head.version <= _SHORT:
             events = store.read(tid)
             st = ThreadState(events[-1].seq if events else 0, _marker(events) or {}, entries_of(events))
         else:

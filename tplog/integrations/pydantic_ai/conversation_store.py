@@ -37,12 +37,14 @@ Mapping (see tplog/integrations/DECISIONS.md, "Pydantic AI's conversation store"
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import contextlib
+import functools
 import os
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from datetime import datetime
-from typing import Any, Final, Literal
+from typing import Any, Final, Literal, TypeVar
 
 import msgspec
 import pydantic
@@ -119,6 +121,7 @@ _GEN_NAMESPACE: Final = uuid.UUID("0d7c9a52-3e1b-4f6a-8c2d-91b7e5a4f3c8")
 _WHERE_MAX: Final = 100_000
 _PAGE = 200  # threads per listing page
 
+_T = TypeVar("_T")
 _RECORD_TA: pydantic.TypeAdapter[ConversationRecord] = pydantic.TypeAdapter(ConversationRecord)
 _MSG_TA: pydantic.TypeAdapter[Any] = pydantic.TypeAdapter(pm.ModelMessage)
 
@@ -132,6 +135,15 @@ def _later(ts: str, floor: str | None) -> str:
     if floor is None:
         return ts
     return floor if datetime.fromisoformat(ts) < datetime.fromisoformat(floor) else ts
+
+
+#: Where the store's blocking calls run: a pool of its own, wider than asyncio's default (5 + cores
+#: threads), so up to this many concurrent saves meet in one group commit (one fsync between them).
+_POOL: concurrent.futures.Executor = concurrent.futures.ThreadPoolExecutor(32, thread_name_prefix="tplog-conversations")
+
+
+async def _off_loop(fn: Callable[..., _T], *args: Any) -> _T:
+    return await asyncio.get_running_loop().run_in_executor(_POOL, functools.partial(fn, *args))
 
 
 def _gen_id(root: str, k: int) -> str:
@@ -357,7 +369,7 @@ class TplogConversationStore(ConversationStore):
         return self._current(conversation_id)[2]
 
     async def read_record(self, conversation_id: str) -> ConversationRecord | None:
-        return await asyncio.to_thread(self._sync_read_record, conversation_id)
+        return await _off_loop(self._sync_read_record, conversation_id)
 
     def _sync_read_records(self, scope: str | None, limit: int | None) -> list[ConversationRecord]:
         want = {_KIND_KEY: "conversation"} if scope is None else {_SCOPE_KEY: scope}
@@ -382,7 +394,7 @@ class TplogConversationStore(ConversationStore):
         return found[:limit]
 
     async def read_records(self, *, scope: str | None = None, limit: int | None = None) -> Sequence[ConversationRecord]:
-        return await asyncio.to_thread(self._sync_read_records, scope, limit)
+        return await _off_loop(self._sync_read_records, scope, limit)
 
     # ------------------------------------------------------------------ writes
 
@@ -530,7 +542,7 @@ class TplogConversationStore(ConversationStore):
 
     async def write_record(self, record: ConversationRecord, *, new_entries: Sequence[ConversationEntry] = (),
                            expected_revision: str | None) -> None:
-        await asyncio.to_thread(self._sync_write_record, record, list(new_entries), expected_revision)
+        await _off_loop(self._sync_write_record, record, list(new_entries), expected_revision)
 
     def _sync_delete_record(self, conversation_id: str, expected_revision: str) -> None:
         tid, _k, stored, version, _ = self._current(conversation_id)
@@ -546,7 +558,7 @@ class TplogConversationStore(ConversationStore):
             self._store.delete_thread(tid, reason="pydantic_ai conversation deleted")
 
     async def delete_record(self, conversation_id: str, *, expected_revision: str) -> None:
-        await asyncio.to_thread(self._sync_delete_record, conversation_id, expected_revision)
+        await _off_loop(self._sync_delete_record, conversation_id, expected_revision)
 
     # ------------------------------------------------------------------ entries
 
@@ -574,7 +586,7 @@ class TplogConversationStore(ConversationStore):
         return line
 
     async def read_history(self, head_id: str | None, *, limit: int | None = None) -> list[ConversationEntry]:
-        return await asyncio.to_thread(self._sync_read_history, head_id, limit)
+        return await _off_loop(self._sync_read_history, head_id, limit)
 
     async def read_entry(self, entry_id: str) -> ConversationEntry:
         return (await self.read_history(entry_id, limit=1))[0]
