@@ -29,20 +29,24 @@ def store(request: pytest.FixtureRequest) -> Any:
     s.close()
 
 
-def _history() -> list[pm.ModelMessage]:
-    """Every place a loaded message holds a dict or list the store decoded."""
+def _history(rounds: int = 1) -> list[pm.ModelMessage]:
+    """Every place a loaded message holds a dict or list the store decoded, ``rounds`` times."""
+    return [m for i in range(rounds) for m in _round(f"c{i}")]
+
+
+def _round(call: str) -> list[pm.ModelMessage]:
     return [
         pm.ModelRequest.user_text_prompt("look it up"),
         pm.ModelResponse(
             parts=[
                 pm.TextPart("calling", provider_details={"k": [1, 2]}),
-                pm.ToolCallPart("find", {"q": {"terms": ["a", "b"]}}, tool_call_id="c1", provider_details={"p": {}}),
+                pm.ToolCallPart("find", {"q": {"terms": ["a", "b"]}}, tool_call_id=call, provider_details={"p": {}}),
             ],
             metadata={"m": [1]},
             provider_details={"d": {"x": 1}},
         ),
         pm.ModelRequest(
-            parts=[pm.ToolReturnPart("find", {"hits": [{"id": 1}]}, tool_call_id="c1", metadata={"n": [2]})],
+            parts=[pm.ToolReturnPart("find", {"hits": [{"id": 1}]}, tool_call_id=call, metadata={"n": [2]})],
             metadata={"r": {"y": [3]}},
         ),
         pm.ModelResponse(parts=[pm.ThinkingPart("hm", provider_details={"t": [4]}), pm.TextPart("done")]),
@@ -70,13 +74,14 @@ def _scribble(messages: list[pm.ModelMessage]) -> None:
                 spoil(getattr(p, name, None))
 
 
-def test_a_loaded_conversation_shares_nothing_with_the_store(store: Store) -> None:
+@pytest.mark.parametrize("rounds", [1, 20])  # a short thread is read whole with its record; a long one not
+def test_a_loaded_conversation_shares_nothing_with_the_store(store: Store, rounds: int) -> None:
     async def go() -> None:
         cs = TplogConversationStore(store)
-        history = _history()
+        history = _history(rounds)
         want = TA.dump_json(history)
         await cs.save(Conversation(conversation_id="c", messages=history))
-        for _ in range(3):  # cold, then from the kept entries
+        for _ in range(4):  # cold, again (a long thread's entries are kept from then on), from what is kept
             loaded = await cs.load("c")
             assert loaded is not None and TA.dump_json(loaded.messages) == want
             _scribble(loaded.messages)

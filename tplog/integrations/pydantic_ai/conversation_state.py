@@ -17,6 +17,7 @@ from typing import Any, Final
 import pydantic
 from pydantic_ai import messages as pm
 
+from tplog.backends.memory import MemoryRecorder
 from tplog.errors import ThreadDeletedError
 from tplog.events import AgentTurnInterrupted, MessageRecorded, RecordedEvent, ThreadInfoChanged, UserTurnSubmitted
 from tplog.integrations.pydantic_ai.mapping import message_from_tp, request_from_user_turn
@@ -78,23 +79,24 @@ def entries_of(events: Sequence[RecordedEvent], into: Entries | None = None) -> 
     return out
 
 
-def message_of(obj: Any) -> pm.ModelMessage:
+def message_of(obj: Any, *, own: bool = True) -> pm.ModelMessage:
     """The Pydantic AI message an entry's stored object holds, sharing nothing with it (the
-    object may be a cached or a backend's own one)."""
+    object may be a cached or a backend's own one), unless not ``own``: the object is the
+    caller's to give away."""
     exact = obj["message"] if isinstance(obj, dict) else obj.extra[ENTRY_KEY].get("message")
     if exact is not None:
         out: pm.ModelMessage = _MSG_TA.validate_json(exact)
         return out
-    return converted(obj)
+    return converted(obj, own=own)
 
 
-def converted(obj: m.UserTurn | m.RequestMessage | m.ResponseMessage) -> pm.ModelMessage:
+def converted(obj: m.UserTurn | m.RequestMessage | m.ResponseMessage, *, own: bool = True) -> pm.ModelMessage:
     """A protocol user turn or message as Pydantic AI's, built directly where the shape allows
     (``fast_message``), else validated; a save stores the exact JSON of any message this does
     not give back byte for byte."""
     if isinstance(obj, m.UserTurn):
-        return fast_user_turn(obj, own=True) or request_from_user_turn(obj)
-    return fast_message(obj, own=True) or message_from_tp(obj)
+        return fast_user_turn(obj, own=own) or request_from_user_turn(obj)
+    return fast_message(obj, own=own) or message_from_tp(obj)
 
 
 def _marker(events: Sequence[RecordedEvent]) -> dict[str, Any] | None:
@@ -111,10 +113,11 @@ class ThreadState:
     """One thread as read up to seq ``version``: ``meta`` (``{}``: no record nor marker yet),
     ``entries`` (``None``: not read)."""
 
-    __slots__ = ("entries", "meta", "version")
+    __slots__ = ("entries", "meta", "once", "version")
 
-    def __init__(self, version: int, meta: dict[str, Any], entries: Entries | None) -> None:
+    def __init__(self, version: int, meta: dict[str, Any], entries: Entries | None, once: bool = False) -> None:
         self.version, self.meta, self.entries = version, meta, entries
+        self.once = once  # its history was read once, not kept
 
     def extended(self, events: Sequence[RecordedEvent]) -> ThreadState:
         """This state with ``events`` (those after ``version``) read too."""
@@ -122,7 +125,7 @@ class ThreadState:
             return self
         meta = _marker(events)
         entries = None if self.entries is None else entries_of(events, self.entries)
-        return ThreadState(events[-1].seq, self.meta if meta is None else meta, entries)
+        return ThreadState(events[-1].seq, self.meta if meta is None else meta, entries, self.once)
 
 
 class States:
@@ -130,6 +133,8 @@ class States:
 
     def __init__(self, store: Store, max_entries: int = _MAX_ENTRIES) -> None:
         self._store, self._max = store, max_entries
+        # Whether a read's events are the caller's own (decoded for it), not the backend's stored objects.
+        self._fresh = not isinstance(store.backend, MemoryRecorder)
         self._states: OrderedDict[str, ThreadState] = OrderedDict()
         self._held = 0
         self._lock = threading.Lock()
@@ -166,6 +171,24 @@ class States:
             st = self._backward(tid)
         self.keep(tid, st)
         return st
+
+    def history(self, tid: str) -> tuple[Entries, bool]:
+        """The thread's entries now, and whether nothing else holds their objects (the caller may
+        hand them out instead of copies). A long thread's first history read is not kept: its
+        fresh objects go to the caller; the next read keeps its entries (copied from then on)."""
+        st = self.known(tid)
+        if not self._fresh or (st is not None and (st.entries is not None or st.once)):
+            entries = self.current(tid, entries=True).entries
+            assert entries is not None
+            return entries, False
+        head = self._store.head(tid)
+        if head.status != "active":
+            self.forget(tid)
+            raise ThreadDeletedError(f"thread {tid} was deleted")
+        events = self._store.read(tid)
+        version = events[-1].seq if events else 0
+        self.keep(tid, ThreadState(version, _marker(events) or {}, None, once=True))
+        return entries_of(events), True
 
     def _backward(self, tid: str) -> ThreadState:
         """The newest record or marker, read from the end (a record needs no entries)."""

@@ -569,17 +569,16 @@ class TplogConversationStore(ConversationStore):
         if tid is None:
             raise LookupError(head_id)
         try:
-            entries = self._states.current(tid, entries=True).entries
+            entries, lent = self._states.history(tid)
         except (NotFoundError, ThreadDeletedError) as exc:
             raise LookupError(head_id) from exc
-        assert entries is not None
         line: list[ConversationEntry] = []
         entry_id: str | None = head_id
         while entry_id is not None and (limit is None or len(line) < limit):
             if entry_id not in entries:
                 raise LookupError(entry_id)
             parent, obj, _ = entries[entry_id]
-            line.append(ConversationEntry(id=entry_id, parent_id=parent, message=message_of(obj)))
+            line.append(ConversationEntry(id=entry_id, parent_id=parent, message=message_of(obj, own=not lent)))
             entry_id = parent
         line.reverse()
         self._seen(tid, [e.id for e in line])
