@@ -224,8 +224,12 @@ class _Inline(concurrent.futures.ThreadPoolExecutor):  # asyncio accepts only th
 
 @contextlib.contextmanager
 def _timed(out: list[float]) -> Iterator[None]:
+    from tplog.integrations.pydantic_ai import conversation_store as tcs
+
+    pool = tcs._POOL
     if _PROF:
         asyncio.get_running_loop().set_default_executor(_Inline())
+        tcs._POOL = _Inline()  # the tplog store's own pool too
         _PROF[0].enable()
     t0 = time.perf_counter()
     try:
@@ -234,6 +238,7 @@ def _timed(out: list[float]) -> Iterator[None]:
         out.append(time.perf_counter() - t0)
         if _PROF:
             _PROF[0].disable()
+            tcs._POOL = pool
 
 
 def _ms(s: float) -> str:

@@ -66,6 +66,18 @@ def _simple(k: str, v: Any, kinds: tuple[frozenset[str], frozenset[str]]) -> boo
     return (k in strs and (v is None or isinstance(v, str))) or (k in dicts and (v is None or isinstance(v, dict)))
 
 
+def _same(value: Any) -> Any:
+    return value
+
+
+_pack, _unpack = msgspec.msgpack.Encoder().encode, msgspec.msgpack.Decoder().decode
+
+
+def _copy(value: Any) -> Any:
+    """A deep copy of stored JSON builtins (msgpack keeps every scalar as it is; C speed)."""
+    return _unpack(_pack(value)) if isinstance(value, dict | list) else value
+
+
 class _Unsupported(Exception):
     """This message takes the validating path."""
 
@@ -91,7 +103,7 @@ def _pai(obj: Any) -> dict[str, Any]:
     return pai
 
 
-def _request_part(part: Any) -> Any:
+def _request_part(part: Any, dup: Any) -> Any:
     cls = type(part)
     if cls is m.UserPromptPart:
         content = part.content
@@ -115,7 +127,7 @@ def _request_part(part: Any) -> Any:
         content = part.content
         kw: dict[str, Any] = {}
         if part.metadata is not UNSET:
-            kw["metadata"] = part.metadata
+            kw["metadata"] = dup(part.metadata)
         pai = _pai(part)
         if pai:
             for k, v in pai.items():
@@ -129,7 +141,7 @@ def _request_part(part: Any) -> Any:
                     raise _Unsupported
         return pm.ToolReturnPart(
             tool_name=part.tool_name,
-            content=_content(None if content is UNSET else content),
+            content=dup(_content(None if content is UNSET else content)),
             tool_call_id=part.tool_call_id,
             outcome=outcome,
             **kw,
@@ -152,7 +164,7 @@ def _request_part(part: Any) -> Any:
     raise _Unsupported
 
 
-def _response_part(part: Any) -> Any:
+def _response_part(part: Any, dup: Any) -> Any:
     cls = type(part)
     if cls is m.TextPart:
         kw: dict[str, Any] = {}
@@ -162,7 +174,7 @@ def _response_part(part: Any) -> Any:
         for k, v in pai.items():
             if not _simple(k, v, _PROVIDER):
                 raise _Unsupported
-            kw[k] = v
+            kw[k] = dup(v)
         return pm.TextPart(content=part.content, **kw)
     if cls is m.ToolCallPart:
         args = part.args
@@ -172,13 +184,13 @@ def _response_part(part: Any) -> Any:
             if k == "args" and isinstance(v, str):
                 args = v
             elif _simple(k, v, _CALL):
-                kw[k] = v
+                kw[k] = dup(v)
             else:
                 raise _Unsupported
         if args is UNSET:
             args = None
         elif isinstance(args, dict):
-            args = dict(args)  # the stored object is shared with the fold cache
+            args = dup(args) if dup is not _same else dict(args)  # the stored object is shared with the fold cache
         elif not isinstance(args, str):
             raise _Unsupported
         return pm.ToolCallPart(tool_name=part.tool_name, args=args, tool_call_id=part.tool_call_id, **kw)
@@ -195,7 +207,7 @@ def _response_part(part: Any) -> Any:
         for k, v in pai.items():
             if not _simple(k, v, _PROVIDER):
                 raise _Unsupported
-            kw[k] = v
+            kw[k] = dup(v)
         return pm.ThinkingPart(content="" if content is UNSET or not content else content, **kw)
     raise _Unsupported
 
@@ -221,36 +233,38 @@ def _usage(u: Any) -> RequestUsage:
     return RequestUsage(**kw)
 
 
-def fast_user_turn(turn: m.UserTurn) -> pm.ModelMessage | None:
+def fast_user_turn(turn: m.UserTurn, *, own: bool = False) -> pm.ModelMessage | None:
     """The ``ModelRequest`` a user turn stands for, or ``None`` (see :func:`fast_message`)."""
     pai = turn.extra.get(PAI_KEY) if turn.extra else None
     msg = m.RequestMessage(
         timestamp=turn.submitted_at, parts=turn.parts, agent_id="", extra={} if pai is None else {PAI_KEY: pai}
     )
-    return fast_message(msg)
+    return fast_message(msg, own=own)
 
 
-def fast_message(msg: Any, drop_thinking: bool = False) -> pm.ModelMessage | None:
+def fast_message(msg: Any, drop_thinking: bool = False, *, own: bool = False) -> pm.ModelMessage | None:
     """``msg`` (a protocol request or response) as a Pydantic AI message, or ``None``
     when it has a shape only the validating path handles. With ``drop_thinking`` its
-    thinking parts are left out (the caller skips a message left with no parts)."""
+    thinking parts are left out (the caller skips a message left with no parts). With
+    ``own`` the message shares no dict or list with ``msg`` (a caller may change it)."""
+    dup = _copy if own else _same
     try:
         cls = type(msg)
         if cls is m.RequestMessage:
-            parts = [_request_part(p) for p in msg.parts]
+            parts = [_request_part(p, dup) for p in msg.parts]
             kw: dict[str, Any] = {}
             ts: Any = _ts(msg.timestamp)
             for k, v in _pai(msg).items():
                 if k == "timestamp":
                     ts = None if v is None else _ts(v)
                 elif _simple(k, v, _REQUEST):
-                    kw[k] = v
+                    kw[k] = dup(v)
                 else:
                     raise _Unsupported
             return pm.ModelRequest(parts=parts, timestamp=ts, **kw)
         if cls is m.ResponseMessage:
             src = [p for p in msg.parts if type(p) is not m.ThinkingPart] if drop_thinking else msg.parts
-            parts = [_response_part(p) for p in src]
+            parts = [_response_part(p, dup) for p in src]
             kw = {}
             for f in ("model_name", "provider_name", "provider_response_id", "finish_reason"):
                 v = getattr(msg, f)
@@ -263,7 +277,7 @@ def fast_message(msg: Any, drop_thinking: bool = False) -> pm.ModelMessage | Non
                 if k == "timestamp":
                     ts = _ts(v)
                 elif _simple(k, v, _RESPONSE):
-                    kw[k] = v
+                    kw[k] = dup(v)
                 else:
                     raise _Unsupported
             return pm.ModelResponse(parts=parts, timestamp=ts, **kw)

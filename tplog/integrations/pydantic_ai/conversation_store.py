@@ -37,12 +37,14 @@ Mapping (see tplog/integrations/DECISIONS.md, "Pydantic AI's conversation store"
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import contextlib
+import functools
 import os
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from datetime import datetime
-from typing import Any, Final
+from typing import Any, Final, Literal, TypeVar
 
 import msgspec
 import pydantic
@@ -77,12 +79,25 @@ from tplog.events import (
     UserTurnSubmitted,
 )
 from tplog.ids import new_event_id
+from tplog.integrations.pydantic_ai.conversation_state import (
+    BARE_KEY as _BARE_KEY,
+)
+from tplog.integrations.pydantic_ai.conversation_state import (
+    DELETED_KEY as _DELETED_KEY,
+)
+from tplog.integrations.pydantic_ai.conversation_state import (
+    ENTRY_KEY,
+    RECORD_KEY,
+    States,
+    ThreadState,
+    converted,
+    entries_of,
+    message_of,
+)
 from tplog.integrations.pydantic_ai.mapping import (
     is_user_request,
-    message_from_tp,
     message_to_tp,
     now_iso,
-    request_from_user_turn,
     run_usage_to_tp,
     user_turn_from_request,
 )
@@ -95,16 +110,10 @@ __all__ = ["DEFAULT_AGENT_ID", "ENTRY_KEY", "RECORD_KEY", "TplogConversationStor
 #: The agent id saved conversations' turns are attributed to by default (a UUID, as validate wants).
 DEFAULT_AGENT_ID: Final = thread_id_for("pydantic_ai conversation store")
 
-#: Extension key of an entry's event object: ``{"parent": id | None, "message"?: exact JSON}``.
-ENTRY_KEY: Final = "pydantic_ai_entry"
-#: Thread-metadata key of the conversation's record (``ConversationRecord`` as JSON).
-RECORD_KEY: Final = "pydantic_ai.conversation"
 _SCOPE_KEY: Final = "pydantic_ai.scope"
 _KIND_KEY: Final = "pydantic_ai.store"
 _LAST_KEY: Final = "pydantic_ai.last_time"
 _GEN_KEY: Final = "pydantic_ai.generation"
-_DELETED_KEY: Final = "pydantic_ai.deleted"
-_BARE_KEY: Final = "pydantic_ai.entries"
 
 #: UUIDv5 namespace of generation ids (fixed: a conversation's threads must resolve the same forever).
 _GEN_NAMESPACE: Final = uuid.UUID("0d7c9a52-3e1b-4f6a-8c2d-91b7e5a4f3c8")
@@ -112,6 +121,7 @@ _GEN_NAMESPACE: Final = uuid.UUID("0d7c9a52-3e1b-4f6a-8c2d-91b7e5a4f3c8")
 _WHERE_MAX: Final = 100_000
 _PAGE = 200  # threads per listing page
 
+_T = TypeVar("_T")
 _RECORD_TA: pydantic.TypeAdapter[ConversationRecord] = pydantic.TypeAdapter(ConversationRecord)
 _MSG_TA: pydantic.TypeAdapter[Any] = pydantic.TypeAdapter(pm.ModelMessage)
 
@@ -125,6 +135,15 @@ def _later(ts: str, floor: str | None) -> str:
     if floor is None:
         return ts
     return floor if datetime.fromisoformat(ts) < datetime.fromisoformat(floor) else ts
+
+
+#: Where the store's blocking calls run: a pool of its own, wider than asyncio's default (5 + cores
+#: threads), so up to this many concurrent saves meet in one group commit (one fsync between them).
+_POOL: concurrent.futures.Executor = concurrent.futures.ThreadPoolExecutor(32, thread_name_prefix="tplog-conversations")
+
+
+async def _off_loop(fn: Callable[..., _T], *args: Any) -> _T:
+    return await asyncio.get_running_loop().run_in_executor(_POOL, functools.partial(fn, *args))
 
 
 def _gen_id(root: str, k: int) -> str:
@@ -216,7 +235,7 @@ class _Events:
             self.close()
             turn = user_turn_from_request(msg, submitted_at=None if msg.timestamp else ts)  # type: ignore[arg-type]
             turn = msgspec.structs.replace(turn, submitted_at=_later(turn.submitted_at, self.last))
-            if _exact(request_from_user_turn(turn)) != _exact(msg):
+            if _exact(converted(turn)) != _exact(msg):
                 ext["message"] = _exact(msg).decode()
             self.add(UserTurnSubmitted(turn=_with_entry(turn, ext)), entry.id)
             self.last = turn.submitted_at
@@ -226,7 +245,7 @@ class _Events:
             self.bare.append({"id": entry.id, "parent": entry.parent_id, "message": _exact(msg).decode()})
             return
         tp = msgspec.structs.replace(tp, timestamp=_later(tp.timestamp, self.last))
-        if _exact(message_from_tp(tp)) != _exact(msg):
+        if _exact(converted(tp)) != _exact(msg):
             ext["message"] = _exact(msg).decode()
         self._start(tp.timestamp)
         if isinstance(msg, pm.ModelResponse):
@@ -242,32 +261,6 @@ def _deferred(record: ConversationRecord) -> dict[str, str]:
     out = {c.tool_call_id: "external" for c in req.calls}
     out.update({c.tool_call_id: "approval" for c in req.approvals})
     return out
-
-
-def _entries(events: Sequence[RecordedEvent]) -> dict[str, tuple[str | None, Any, int]]:
-    """Entry id -> (parent id, the event's object holding it, seq), for the events that are entries."""
-    out: dict[str, tuple[str | None, Any, int]] = {}
-    for rec in events:
-        ev = rec.event
-        obj: Any = (ev.turn if isinstance(ev, UserTurnSubmitted) else ev.message if isinstance(ev, MessageRecorded)
-                    else ev.interruption if isinstance(ev, AgentTurnInterrupted) else None)
-        ext = obj.extra.get(ENTRY_KEY) if obj is not None else None
-        if isinstance(ext, dict):
-            out[rec.event_id] = (ext.get("parent"), obj, rec.seq)
-        elif isinstance(ev, ThreadInfoChanged) and isinstance(ev.metadata, dict):
-            for bare in ev.metadata.get(_BARE_KEY, ()):
-                out[bare["id"]] = (bare["parent"], bare, rec.seq)
-    return out
-
-
-def _message(obj: Any) -> pm.ModelMessage:
-    exact = obj["message"] if isinstance(obj, dict) else obj.extra[ENTRY_KEY].get("message")
-    if exact is not None:
-        out: pm.ModelMessage = _MSG_TA.validate_json(exact)
-        return out
-    if isinstance(obj, m.UserTurn):
-        return request_from_user_turn(obj)
-    return message_from_tp(obj)
 
 
 class TplogConversationStore(ConversationStore):
@@ -298,6 +291,9 @@ class TplogConversationStore(ConversationStore):
         # Entry id -> the thread it was last read or written in. The base class always reads a
         # record (or a history) before it names an entry, so this is filled before it is needed.
         self._where: dict[str, str] = {}
+        # Conversation id -> its generation (thread, number) last found live; the threads' states.
+        self._gens: dict[str, tuple[str, int]] = {}
+        self._states = States(self._store)
 
     @property
     def store(self) -> Store:
@@ -327,40 +323,53 @@ class TplogConversationStore(ConversationStore):
             root = thread_id_for(conversation_id)
         except InvalidInputError as exc:
             raise UserError(f"conversation id {conversation_id!r} cannot name a thread: {exc}") from exc
+        known = self._gens.get(conversation_id)
+        if known is not None:  # a generation with a live record has no newer one: no search
+            try:
+                st = self._states.current(known[0])
+            except (NotFoundError, ThreadDeletedError):
+                st = None
+            record = None if st is None else self._live(conversation_id, known, st)
+            if st is not None and record is not None:
+                return known[0], known[1], record, st.version, st.meta
         tid, k = _newest(self._store, root)
         try:
-            version, meta = self._record_meta(tid)
+            st = self._states.current(tid)
         except NotFoundError:
             return tid, k, None, 0, {}
         except ThreadDeletedError:  # deleted: a new conversation under this id takes the next generation
             return tid, k, None, 1, {}
-        raw = meta.get(RECORD_KEY)
-        if not isinstance(raw, dict) or raw.get("conversation_id") != conversation_id or meta.get(_GEN_KEY) != k:
-            return tid, k, None, version, {}
-        record = _RECORD_TA.validate_python(raw)
-        self._seen(tid, [record.head_id, *record.branches])
-        return tid, k, record, version, meta
+        record = self._live(conversation_id, (tid, k), st)
+        return tid, k, record, st.version, st.meta if record is not None else {}
 
-    def _record_meta(self, tid: str) -> tuple[int, dict[str, Any]]:
-        """The thread's version and the metadata of its newest record or deletion marker (``{}``:
-        neither). That is each write's last event, unless someone appended others since (a title,
-        a link): the conversation must still load, and a save still expects the whole version."""
-        page = self._store.read(tid, limit=1, direction="backward")
-        version = page[0].seq if page else 0
-        while page:
-            for rec in page:  # newest first
-                ev = rec.event
-                meta = ev.metadata if isinstance(ev, ThreadInfoChanged) else None
-                if isinstance(meta, dict) and (RECORD_KEY in meta or _DELETED_KEY in meta):  # a record, or its end
-                    return version, meta
-            page = self._store.read(tid, after=page[-1].seq, limit=_PAGE, direction="backward")
-        return version, {}
+    def _kept(self, conversation_id: str) -> tuple[str, int, ConversationRecord, int, dict[str, Any]] | None:
+        """:meth:`_current` as this object last read or wrote it, not checked against the
+        store (for a write, whose expected version checks it), or ``None``."""
+        known = self._gens.get(conversation_id)
+        st = self._states.known(known[0]) if known is not None else None
+        record = None if known is None or st is None else self._live(conversation_id, known, st)
+        if known is None or st is None or record is None:
+            return None
+        return known[0], known[1], record, st.version, st.meta
+
+    def _live(self, conversation_id: str, gen: tuple[str, int], st: ThreadState) -> ConversationRecord | None:
+        """The conversation's record in generation ``gen``'s state, if it holds a live one."""
+        meta = st.meta
+        raw = meta.get(RECORD_KEY)
+        if not isinstance(raw, dict) or raw.get("conversation_id") != conversation_id or meta.get(_GEN_KEY) != gen[1]:
+            return None
+        if len(self._gens) > _WHERE_MAX:
+            self._gens.clear()
+        self._gens[conversation_id] = gen
+        record = _RECORD_TA.validate_python(raw)
+        self._seen(gen[0], [record.head_id, *record.branches])
+        return record
 
     def _sync_read_record(self, conversation_id: str) -> ConversationRecord | None:
         return self._current(conversation_id)[2]
 
     async def read_record(self, conversation_id: str) -> ConversationRecord | None:
-        return await asyncio.to_thread(self._sync_read_record, conversation_id)
+        return await _off_loop(self._sync_read_record, conversation_id)
 
     def _sync_read_records(self, scope: str | None, limit: int | None) -> list[ConversationRecord]:
         want = {_KIND_KEY: "conversation"} if scope is None else {_SCOPE_KEY: scope}
@@ -369,7 +378,7 @@ class TplogConversationStore(ConversationStore):
         while True:
             page = self._store.threads(metadata=want, after=after, limit=_PAGE)
             for head in page.threads:
-                meta = self._record_meta(head.thread_id)[1]
+                meta = self._states.current(head.thread_id, head=head).meta
                 raw = meta.get(RECORD_KEY)
                 if not isinstance(raw, dict):
                     continue
@@ -385,7 +394,7 @@ class TplogConversationStore(ConversationStore):
         return found[:limit]
 
     async def read_records(self, *, scope: str | None = None, limit: int | None = None) -> Sequence[ConversationRecord]:
-        return await asyncio.to_thread(self._sync_read_records, scope, limit)
+        return await _off_loop(self._sync_read_records, scope, limit)
 
     # ------------------------------------------------------------------ writes
 
@@ -402,11 +411,29 @@ class TplogConversationStore(ConversationStore):
     def _sync_write_record(self, record: ConversationRecord, new_entries: Sequence[ConversationEntry],
                       expected_revision: str | None) -> None:
         cid = record.conversation_id
-        tid, k, stored, version, meta = self._current(cid)
-        if (stored.revision if stored is not None else None) != expected_revision:
-            raise ConversationConflict(cid)
         new_ids = {e.id for e in new_entries}
         head_is_new = record.head_id is None or record.head_id in new_ids
+        kept = self._kept(cid) if head_is_new else None
+        stale: TplogError | None = None  # what a write on the kept state met
+        if kept is not None and kept[2].revision == expected_revision:
+            # What this object last read or wrote, unchecked: the append expects its version, so a
+            # change since (anyone's) is a conflict, and then the write is decided again on a fresh read.
+            tid, k, _stored, version, meta = kept
+            out = _Events(self.agent_id, meta.get(_LAST_KEY))
+            self._finish(out, record, new_entries, k)
+            try:
+                self._append(tid, out, version)
+            except (ConflictError, ThreadDeletedError, NotFoundError) as exc:
+                self._states.forget(tid)
+                stale = exc
+            except InvalidInputError as exc:
+                raise UserError(f"conversation {cid!r} cannot be stored: {exc}") from exc
+            else:
+                self._seen(tid, [e.id for e in new_entries])
+                return
+        tid, k, stored, version, meta = self._current(cid)
+        if (stored.revision if stored is not None else None) != expected_revision:
+            raise ConversationConflict(cid) from stale
         try:
             if stored is None:
                 if version != 0:
@@ -421,12 +448,22 @@ class TplogConversationStore(ConversationStore):
                     raise ConversationConflict(cid)
                 out = _Events(self.agent_id, meta.get(_LAST_KEY))
                 self._finish(out, record, new_entries, k)
-                self._store.append(tid, out.events, expected_version=version, event_ids=out.ids)
+                self._append(tid, out, version)
         except (ConflictError, ThreadDeletedError, NotFoundError) as exc:
             raise ConversationConflict(cid) from exc
         except InvalidInputError as exc:
             raise UserError(f"conversation {cid!r} cannot be stored: {exc}") from exc
         self._seen(tid, [e.id for e in new_entries])
+
+    def _append(self, tid: str, out: _Events, version: int | Literal["no_stream"]) -> None:
+        """Append a write's events at ``version``; the thread's state then knows the record it
+        ends with (entries read before are extended from the log at the next read)."""
+        res = self._store.append(tid, out.events, expected_version=version, event_ids=out.ids)
+        st = self._states.known(tid)
+        if st is None or st.entries is None:
+            info = out.events[-1]
+            assert isinstance(info, ThreadInfoChanged) and isinstance(info.metadata, dict)
+            self._states.keep(tid, ThreadState(res.last_seq, info.metadata, None))
 
     def _retire(self, tid: str, version: int, cid: str) -> None:
         """End a generation that holds no live record before the save takes the next one: it is
@@ -458,7 +495,7 @@ class TplogConversationStore(ConversationStore):
         out.add(AgentRegistered(agent=m.AgentConfig(agent_id=self.agent_id, agent_name=self.agent_name,
                                                     created_at=created)))
         self._finish(out, record, new_entries, k)
-        self._store.append(tid, out.events, expected_version="no_stream", event_ids=out.ids)
+        self._append(tid, out, "no_stream")
 
     def _fork(self, tid: str, k: int, record: ConversationRecord, new_entries: Sequence[ConversationEntry]) -> None:
         head = record.head_id
@@ -467,7 +504,7 @@ class TplogConversationStore(ConversationStore):
         if source is None:
             raise ConversationConflict(record.conversation_id)
         events = self._store.read(source)
-        entries = _entries(events)
+        entries = entries_of(events)
         if head not in entries:
             raise ConversationConflict(record.conversation_id)
         at, open_ = 0, False
@@ -484,7 +521,7 @@ class TplogConversationStore(ConversationStore):
         res = self._store.fork(source, at, new_thread_id=tid, reason="pydantic_ai fork")
         out = _Events(self.agent_id, last)
         self._finish(out, record, new_entries, k)
-        self._store.append(tid, out.events, expected_version=res.last_seq, event_ids=out.ids)
+        self._append(tid, out, res.last_seq)
 
     @staticmethod
     def _last_time(events: Sequence[RecordedEvent], at: int) -> str | None:
@@ -500,11 +537,12 @@ class TplogConversationStore(ConversationStore):
         return last
 
     def _has_entry(self, tid: str, entry_id: str | None) -> bool:
-        return entry_id in _entries(self._store.read(tid))
+        entries = self._states.current(tid, entries=True).entries
+        return entries is not None and entry_id in entries
 
     async def write_record(self, record: ConversationRecord, *, new_entries: Sequence[ConversationEntry] = (),
                            expected_revision: str | None) -> None:
-        await asyncio.to_thread(self._sync_write_record, record, list(new_entries), expected_revision)
+        await _off_loop(self._sync_write_record, record, list(new_entries), expected_revision)
 
     def _sync_delete_record(self, conversation_id: str, expected_revision: str) -> None:
         tid, _k, stored, version, _ = self._current(conversation_id)
@@ -520,7 +558,7 @@ class TplogConversationStore(ConversationStore):
             self._store.delete_thread(tid, reason="pydantic_ai conversation deleted")
 
     async def delete_record(self, conversation_id: str, *, expected_revision: str) -> None:
-        await asyncio.to_thread(self._sync_delete_record, conversation_id, expected_revision)
+        await _off_loop(self._sync_delete_record, conversation_id, expected_revision)
 
     # ------------------------------------------------------------------ entries
 
@@ -531,7 +569,7 @@ class TplogConversationStore(ConversationStore):
         if tid is None:
             raise LookupError(head_id)
         try:
-            entries = _entries(self._store.read(tid))
+            entries, lent = self._states.history(tid)
         except (NotFoundError, ThreadDeletedError) as exc:
             raise LookupError(head_id) from exc
         line: list[ConversationEntry] = []
@@ -540,14 +578,14 @@ class TplogConversationStore(ConversationStore):
             if entry_id not in entries:
                 raise LookupError(entry_id)
             parent, obj, _ = entries[entry_id]
-            line.append(ConversationEntry(id=entry_id, parent_id=parent, message=_message(obj)))
+            line.append(ConversationEntry(id=entry_id, parent_id=parent, message=message_of(obj, own=not lent)))
             entry_id = parent
         line.reverse()
         self._seen(tid, [e.id for e in line])
         return line
 
     async def read_history(self, head_id: str | None, *, limit: int | None = None) -> list[ConversationEntry]:
-        return await asyncio.to_thread(self._sync_read_history, head_id, limit)
+        return await _off_loop(self._sync_read_history, head_id, limit)
 
     async def read_entry(self, entry_id: str) -> ConversationEntry:
         return (await self.read_history(entry_id, limit=1))[0]

@@ -281,11 +281,22 @@ def _usage_from_tp(usage: dict[str, Any]) -> dict[str, Any]:
     return u
 
 
+_USAGE_TA: dict[type, pydantic.TypeAdapter[Any]] = {}
+
+
+def _usage_adapter(cls: type) -> pydantic.TypeAdapter[Any]:
+    """One adapter per usage class: building one is a schema build (~ms), not a dump."""
+    ta = _USAGE_TA.get(cls)
+    if ta is None:
+        ta = _USAGE_TA[cls] = pydantic.TypeAdapter(cls)
+    return ta
+
+
 def run_usage_to_tp(usage: Any) -> m.Usage | None:
     """A Pydantic AI ``RunUsage`` (or ``RequestUsage``) as a protocol ``Usage`` (non-zero counters only)."""
     if usage is None:
         return None
-    d = pydantic.TypeAdapter(type(usage)).dump_python(usage, mode="json", exclude_defaults=True)
+    d = _usage_adapter(type(usage)).dump_python(usage, mode="json", exclude_defaults=True)
     tp = _usage_to_tp(d)
     return from_builtins(tp, m.Usage) if tp else None
 
