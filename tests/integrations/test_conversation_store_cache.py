@@ -7,6 +7,8 @@ another process) saved, appended or deleted is what the next load, save or listi
 from __future__ import annotations
 
 import asyncio
+import os
+import signal
 import tempfile
 from typing import Any
 
@@ -134,3 +136,22 @@ def test_what_another_writer_did_is_what_the_next_call_sees(store: Store) -> Non
         assert all(validate(store.export(h.thread_id)).errors == [] for h in listed)
 
     asyncio.run(go())
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork")
+def test_a_forked_child_can_use_the_store_after_its_parent_did() -> None:
+    """The calls run on a pool of the module's own; a child forked after the parent used it
+    must not wait on the parent's threads (it did: it hung)."""
+
+    async def use() -> bool:
+        cs = TplogConversationStore("memory:")
+        await cs.save(Conversation(conversation_id="c", messages=[pm.ModelRequest.user_text_prompt("hi")]))
+        return await cs.load("c") is not None
+
+    assert asyncio.run(use())
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover - the child reports through its exit status
+        signal.alarm(20)
+        os._exit(0 if asyncio.run(use()) else 1)
+    _, status = os.waitpid(pid, 0)
+    assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0, status

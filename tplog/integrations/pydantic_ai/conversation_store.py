@@ -139,7 +139,17 @@ def _later(ts: str, floor: str | None) -> str:
 
 #: Where the store's blocking calls run: a pool of its own, wider than asyncio's default (5 + cores
 #: threads), so up to this many concurrent saves meet in one group commit (one fsync between them).
-_POOL: concurrent.futures.Executor = concurrent.futures.ThreadPoolExecutor(32, thread_name_prefix="tplog-conversations")
+_POOL: concurrent.futures.Executor
+
+
+def _new_pool() -> None:
+    global _POOL
+    _POOL = concurrent.futures.ThreadPoolExecutor(32, thread_name_prefix="tplog-conversations")
+
+
+_new_pool()
+# A forked child has none of the parent's threads but would believe the pool's idle ones there.
+os.register_at_fork(after_in_child=_new_pool)
 
 
 async def _off_loop(fn: Callable[..., _T], *args: Any) -> _T:
