@@ -201,16 +201,16 @@ def tplog_rows(Store: Any, path: pathlib.Path, evs: Sequence[Ev]) -> list[list[B
     out: list[list[B.Op]] = []
     run_write = store.backend.engine.run_write
 
-    def recording(fn: Callable[[Any], Any]) -> Any:
+    def recording(fn: Callable[[Any], Any], on_wait: Any = None) -> Any:
         if threading.get_ident() != me:  # e.g. the dictionary trainer: not an append's rows
-            return run_write(fn)
+            return run_write(fn, on_wait)
         ops: list[B.Op] = []
 
         def wrapped(txn: Any) -> Any:
             ops.clear()  # a retried transaction (map growth) records afresh
             return fn(_Recording(txn, ops))
 
-        result = run_write(wrapped)
+        result = run_write(wrapped, on_wait)
         out.append(ops)
         return result
 

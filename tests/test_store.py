@@ -1078,14 +1078,14 @@ class _Staged(HookedStore):
                  before_build: Callable[[], None] = lambda: None) -> None:
         run_write = self.backend.engine.run_write
 
-        def held(fn: Any) -> Any:
+        def held(fn: Any, on_wait: Any = None) -> Any:
             def build(txn: Any) -> Any:
                 before_build()
                 out = fn(txn)
                 after_build()
                 return out
 
-            return run_write(build)
+            return run_write(build, on_wait)
 
         self.backend.engine.run_write = held  # type: ignore[method-assign]
         try:

@@ -67,14 +67,14 @@ def probe(path: str, threads: int, appends: int) -> dict[str, Any]:
     engine, commit = store.backend.engine, store.backend._commit
     run_write = engine.run_write
 
-    def timed_run_write(fn: Any) -> Any:
+    def timed_run_write(fn: Any, on_wait: Any = None) -> Any:
         def build(txn: Any) -> Any:
             out = fn(txn)
             marks["built"] = time.perf_counter()
             return out
 
         marks["start"] = time.perf_counter()
-        out = run_write(build)
+        out = run_write(build, on_wait)
         marks["committed"] = time.perf_counter()
         return out
 
