@@ -5,7 +5,7 @@
 #   make test-fast  the inner loop: no lint, no coverage, no PostgreSQL/chromium/Node/FUSE tests nor the slowest
 #                   (markers pg, browser, node, fuse, slow: tests/conftest.py), on every core (pytest-xdist)
 #   make test-lowest  the same suite against the lowest supported dependencies (CI runs both)
-#   make mutation  mutation testing of the core modules ([tool.mutmut] in pyproject.toml); survivors are
+#   make mutation  mutation testing of the core, facade and integration modules ([tool.mutmut] in pyproject.toml); survivors are
 #                  reviewed in tests/MUTANTS.md. One module with a narrowed test selection (in a copy,
 #                  mutants-one/): make mutation MODULE=tplog/codec.py TESTS='tests/test_store.py -k "not postgres"'
 PYTHON ?= python3
