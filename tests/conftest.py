@@ -22,21 +22,15 @@ from hypothesis import settings
 from postgres import pg_server
 
 from tplog import (
-    AgentConfig,
     AgentRegistered,
     AgentTurnCompleted,
     AgentTurnStarted,
     LinkAdded,
     MessageRecorded,
-    ResponseMessage,
-    SystemMessage,
-    TextPart,
-    ThreadLink,
     ThreadStarted,
-    UserPromptPart,
-    UserTurn,
     UserTurnSubmitted,
 )
+from tplog.protocol import AgentConfig, ResponseMessage, SystemMessage, TextPart, ThreadLink, UserPromptPart, UserTurn
 from tplog.store import AppendResult, Store
 
 # No per-example deadline: on a loaded 2-core runner, traced by coverage, single examples took over the
