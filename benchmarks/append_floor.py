@@ -114,10 +114,11 @@ def child(path: str | None, corpus: pathlib.Path, base: pathlib.Path, profile: b
     import msgspec
 
     import tplog
+    import tplog.events
 
     if path is not None and not pathlib.Path(tplog.__file__).resolve().is_relative_to(pathlib.Path(path).resolve()):
         raise SystemExit(f"tplog imported from {tplog.__file__}, not {path}")
-    rows = msgspec.msgpack.decode(corpus.read_bytes(), type=list[tuple[str, list[list[tplog.Event]]]])
+    rows = msgspec.msgpack.decode(corpus.read_bytes(), type=list[tuple[str, list[list[tplog.events.Event]]]])
     work = [(tid, evs) for tid, cs in rows for evs in cs]
     warmup, work = work[:60], work[:limit]  # the warm-up's store is another one
     d = pathlib.Path(tempfile.mkdtemp(prefix="tplog-append-floor-", dir=base))

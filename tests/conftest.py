@@ -22,21 +22,15 @@ from hypothesis import settings
 from postgres import pg_server
 
 from tplog import (
-    AgentConfig,
     AgentRegistered,
     AgentTurnCompleted,
     AgentTurnStarted,
     LinkAdded,
     MessageRecorded,
-    ResponseMessage,
-    SystemMessage,
-    TextPart,
-    ThreadLink,
     ThreadStarted,
-    UserPromptPart,
-    UserTurn,
     UserTurnSubmitted,
 )
+from tplog.protocol import AgentConfig, ResponseMessage, SystemMessage, TextPart, ThreadLink, UserPromptPart, UserTurn
 from tplog.store import AppendResult, Store
 
 # No per-example deadline: on a loaded 2-core runner, traced by coverage, single examples took over the
@@ -190,7 +184,7 @@ class ToyStore(Store):
     """A Store for tests of storage mechanics on toy data (ids like ``"t"``, agents never
     registered): ``check_rules=False`` unless given, so only the order rules apply.
     A test module that imports it as ``Store`` gets it from ``open_store`` too. The
-    validation rules themselves, and how they meet the mechanics, are tests/test_rules.py's."""
+    validation rules themselves, and how they meet the mechanics, are tests/protocol/test_rules.py's."""
 
     def __init__(self, path: str | os.PathLike[str], **options: Any) -> None:
         options.setdefault("check_rules", False)

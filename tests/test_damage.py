@@ -21,7 +21,7 @@ import pytest
 from conftest import ToyStore as Store
 from conftest import started, user
 
-from tplog import CorruptionError
+from tplog.errors import CorruptionError
 
 ROOT = Path(__file__).resolve().parent.parent
 

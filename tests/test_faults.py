@@ -28,7 +28,8 @@ import pytest
 from conftest import ToyStore as Store
 from conftest import link, snapshot, started, user
 
-from tplog import ReadOnlyError, StorageError, StorageFullError, TplogError
+from tplog import TplogError
+from tplog.errors import ReadOnlyError, StorageError, StorageFullError
 
 TESTS = Path(__file__).resolve().parent
 ENV = {**os.environ, "PYTHONPATH": str(TESTS.parent) + os.pathsep + str(TESTS)}

@@ -13,7 +13,7 @@ import msgspec
 import pytest
 from conftest import ToyStore as Store
 from conftest import agent_start, started, user
-from test_validate import A1, A2, T3, base
+from protocol.documents import A1, A2, T3, base
 
 from tplog.events import (
     AgentRegistered,

@@ -38,24 +38,18 @@ from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 from strategies import json_values, threads
 
-from tplog import (
-    CorruptionError,
-    LimitExceededError,
-    Limits,
-    TplogError,
-    UserPromptPart,
-    UserTurn,
-    UserTurnSubmitted,
-    from_json,
-    to_builtins,
-    validate_json,
-)
+from tplog import TplogError, UserTurnSubmitted
 from tplog.backends.lmdb.keys import tkey
 from tplog.cli import build_parser, main
 from tplog.codec import stored_body
+from tplog.errors import CorruptionError, LimitExceededError
 from tplog.events import MessageRecorded as MessageRecordedEvent
 from tplog.integrations.vercel import assemble_turn, parse_sse
+from tplog.limits import Limits
+from tplog.protocol import UserPromptPart, UserTurn
 from tplog.protocol import model as m
+from tplog.protocol.json import from_json, to_builtins
+from tplog.protocol.validate import validate_json
 
 ROOT = Path(__file__).resolve().parent
 SOAK = "--soak" in sys.argv

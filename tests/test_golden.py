@@ -21,6 +21,8 @@ import msgspec
 import pytest
 
 import tplog
+import tplog.errors
+import tplog.protocol.json
 from tplog.backends.lmdb.chunks import CHUNK_FORMATS, INDEX_KINDS, chunk_events, chunk_index, chunk_recorded, expand
 from tplog.backends.lmdb.keys import TKEY_SIZE, event_key, from_u64, tkey, u64
 from tplog.backends.lmdb.rebuild import items_in, scan_keys
@@ -95,7 +97,7 @@ def test_golden_value_decodes(version: int, rec: dict[str, Any], exp: dict[str, 
 @pytest.mark.parametrize("version,rec,exp", PAIRS, ids=PAIR_IDS)
 def test_golden_value_as_protocol_json(version: int, rec: dict[str, Any], exp: dict[str, Any]) -> None:
     _, ev = _decode(Codec(), rec)
-    assert _j(tplog.to_builtins(ev)) == exp["event"]
+    assert _j(tplog.protocol.json.to_builtins(ev)) == exp["event"]
 
 
 @pytest.mark.parametrize("version", FORMATS)
@@ -107,23 +109,23 @@ def test_golden_detects_tampering(version: int) -> None:
     for at in (12, 12 + hlen, len(rec["value"]) - 1):  # the header, the body, the last byte
         bad = bytearray(rec["value"])
         bad[at] ^= 1
-        with pytest.raises(tplog.CorruptionError, match="CRC"):
+        with pytest.raises(tplog.errors.CorruptionError, match="CRC"):
             codec.check(rec["key"], bytes(bad))
-        with pytest.raises(tplog.CorruptionError, match="CRC"):
+        with pytest.raises(tplog.errors.CorruptionError, match="CRC"):
             codec.decode_value(rec["key"], bytes(bad))
     bad = bytearray(rec["value"])
     bad[12] ^= 1
-    with pytest.raises(tplog.CorruptionError, match="CRC"):  # what a header-only reader verifies
+    with pytest.raises(tplog.errors.CorruptionError, match="CRC"):  # what a header-only reader verifies
         codec.check_header(rec["key"], bytes(bad))
     for cut in (len(rec["value"]) - 2, 12 + hlen - 1, 11, 0):
-        with pytest.raises(tplog.CorruptionError):
+        with pytest.raises(tplog.errors.CorruptionError):
             codec.check(rec["key"], rec["value"][:cut])
         if cut < 12 + hlen:  # a header-only check cannot see a cut body (it is verified when read)
-            with pytest.raises(tplog.CorruptionError):
+            with pytest.raises(tplog.errors.CorruptionError):
                 codec.check_header(rec["key"], rec["value"][:cut])
-    with pytest.raises(tplog.CorruptionError):
+    with pytest.raises(tplog.errors.CorruptionError):
         codec.check(records[4]["key"], rec["value"])  # right value, wrong key
-    with pytest.raises(tplog.CorruptionError):
+    with pytest.raises(tplog.errors.CorruptionError):
         codec.check_header(records[4]["key"], rec["value"])
     codec.check(rec["key"], rec["value"])
     codec.check_header(rec["key"], rec["value"])
@@ -228,7 +230,7 @@ def test_the_rebuild_fast_path_checks_headers_as_the_codec_does(version: int) ->
         bad = bytearray(value)
         bad[PREFIX_SIZE] ^= 1  # the header's first byte
         assert verified_header_end(key, bytes(bad)) == 0
-        with pytest.raises(tplog.CorruptionError):
+        with pytest.raises(tplog.errors.CorruptionError):
             codec.check_header(key, bytes(bad))
 
 
@@ -289,14 +291,14 @@ def test_golden_chunks_detect_tampering(version: int) -> None:
     for at in (1, 5, 7, 12, 17, 20, len(c["value"]) // 2, len(c["value"]) - 1):
         bad = bytearray(c["value"])
         bad[at] ^= 1
-        with pytest.raises(tplog.CorruptionError):
+        with pytest.raises(tplog.errors.CorruptionError):
             expand(codec, c["key"], bytes(bad), None, "golden")
-        with pytest.raises(tplog.CorruptionError):
+        with pytest.raises(tplog.errors.CorruptionError):
             chunk_events(codec, c["key"], bytes(bad), None, "golden")
-    with pytest.raises(tplog.CorruptionError):
+    with pytest.raises(tplog.errors.CorruptionError):
         expand(codec, cs[1]["key"], c["value"], None, "golden")  # right value, wrong key
     for cut in (len(c["value"]) - 1, 17, 0):
-        with pytest.raises(tplog.CorruptionError):
+        with pytest.raises(tplog.errors.CorruptionError):
             expand(codec, c["key"], c["value"][:cut], None, "golden")
 
 

@@ -18,8 +18,8 @@ from typing import Any
 
 import pytest
 
-from tplog import ReadOnlyError, StorageError, StorageFullError, StoreClosedError
 from tplog.backends.lmdb.engine import TABLES, LmdbEngine
+from tplog.errors import ReadOnlyError, StorageError, StorageFullError, StoreClosedError
 
 SMALL = 64 * 1024
 

@@ -45,29 +45,28 @@ from conftest import ToyStore as Store
 from tplog import (
     AgentTurnInterrupted,
     ConflictError,
-    CorruptionError,
-    IdempotencyError,
-    Interruption,
     InvalidEventError,
     InvalidInputError,
-    LimitExceededError,
     MessageRecorded,
     NotFoundError,
-    ReadOnlyError,
-    ResponseMessage,
-    StorageError,
-    StorageFullError,
-    StoreClosedError,
-    TextPart,
-    ThreadDeleted,
-    ThreadDeletedError,
-    ToolCallPart,
     TplogError,
     UserTurnSubmitted,
     WrongExpectedVersionError,
 )
 from tplog.backends.lmdb.keys import event_key, tkey
 from tplog.codec import Limits
+from tplog.errors import (
+    CorruptionError,
+    IdempotencyError,
+    LimitExceededError,
+    ReadOnlyError,
+    StorageError,
+    StorageFullError,
+    StoreClosedError,
+    ThreadDeletedError,
+)
+from tplog.events import ThreadDeleted
+from tplog.protocol import Interruption, ResponseMessage, TextPart, ToolCallPart
 from tplog.store import AppendResult
 from tplog.verify import verify_store
 

@@ -18,17 +18,10 @@ import pytest
 from conftest import CountingStore, T, agent_start, exchange, ids, link, register, spawn_message, started, user
 from conftest import ToyStore as Store
 
-from tplog import (
-    AgentTurnInterrupted,
-    IdempotencyError,
-    InvalidInputError,
-    StoreClosedError,
-    ThreadDeleted,
-    ThreadDeletedError,
-    TplogError,
-    WrongExpectedVersionError,
-)
+from tplog import AgentTurnInterrupted, InvalidInputError, TplogError, WrongExpectedVersionError
 from tplog.aio import AsyncStore
+from tplog.errors import IdempotencyError, StoreClosedError, ThreadDeletedError
+from tplog.events import ThreadDeleted
 from tplog.protocol import model as m
 from tplog.store import AppendResult
 

@@ -87,28 +87,29 @@ if str(ROOT) not in sys.path:  # runnable from a checkout without installing
     sys.path.insert(0, str(ROOT))
 
 from tplog import (  # noqa: E402
-    NO_STREAM,
     AgentTurnCompleted,
     AgentTurnStarted,
     LinkAdded,
     MessageRecorded,
-    ResponseMessage,
     Store,
-    SystemMessage,
-    TextPart,
-    ThreadDeleted,
-    ThreadLink,
     ThreadStarted,
     TplogError,
-    UserPromptPart,
-    UserTurn,
     UserTurnSubmitted,
-    to_builtins,
 )
 from tplog.backends.lmdb.chunks import CHUNK_BYTES, EventRows  # noqa: E402
 from tplog.backends.lmdb.keys import TKEY_SIZE, from_u64, tkey, u64  # noqa: E402
 from tplog.codec import F_BLOB, Limits, stored_body  # noqa: E402
-from tplog.store import ThreadHead  # noqa: E402
+from tplog.events import ThreadDeleted  # noqa: E402
+from tplog.protocol import (  # noqa: E402
+    ResponseMessage,
+    SystemMessage,
+    TextPart,
+    ThreadLink,
+    UserPromptPart,
+    UserTurn,
+)
+from tplog.protocol.json import to_builtins  # noqa: E402
+from tplog.store import NO_STREAM, ThreadHead  # noqa: E402
 
 # The on-disk layouts the checks read directly (tplog/FORMAT.md); kept here, not imported from
 # tplog's internals, so that the harness checks the format rather than trusting the code under test.

@@ -42,12 +42,14 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:  # runnable from a checkout without installing
     sys.path.insert(0, str(ROOT))
 
-from tplog import TplogError, from_json, to_json, validate_json  # noqa: E402
+from tplog import TplogError  # noqa: E402
 from tplog.backends.lmdb import chunks  # noqa: E402
 from tplog.codec import HEADER_CRC_SEED, PREFIX_SIZE, SPLIT_CRC, Codec  # noqa: E402
 from tplog.integrations.importers import load_events  # noqa: E402
 from tplog.integrations.vercel import assemble_turn  # noqa: E402
 from tplog.projections.fold import fold  # noqa: E402
+from tplog.protocol.json import from_json, to_json  # noqa: E402
+from tplog.protocol.validate import validate_json  # noqa: E402
 
 INTERESTING = [b"\x00", b"\xff", b'"', b"{", b"}", b"[", b"]", b",", b":", b"\\", b"\xc0", b"\xdb\xff\xff\xff\xff",
                b"\xdd\x7f\xff\xff\xff", b"\xcf\xff\xff\xff\xff\xff\xff\xff\xff", b"-1", b"1e999", b"null",

@@ -29,11 +29,21 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from tplog import (  # noqa: E402
-    AgentConfig,
     AgentRegistered,
     AgentTurnCompleted,
     AgentTurnInterrupted,
     AgentTurnStarted,
+    LinkAdded,
+    MessageRecorded,
+    ThreadInfoChanged,
+    ThreadStarted,
+    UserTurnSubmitted,
+)
+from tplog.backends.lmdb.keys import event_key, tkey  # noqa: E402
+from tplog.codec import FORMAT, Codec, Limits  # noqa: E402
+from tplog.events import ThreadDeleted  # noqa: E402
+from tplog.protocol import (  # noqa: E402
+    AgentConfig,
     AudioUrl,
     BinaryContent,
     ContentRef,
@@ -43,30 +53,22 @@ from tplog import (  # noqa: E402
     FilePart,
     ImageUrl,
     Interruption,
-    LinkAdded,
-    MessageRecorded,
     RequestMessage,
     ResponseMessage,
     RetryPromptPart,
     SystemMessage,
     TextPart,
     ThinkingPart,
-    ThreadDeleted,
-    ThreadInfoChanged,
     ThreadLink,
     ThreadRelationships,
-    ThreadStarted,
     ToolCallPart,
     ToolReturnPart,
     Usage,
     UserPromptPart,
     UserTurn,
-    UserTurnSubmitted,
     VideoUrl,
-    to_builtins,
 )
-from tplog.backends.lmdb.keys import event_key, tkey  # noqa: E402
-from tplog.codec import FORMAT, Codec, Limits  # noqa: E402
+from tplog.protocol.json import to_builtins  # noqa: E402
 
 THREAD_ID = "8f14e45f-ceea-467f-a1b2-c3d4e5f60718"
 RECORDED_AT = 1_737_367_200_000_000_000  # 2025-01-20T10:00:00Z in ns

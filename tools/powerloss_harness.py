@@ -73,16 +73,10 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:  # runnable from a checkout without installing
     sys.path.insert(0, str(ROOT))
 
-from tplog import (  # noqa: E402
-    NO_STREAM,
-    Store,
-    ThreadStarted,
-    TplogError,
-    UserPromptPart,
-    UserTurn,
-    UserTurnSubmitted,
-    to_builtins,
-)
+from tplog import Store, ThreadStarted, TplogError, UserTurnSubmitted  # noqa: E402
+from tplog.protocol import UserPromptPart, UserTurn  # noqa: E402
+from tplog.protocol.json import to_builtins  # noqa: E402
+from tplog.store import NO_STREAM  # noqa: E402
 
 FS = ROOT / "tools" / "powerloss_fs.py"
 T = "2025-01-20T10:00:00Z"

@@ -1,250 +1,104 @@
 """tplog: an event-sourced, append-only log store for ThreadProtocol threads.
 
-Everything public is re-exported here. Read the package bottom-up:
-``tplog.protocol`` (the ThreadProtocol model, its lossless JSON, validation,
-canonical hash, versions and the append-time rules); ``tplog.events`` (the history
+The top level holds what a user imports first: the stores, the history events one appends, the
+errors' root and the errors callers catch most, the id rule, and the validation and hash of a
+thread. Everything else has one public home (msgspec keeps its top level as small): the protocol
+model in ``tplog.protocol``; JSON, canonical form, validation and versions in
+``tplog.protocol.json`` / ``.canonical`` / ``.validate`` / ``.versions``; every error in
+``tplog.errors``; every event in ``tplog.events``; ``tplog.store``, ``tplog.retire``,
+``tplog.limits``, ``tplog.pipeline``, ``tplog.projections.fold``. The names this module used to
+export from those homes still resolve here, with a ``DeprecationWarning`` naming the home.
+
+Read the package bottom-up: ``tplog.protocol`` (the ThreadProtocol model, its lossless JSON,
+validation, canonical hash, versions and the append-time rules); ``tplog.events`` (the history
 events a thread's log is made of); ``tplog.codec`` (the stored value format);
-``tplog.projections`` (pure folds from events to answers); ``tplog.backends``
-(the recorder contract and its engines: memory, LMDB, PostgreSQL); ``tplog.store``
-and ``tplog.aio`` (the facades users call); ``tplog.cli``. Integrations live in
-``tplog.integrations`` (optional extras) and import only public names.
+``tplog.projections`` (pure folds from events to answers); ``tplog.backends`` (the recorder
+contract and its engines: memory, LMDB, PostgreSQL); ``tplog.store`` and ``tplog.aio`` (the
+facades users call); ``tplog.cli``. Integrations live in ``tplog.integrations`` (optional
+extras) and import only public names.
 """
 
-from tplog.aio import (
-    AsyncStore,
-)
-from tplog.codec import (
-    Limits,
-)
+import importlib
+import warnings
+from typing import Any
+
+from tplog import protocol
+from tplog.aio import AsyncStore
 from tplog.errors import (
-    ConfirmationRequiredError,
     ConflictError,
-    CorruptionError,
-    HasForksError,
-    IdempotencyError,
     InvalidEventError,
     InvalidInputError,
-    LimitExceededError,
     NotFoundError,
-    PipelineError,
-    ProjectionError,
-    ReadOnlyError,
-    RebuildInProgressError,
-    RebuildRequiredError,
-    StorageError,
-    StorageFullError,
-    StoreClosedError,
-    ThreadDeletedError,
     TplogError,
-    ValidationError,
     WrongExpectedVersionError,
 )
 from tplog.events import (
-    EVENT_TYPES,
     AgentRegistered,
     AgentTurnCompleted,
     AgentTurnInterrupted,
     AgentTurnStarted,
-    Event,
     LinkAdded,
     MessageRecorded,
-    RecordedEvent,
-    ThreadDeleted,
     ThreadInfoChanged,
     ThreadStarted,
     UserTurnSubmitted,
 )
-from tplog.pipeline import Pipeline
-from tplog.projections.fold import (
-    FoldResult,
-    InterruptState,
-    PendingCall,
-    PendingState,
-    TurnInterrupt,
-)
-from tplog.protocol.canonical import (
-    canonical_form,
-    canonical_json,
-    hash_json,
-    thread_hash,
-)
-from tplog.protocol.json import (
-    from_builtins,
-    from_json,
-    to_builtins,
-    to_json,
-)
-from tplog.protocol.model import (
-    AGENT_HANDOFF,
-    ERROR_EVENT,
-    NORMATIVE_EVENT_TYPES,
-    NORMATIVE_PART_KINDS,
-    THREAD_END,
-    THREAD_MERGE,
-    THREAD_SPAWN,
-    UNSET,
-    AgentConfig,
-    AgentTurn,
-    AudioUrl,
-    BinaryContent,
-    ContentRef,
-    DocumentUrl,
-    ExtensionContent,
-    ExtensionPart,
-    FilePart,
-    ImageUrl,
-    Interruption,
-    Message,
-    MessagePart,
-    RequestMessage,
-    ResponseMessage,
-    RetryPromptPart,
-    SystemMessage,
-    TextPart,
-    ThinkingPart,
-    Thread,
-    ThreadLink,
-    ThreadMessage,
-    ThreadRelationships,
-    ToolCallPart,
-    ToolReturnPart,
-    Turn,
-    Usage,
-    UserContent,
-    UserPromptPart,
-    UserTurn,
-    VideoUrl,
-)
-from tplog.protocol.validate import (
-    Finding,
-    ValidationReport,
-    thread_id_for,
-    validate,
-    validate_json,
-)
-from tplog.protocol.versions import (
-    downgrade,
-    upgrade,
-)
-from tplog.retire import (
-    PruneReport,
-    RetentionPolicy,
-)
-from tplog.store import (
-    ANY,
-    EXISTS,
-    NO_STREAM,
-    AppendResult,
-    Store,
-    ThreadHead,
-    ThreadPage,
-)
+from tplog.protocol.canonical import thread_hash
+from tplog.protocol.validate import thread_id_for, validate
+from tplog.retire import RetentionPolicy
+from tplog.store import Store
 
 __version__ = "0.1.0"
 __all__ = [
-    "AGENT_HANDOFF",
-    "ANY",
-    "AgentConfig",
     "AgentRegistered",
-    "AgentTurn",
     "AgentTurnCompleted",
     "AgentTurnInterrupted",
     "AgentTurnStarted",
-    "AppendResult",
     "AsyncStore",
-    "AudioUrl",
-    "BinaryContent",
-    "ConfirmationRequiredError",
     "ConflictError",
-    "ContentRef",
-    "CorruptionError",
-    "DocumentUrl",
-    "ERROR_EVENT",
-    "EVENT_TYPES",
-    "EXISTS",
-    "Event",
-    "ExtensionContent",
-    "ExtensionPart",
-    "FilePart",
-    "Finding",
-    "FoldResult",
-    "HasForksError",
-    "IdempotencyError",
-    "ImageUrl",
-    "InterruptState",
-    "Interruption",
     "InvalidEventError",
     "InvalidInputError",
-    "LimitExceededError",
-    "Limits",
     "LinkAdded",
-    "Message",
-    "MessagePart",
     "MessageRecorded",
-    "NORMATIVE_EVENT_TYPES",
-    "NORMATIVE_PART_KINDS",
-    "NO_STREAM",
     "NotFoundError",
-    "PendingCall",
-    "PendingState",
-    "Pipeline",
-    "PipelineError",
-    "ProjectionError",
-    "PruneReport",
-    "ReadOnlyError",
-    "RebuildInProgressError",
-    "RebuildRequiredError",
-    "RecordedEvent",
-    "RequestMessage",
-    "ResponseMessage",
     "RetentionPolicy",
-    "RetryPromptPart",
-    "StorageError",
-    "StorageFullError",
     "Store",
-    "StoreClosedError",
-    "SystemMessage",
-    "THREAD_END",
-    "THREAD_MERGE",
-    "THREAD_SPAWN",
-    "TextPart",
-    "ThinkingPart",
-    "Thread",
-    "ThreadDeleted",
-    "ThreadDeletedError",
-    "ThreadHead",
     "ThreadInfoChanged",
-    "ThreadLink",
-    "ThreadMessage",
-    "ThreadPage",
-    "ThreadRelationships",
     "ThreadStarted",
-    "ToolCallPart",
-    "ToolReturnPart",
     "TplogError",
-    "Turn",
-    "TurnInterrupt",
-    "UNSET",
-    "Usage",
-    "UserContent",
-    "UserPromptPart",
-    "UserTurn",
     "UserTurnSubmitted",
-    "ValidationError",
-    "ValidationReport",
-    "VideoUrl",
     "WrongExpectedVersionError",
-    "canonical_form",
-    "canonical_json",
-    "downgrade",
-    "from_builtins",
-    "from_json",
-    "hash_json",
     "thread_hash",
     "thread_id_for",
-    "to_builtins",
-    "to_json",
-    "upgrade",
     "validate",
-    "validate_json",
 ]
+
+_ERRORS = ("ConfirmationRequiredError", "CorruptionError", "HasForksError", "IdempotencyError", "LimitExceededError",
+           "PipelineError", "ProjectionError", "ReadOnlyError", "RebuildInProgressError", "RebuildRequiredError",
+           "StorageError", "StorageFullError", "StoreClosedError", "ThreadDeletedError", "ValidationError")
+#: Every name this module exported before the trim (issue 39) and no longer does -> its home.
+MOVED: dict[str, str] = {
+    **dict.fromkeys(protocol.__all__, "tplog.protocol"),
+    **dict.fromkeys(_ERRORS, "tplog.errors"),
+    **dict.fromkeys(("EVENT_TYPES", "Event", "RecordedEvent", "ThreadDeleted"), "tplog.events"),
+    **dict.fromkeys(("ANY", "EXISTS", "NO_STREAM", "AppendResult", "ThreadHead", "ThreadPage"), "tplog.store"),
+    **dict.fromkeys(("FoldResult", "InterruptState", "PendingCall", "PendingState", "TurnInterrupt"),
+                    "tplog.projections.fold"),
+    **dict.fromkeys(("canonical_form", "canonical_json", "hash_json"), "tplog.protocol.canonical"),
+    **dict.fromkeys(("from_builtins", "from_json", "to_builtins", "to_json"), "tplog.protocol.json"),
+    **dict.fromkeys(("Finding", "ValidationReport", "validate_json"), "tplog.protocol.validate"),
+    **dict.fromkeys(("downgrade", "upgrade"), "tplog.protocol.versions"),
+    "Limits": "tplog.limits",
+    "Pipeline": "tplog.pipeline",
+    "PruneReport": "tplog.retire",
+}
+
+
+def __getattr__(name: str) -> Any:
+    """A name moved off the top level: still there, with a warning that names its home."""
+    home = MOVED.get(name)
+    if home is None:
+        raise AttributeError(f"module 'tplog' has no attribute {name!r}")
+    warnings.warn(f"tplog.{name} is deprecated: import it from {home} (from {home} import {name})",
+                  DeprecationWarning, stacklevel=2)
+    return getattr(importlib.import_module(home), name)

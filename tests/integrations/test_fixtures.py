@@ -13,7 +13,7 @@ import pytest
 from integ_helpers import FIXTURE_FILES, load_fixture
 from pydantic_ai.messages import ModelMessagesTypeAdapter
 
-from tplog import InvalidInputError, to_builtins
+from tplog import InvalidInputError
 from tplog.events import (
     AgentTurnCompleted,
     AgentTurnInterrupted,
@@ -33,6 +33,7 @@ from tplog.integrations.vercel import (
 from tplog.projections.fold import fold, items_from_events, pending
 from tplog.protocol import model as m
 from tplog.protocol.canonical import thread_hash
+from tplog.protocol.json import to_builtins
 from tplog.protocol.validate import validate
 
 FIXTURES = {p.stem: p for p in FIXTURE_FILES}

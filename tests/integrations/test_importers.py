@@ -23,8 +23,9 @@ from pydantic_ai.models.test import TestModel
 from pydantic_ai.ui.vercel_ai import VercelAIAdapter
 from pydantic_ai.ui.vercel_ai.request_types import UIMessage
 
-from tplog import InvalidInputError, Store, ValidationError, thread_hash, to_builtins, validate
+from tplog import InvalidInputError, Store, thread_hash, validate
 from tplog.cli import main as cli
+from tplog.errors import ValidationError
 from tplog.events import AgentTurnCompleted
 from tplog.integrations.importers import (
     FORMATS,
@@ -39,6 +40,7 @@ from tplog.integrations.pydantic_ai import ThreadRecorder, history_from_thread
 from tplog.integrations.vercel import ChunkOrderError, MalformedChunkError, UnknownToolCallError, recorded_vercel_stream
 from tplog.projections.fold import fold
 from tplog.protocol import model as m
+from tplog.protocol.json import to_builtins
 
 FIXTURES = {p.stem: p for p in FIXTURE_FILES}
 

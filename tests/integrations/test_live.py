@@ -393,7 +393,7 @@ def test_rich_history_protocol_shape() -> None:
 
 def test_foreign_protocol_parts_import() -> None:
     """Parts written by another producer (no pydantic_ai extras) still load into Pydantic AI."""
-    from tplog import from_builtins
+    from tplog.protocol.json import from_builtins
 
     msg = from_builtins(
         {
@@ -560,7 +560,7 @@ def test_closing_the_wrapper_stream_mid_run_is_clean(tmp_path: Path) -> None:
 
 def test_assembled_turn_that_breaks_message_order_is_refused() -> None:
     """A data-tp stream whose messages go back in time: a typed error, no events to store."""
-    from tplog import ValidationError
+    from tplog.errors import ValidationError
 
     def msg(ts: str, text: str) -> dict[str, Any]:
         return {

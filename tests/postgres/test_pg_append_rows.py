@@ -18,7 +18,7 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "backends"))
 from conftest import agent_start, completed, response, started, user
 from contract_helpers import append, part
-from test_rules import _agent_turn, _new_thread_events, _user_answer
+from protocol.documents import _agent_turn, _new_thread_events, _user_answer
 
 from tplog.backends.postgres import PostgresRecorder
 from tplog.errors import IdempotencyError, WrongExpectedVersionError

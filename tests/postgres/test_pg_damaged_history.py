@@ -19,9 +19,8 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "backends"))
 from conftest import link, started, user
 from contract_helpers import append, part
+from protocol.documents import A1, _new_thread_events, ts
 from test_backend_contract import fork_part
-from test_rules import _new_thread_events, ts
-from test_validate import A1
 
 from tplog.backends.postgres import PostgresRecorder
 from tplog.errors import CorruptionError

@@ -17,10 +17,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "backends"))
 from conftest import link, started, user
 from contract_helpers import part, tombstone
 
-from tplog import ThreadLink, ThreadRelationships
 from tplog.backends.common import thread_key
 from tplog.backends.postgres import PostgresRecorder
 from tplog.errors import TplogError
+from tplog.protocol import ThreadLink, ThreadRelationships
 
 _names = itertools.count()
 P = 4

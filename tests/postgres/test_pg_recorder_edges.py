@@ -24,9 +24,8 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "backends"))
 from conftest import link, started, user
 from contract_helpers import append, encode, part, tombstone
+from protocol.documents import A1, _agent_turn, _new_thread_events, _user_answer, ts
 from test_backend_contract import fork_part
-from test_rules import _agent_turn, _new_thread_events, _user_answer, ts
-from test_validate import A1
 
 from tplog.backends.contract import ThreadAppend
 from tplog.backends.postgres import LockTimeoutError, PostgresRecorder

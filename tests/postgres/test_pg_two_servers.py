@@ -20,7 +20,8 @@ import httpx
 import psycopg
 import pytest
 
-from tplog import Store, UserTurn
+from tplog import Store
+from tplog.protocol import UserTurn
 
 ROOT = Path(__file__).resolve().parents[2]
 _names = itertools.count()

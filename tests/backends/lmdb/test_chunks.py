@@ -30,7 +30,6 @@ import pytest
 from conftest import ToyStore as Store
 from conftest import agent_start, completed, link, response, spawn_message, started, user
 
-from tplog import CorruptionError, HasForksError
 from tplog.backends.lmdb.chunks import (
     CHUNK,
     INDEX_KINDS,
@@ -43,6 +42,7 @@ from tplog.backends.lmdb.chunks import (
 )
 from tplog.backends.lmdb.keys import TKEY_SIZE, tkey
 from tplog.codec import F_COMPRESSED, Codec
+from tplog.errors import CorruptionError, HasForksError
 from tplog.events import AgentTurnInterrupted, Interruption
 from tplog.verify import verify_store
 

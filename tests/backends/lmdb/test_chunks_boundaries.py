@@ -19,9 +19,9 @@ import pytest
 from conftest import ToyStore as Store
 from conftest import agent_start, completed, link, response, started, user
 
-from tplog import CorruptionError
 from tplog.backends.lmdb.chunks import CHUNK, INDEX_KINDS
 from tplog.backends.lmdb.keys import TKEY_SIZE, from_u64, tkey
+from tplog.errors import CorruptionError
 from tplog.events import AgentTurnInterrupted, Interruption
 from tplog.verify import verify_store
 

@@ -17,11 +17,11 @@ from typing import Any
 import lmdb
 import pytest
 
-from tplog import CorruptionError, ReadOnlyError, StorageError, StorageFullError
 from tplog.backends.lmdb import failures as failures_mod
 from tplog.backends.lmdb.failures import disk_nearly_full as _disk_nearly_full
 from tplog.backends.lmdb.failures import errno_of as _errno_of
 from tplog.backends.lmdb.failures import translate as _translate
+from tplog.errors import CorruptionError, ReadOnlyError, StorageError, StorageFullError
 
 P = "/stores/s"
 _Usage = namedtuple("_Usage", "total used free")

@@ -18,8 +18,8 @@ from pathlib import Path
 import lmdb
 import pytest
 
-from tplog import StorageError, StorageFullError
 from tplog.backends.lmdb.engine import LmdbEngine
+from tplog.errors import StorageError, StorageFullError
 
 SMALL = 64 * 1024
 

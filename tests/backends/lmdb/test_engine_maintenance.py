@@ -12,9 +12,10 @@ from typing import Any
 import msgspec
 import pytest
 
-from tplog import CorruptionError, InvalidInputError, ReadOnlyError, StorageError
+from tplog import InvalidInputError
 from tplog.backends.lmdb import engine as engine_mod
 from tplog.backends.lmdb.engine import TABLES, LmdbEngine
+from tplog.errors import CorruptionError, ReadOnlyError, StorageError
 
 
 def _decode_error() -> str:

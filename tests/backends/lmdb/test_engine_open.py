@@ -22,16 +22,10 @@ import lmdb
 import msgspec
 import pytest
 
-from tplog import (
-    CorruptionError,
-    InvalidInputError,
-    ReadOnlyError,
-    StorageError,
-    StorageFullError,
-    StoreClosedError,
-)
+from tplog import InvalidInputError
 from tplog.backends.lmdb import engine as engine_mod
 from tplog.backends.lmdb.engine import TABLES, LmdbEngine, open_engine
+from tplog.errors import CorruptionError, ReadOnlyError, StorageError, StorageFullError, StoreClosedError
 
 
 def _decode_error() -> str:

@@ -10,10 +10,10 @@ import lmdb
 import msgspec
 import pytest
 
-from tplog import StorageError
 from tplog.backends.live import LiveHeader
 from tplog.backends.lmdb.keys import tkey, u64
 from tplog.backends.lmdb.live import LmdbLive
+from tplog.errors import StorageError
 
 
 def test_the_live_environment_skips_fsync_and_holds_one_unnamed_table(tmp_path: Path) -> None:

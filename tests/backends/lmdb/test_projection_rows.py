@@ -30,12 +30,12 @@ from test_compare import link_rows as rows
 from test_compare import spawn_turn
 from test_compare import start as bare_start
 
-from tplog import Limits
 from tplog.backends.common import CHILD_LINK, CHILD_SPAWN
 from tplog.backends.lmdb import projections as proj
 from tplog.backends.lmdb.keys import event_key, tkey
 from tplog.errors import CorruptionError, NotFoundError, RebuildRequiredError
 from tplog.events import LinkAdded, ThreadStarted
+from tplog.limits import Limits
 from tplog.protocol import model as m
 
 

@@ -31,8 +31,10 @@ import pytest
 from conftest import ToyStore as Store
 from conftest import agent_start, completed, link, response, spawn_message, started, user
 
-from tplog import CorruptionError, InvalidInputError, Limits, NotFoundError
+from tplog import InvalidInputError, NotFoundError
 from tplog.backends.lmdb.keys import event_key, tkey
+from tplog.errors import CorruptionError
+from tplog.limits import Limits
 
 
 def _in_thread(fn: Any, limit: float = 20.0) -> tuple[Any, float]:

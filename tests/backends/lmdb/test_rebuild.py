@@ -579,8 +579,8 @@ def test_changed_projection_values_are_reported_and_rebuild_restores_them(tmp_pa
 
 
 def test_verify_reports_a_wrong_blob_reference_count(tmp_path: Path) -> None:
-    from tplog import Limits
     from tplog.codec import blob_refcount, blob_with_refcount
+    from tplog.limits import Limits
 
     tid = str(uuid.uuid4())
     big = "x" * 5000

@@ -25,7 +25,7 @@ from typing import Any
 
 import pytest
 from backends.contract_helpers import append, part
-from test_rules import T0, _agent_turn, _new_thread_events, _user_answer, ts
+from protocol.documents import T0, _agent_turn, _new_thread_events, _user_answer, ts
 
 from tplog.backends.contract import ANY, NO_STREAM
 from tplog.backends.lmdb import LmdbRecorder

@@ -35,7 +35,7 @@ from tplog.protocol import model as m
 from tplog.protocol.json import from_builtins, to_builtins
 from tplog.protocol.validate import RULES, validate, validate_json
 
-FIXTURES = Path(__file__).parent / "fixtures" / "spec"
+FIXTURES = Path(__file__).parent.parent / "fixtures" / "spec"
 
 S3 = "threadprotocol-v0.0.3-spec.md"
 G3 = "threadprotocol-v0.0.3-implementation-guide.md"

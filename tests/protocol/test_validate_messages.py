@@ -14,7 +14,13 @@ from typing import Any
 
 import msgspec
 import pytest
-from test_validate import A1, A2, MSG, base, base_v3
+from protocol.documents import (
+    A1,
+    A2,
+    MSG,
+    base,
+    base_v3,
+)
 
 from tplog.protocol import model as m
 from tplog.protocol.json import from_builtins

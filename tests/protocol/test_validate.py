@@ -2,6 +2,14 @@
 
 Every test asserts the complete list of findings (severity, rule id, JSON path),
 so a rule that also fires elsewhere, or a rule that goes silent, fails the test.
+The documents they break are protocol/documents.py's.
+
+Then validate at its edges (written for the mutation run of validate.py, tests/MUTANTS.md): which
+end a turn has when its status and interruption disagree, a turn without known times between two
+others, zone offsets at their limits, URIs whose authority is empty only before the first ``/ ? #``,
+the error ``raise_for_errors`` raises for 1-4 errors, the one thread-id rule, and the explicit-null
+field table built afresh; each case asserts the complete findings (rule, path) or the exact value a
+mutant would change.
 """
 
 from __future__ import annotations
@@ -9,244 +17,40 @@ from __future__ import annotations
 import copy
 import json
 import re
+import uuid
 from datetime import UTC, datetime, timedelta, timezone
 from typing import Any
 
 import msgspec
 import pytest
+from protocol.documents import (
+    A1,
+    A2,
+    MSG,
+    T1,
+    TURN1,
+    E,
+    W,
+    base,
+    base_v3,
+    findings,
+)
 
 from tplog.errors import InvalidInputError, ValidationError
 from tplog.protocol import findings as _findings
 from tplog.protocol import model as m
 from tplog.protocol import validate as _validate
 from tplog.protocol.json import from_builtins, from_json
-from tplog.protocol.validate import RULES, Finding, ValidationReport, parse_timestamp, validate, validate_json
-
-T1 = "550e8400-e29b-41d4-a716-446655440000"  # the thread
-T2 = "550e8400-e29b-41d4-a716-446655440001"  # a spawned thread
-T3 = "550e8400-e29b-41d4-a716-446655440002"  # the thread this one was spawned from
-A1 = "7c9e6679-7425-40de-944b-e07fc1f90ae7"
-A2 = "16fd2706-8baf-433b-82eb-8c7fada847da"
-
-
-def base() -> dict[str, Any]:
-    """A valid v0.0.4 thread using every part of the protocol the rules look at."""
-    return {
-        "version": "0.0.4",
-        "thread_id": T1,
-        "created_at": "2025-01-20T10:00:00Z",
-        "updated_at": "2025-01-20T10:00:40Z",
-        "title": "weather",
-        "agents": {
-            A1: {"agent_id": A1, "agent_name": "planner", "created_at": "2025-01-01T00:00:00Z"},
-            A2: {"agent_id": A2, "agent_name": "researcher", "created_at": "2025-01-01T00:00:00+01:00"},
-        },
-        "relationships": {"links": [{"thread_id": T3, "relation": "spawned_from"}]},
-        "turns": [
-            {  # 0
-                "turn_type": "user",
-                "submitted_at": "2025-01-20T10:00:00Z",
-                "parts": [
-                    {
-                        "part_kind": "user-prompt",
-                        "content": [
-                            "What's the weather where this photo was taken?",
-                            {"kind": "image-url", "url": "https://example.com/p.png", "identifier": "img_1"},
-                        ],
-                    }
-                ],
-                "client_metadata": {"ui:mode": "creative", "session_id": "abc", "app/feature": True},
-            },
-            {  # 1
-                "turn_type": "agent",
-                "agent_id": A1,
-                "started_at": "2025-01-20T10:00:01Z",
-                "completed_at": "2025-01-20T10:00:10Z",
-                "completion_status": "complete",
-                "messages": [
-                    {  # 0
-                        "message_type": "response",
-                        "timestamp": "2025-01-20T10:00:02Z",
-                        "agent_id": A1,
-                        "model_name": "claude",
-                        "finish_reason": "tool_call",
-                        "parts": [
-                            {"part_kind": "thinking", "content": "Paris?", "provider_name": "anthropic"},
-                            {"part_kind": "text", "content": "Let me check."},
-                            {
-                                "part_kind": "tool-call",
-                                "tool_name": "get_weather",
-                                "tool_call_id": "call_1",
-                                "args": {"city": "Paris"},
-                            },
-                        ],
-                    },
-                    {  # 1
-                        "message_type": "request",
-                        "timestamp": "2025-01-20T10:00:03Z",
-                        "agent_id": A1,
-                        "parts": [
-                            {
-                                "part_kind": "tool-return",
-                                "tool_name": "get_weather",
-                                "tool_call_id": "call_1",
-                                "status": "success",
-                                "content": {"temp": "72F"},
-                            }
-                        ],
-                    },
-                    {  # 2
-                        "message_type": "system",
-                        "timestamp": "2025-01-20T10:00:04Z",
-                        "event_type": "data-tp-thread_spawn",
-                        "event_data": {"spawned_thread_id": T2},
-                        "source_agent": A1,
-                        "target_agents": [A2],
-                    },
-                    {  # 3
-                        "message_type": "response",
-                        "timestamp": "2025-01-20T10:00:05Z",
-                        "agent_id": A1,
-                        "finish_reason": "tool_call",
-                        "parts": [
-                            {"part_kind": "custom:planning-step", "step_id": "plan_42"},
-                            {
-                                "part_kind": "tool-call",
-                                "tool_name": "generate_report",
-                                "tool_call_id": "call_2",
-                                "args": "{}",
-                            },
-                        ],
-                    },
-                    {  # 4
-                        "message_type": "request",
-                        "timestamp": "2025-01-20T10:00:07Z",
-                        "agent_id": A1,
-                        "parts": [
-                            {
-                                "part_kind": "tool-return",
-                                "tool_name": "generate_report",
-                                "tool_call_id": "call_2",
-                                "status": "success",
-                                "content_ref": {"uri": "s3://reports/2025/r.pdf", "media_type": "application/pdf"},
-                            }
-                        ],
-                    },
-                    {  # 5
-                        "message_type": "response",
-                        "timestamp": "2025-01-20T10:00:09Z",
-                        "agent_id": A1,
-                        "finish_reason": "stop",
-                        "parts": [{"part_kind": "text", "content": "It is 72F."}],
-                    },
-                ],
-            },
-            {  # 2
-                "turn_type": "user",
-                "submitted_at": "2025-01-20T10:00:20Z",
-                "parts": [{"part_kind": "user-prompt", "content": "And Berlin?"}],
-            },
-            {  # 3
-                "turn_type": "agent",
-                "agent_id": A2,
-                "started_at": "2025-01-20T10:00:21Z",
-                "completion_status": "interrupted",
-                "interruption": {"reason": "user_cancelled", "interrupted_at": "2025-01-20T10:00:30Z"},
-                "messages": [
-                    {  # 0
-                        "message_type": "response",
-                        "timestamp": "2025-01-20T10:00:22Z",
-                        "agent_id": A2,
-                        "parts": [
-                            {
-                                "part_kind": "tool-call",
-                                "tool_name": "get_weather",
-                                "tool_call_id": "call_3",
-                                "args": {"city": "Berlin"},
-                            }
-                        ],
-                    },
-                    {  # 1
-                        "message_type": "request",
-                        "timestamp": "2025-01-20T10:00:25Z",
-                        "agent_id": A2,
-                        "parts": [
-                            {
-                                "part_kind": "tool-return",
-                                "tool_name": "get_weather",
-                                "tool_call_id": "call_3",
-                                "status": "error",
-                                "content": "service down",
-                            }
-                        ],
-                    },
-                ],
-            },
-            {  # 4: a deferred tool (approval needed): a call without a return in a complete turn
-                "turn_type": "agent",
-                "agent_id": A1,
-                "started_at": "2025-01-20T10:00:31Z",
-                "completed_at": "2025-01-20T10:00:40Z",
-                "completion_status": "complete",
-                "messages": [
-                    {
-                        "message_type": "response",
-                        "timestamp": "2025-01-20T10:00:32Z",
-                        "agent_id": A1,
-                        "finish_reason": "tool_call",
-                        "parts": [
-                            {
-                                "part_kind": "tool-call",
-                                "tool_name": "delete_file",
-                                "tool_call_id": "call_4",
-                                "args": {"path": "/tmp/x"},
-                            }
-                        ],
-                    }
-                ],
-            },
-        ],
-    }
-
-
-def base_v3() -> dict[str, Any]:
-    """The same conversation as a valid v0.0.3 thread: no interrupted turn, v0.0.3 event names."""
-    doc = base()
-    doc["version"] = "0.0.3"
-    del doc["turns"][3]
-    for turn in doc["turns"]:
-        turn.pop("completion_status", None)
-    doc["turns"][1]["messages"][2]["event_type"] = "thread.spawn"
-    return doc
-
-
-Found = list[tuple[str, str, str]]
-
-
-def findings(doc: dict[str, Any] | m.Thread, **kwargs: Any) -> Found:
-    """(severity, rule, path) of every finding, errors first, each in document order."""
-    thread = doc if isinstance(doc, m.Thread) else from_builtins(doc, m.Thread)
-    report = validate(thread, **kwargs)
-    out = [("error", f.rule, f.path) for f in report.errors] + [("warning", f.rule, f.path) for f in report.warnings]
-    for severity, rule, _ in out:
-        assert RULES[rule].severity == severity, rule
-    assert report.ok == (not report.errors)
-    return out
-
-
-def E(rule: str, path: str) -> tuple[str, str, str]:
-    return ("error", rule, path)
-
-
-def W(rule: str, path: str) -> tuple[str, str, str]:
-    return ("warning", rule, path)
-
-
-TURN1 = "$.turns[1]"
-MSG = "$.turns[1].messages"
-
-
-# --------------------------------------------------------------------------- valid documents
+from tplog.protocol.validate import (
+    RULES,
+    Finding,
+    Rule,
+    ValidationReport,
+    parse_timestamp,
+    thread_id_for,
+    validate,
+    validate_json,
+)
 
 
 def test_valid_v004_document_has_no_findings() -> None:
@@ -1057,3 +861,259 @@ def test_module_docstring_lists_every_rule_with_its_severity() -> None:
     doc = _findings.__doc__ or ""  # the rule table moved with RULES (issue #39)
     listed = dict(re.findall(r"^  ([a-z0-9.\-]+) \((error|warning)\)", doc, flags=re.M))
     assert listed == {rule: r.severity for rule, r in RULES.items()}
+
+
+# -------------------- at the edges (was protocol/test_validate.py)
+
+T4 = "$.turns[4]"
+
+
+# --------------------------------------------------------------------------- where a turn ends
+
+
+def _last_turn(**fields: Any) -> dict[str, Any]:
+    """base() with its last turn (an agent turn started at :31, one message at :32) changed."""
+    doc = base()
+    turn = doc["turns"][4]
+    for key in ("completed_at", "completion_status"):
+        turn.pop(key)
+    turn.update({k: v for k, v in fields.items() if v is not None})
+    return doc
+
+
+INTERRUPTION_BEFORE_START = {"reason": "user_cancelled", "interrupted_at": "2025-01-20T10:00:30Z"}
+
+
+def test_a_turn_without_a_status_but_with_an_interruption_ends_when_interrupted() -> None:
+    # no completion_status: the interruption says when the turn ended, not completed_at
+    doc = _last_turn(interruption=INTERRUPTION_BEFORE_START, completed_at="2025-01-20T10:00:40Z")
+    assert findings(doc) == [
+        E("required-field", f"{T4}.completion_status"),
+        E("v3.4-turn-interval", f"{T4}.interruption.interrupted_at"),
+        W("v3.5-message-outside-turn", f"{T4}.messages[0].timestamp"),
+    ]
+
+
+def test_an_interrupted_turn_without_an_interruption_has_no_known_end() -> None:
+    # interrupted: its end is interruption.interrupted_at, absent here; completed_at (refused) is not used
+    doc = _last_turn(completion_status="interrupted", completed_at="2025-01-20T10:00:30Z")
+    doc["turns"][4]["messages"].append(
+        {
+            "message_type": "request",
+            "timestamp": "2025-01-20T10:00:33Z",
+            "agent_id": doc["turns"][4]["agent_id"],
+            "parts": [
+                {
+                    "part_kind": "tool-return",
+                    "tool_name": "delete_file",
+                    "tool_call_id": "call_4",
+                    "status": "success",
+                    "content": "ok",
+                }
+            ],
+        }
+    )
+    assert findings(doc) == [
+        E("v4-interruption-iff-interrupted", f"{T4}.interruption"),
+        E("v4-completed-at-only-complete", f"{T4}.completed_at"),
+    ]
+
+
+def test_a_turn_without_a_status_ends_at_completed_at() -> None:
+    doc = _last_turn(completed_at="2025-01-20T10:00:30Z")
+    assert findings(doc) == [
+        E("required-field", f"{T4}.completion_status"),
+        E("v3.4-turn-interval", f"{T4}.completed_at"),
+        W("v3.5-message-outside-turn", f"{T4}.messages[0].timestamp"),
+    ]
+
+
+def test_a_complete_turn_with_an_interruption_ends_at_completed_at() -> None:
+    doc = _last_turn(
+        completion_status="complete", completed_at="2025-01-20T10:00:40Z", interruption=INTERRUPTION_BEFORE_START
+    )
+    assert findings(doc) == [E("v4-interruption-iff-interrupted", f"{T4}.interruption")]
+
+
+# --------------------------------------------------------------------------- turns without known times
+
+
+def test_a_turn_with_only_an_end_time_sets_where_the_next_may_start() -> None:
+    doc = base()
+    doc["turns"][1]["started_at"] = "soon"  # not a time: the turn's end (10:00:10) still counts
+    doc["turns"][2]["submitted_at"] = "2025-01-20T10:00:05Z"
+    assert findings(doc) == [
+        E("v3.1-timestamp", "$.turns[1].started_at"),
+        E("v3.4-turn-overlap", "$.turns[2].submitted_at"),
+    ]
+
+
+def test_a_turn_without_any_time_keeps_the_end_of_the_turn_before_it() -> None:
+    doc = base()
+    doc["turns"][1]["started_at"] = "soon"
+    doc["turns"][1]["completed_at"] = "later"
+    doc["turns"][2]["submitted_at"] = "2025-01-19T10:00:00Z"  # before turn 0
+    assert findings(doc) == [
+        E("v3.1-timestamp", "$.turns[1].started_at"),
+        E("v3.1-timestamp", "$.turns[1].completed_at"),
+        E("v3.4-turn-overlap", "$.turns[2].submitted_at"),
+    ]
+
+
+# --------------------------------------------------------------------------- timestamps
+
+
+@pytest.mark.parametrize(("offset", "minutes"), [("+23:59", 23 * 60 + 59), ("-23:00", -23 * 60), ("+05:59", 359)])
+def test_zone_offsets_up_to_23_59_are_read(offset: str, minutes: int) -> None:
+    got = parse_timestamp(f"2025-01-20T10:00:00{offset}")
+    assert got == datetime(2025, 1, 20, 10, tzinfo=timezone(timedelta(minutes=minutes)))
+    assert got is not None and got.utcoffset() == timedelta(minutes=minutes)
+
+
+@pytest.mark.parametrize("offset", ["+24:00", "-24:00", "+05:60", "+00:99"])
+def test_zone_offsets_beyond_23_59_are_not_timestamps(offset: str) -> None:
+    assert parse_timestamp(f"2025-01-20T10:00:00{offset}") is None
+    doc = base()
+    doc["created_at"] = f"2025-01-20T10:00:00{offset}"
+    assert findings(doc) == [E("v3.1-timestamp", "$.created_at")]
+
+
+# --------------------------------------------------------------------------- URIs
+
+
+@pytest.mark.parametrize(
+    "uri",
+    [
+        "https:///a/b",  # the authority ends at the first "/", even with more after it
+        "https://?a?b",  # ... at the first "?"
+        "https://#a#b",  # ... at the first "#"
+        "https://?x",
+        "https://#x",
+    ],
+)
+def test_an_authority_empty_before_its_first_delimiter_is_missing(uri: str) -> None:
+    doc = base()
+    doc["turns"][1]["messages"][4]["parts"][0]["content_ref"]["uri"] = uri
+    report = _validate.validate(_thread(doc))
+    assert report.errors == [
+        Finding(
+            rule="v3.7-content-ref-uri",
+            path="$.turns[1].messages[4].parts[0].content_ref.uri",
+            message=f"uri {uri!r} a https URI needs a host or bucket after `https://`",
+        )
+    ]
+
+
+@pytest.mark.parametrize("uri", ["https://example.com:8443/r.pdf", "s3://bucket/a:b", "file:///C:/r.pdf"])
+def test_the_scheme_is_what_comes_before_the_first_colon(uri: str) -> None:
+    doc = base()
+    doc["turns"][1]["messages"][4]["parts"][0]["content_ref"]["uri"] = uri
+    assert findings(doc) == []
+
+
+def _thread(doc: dict[str, Any]) -> Any:
+    from tplog.protocol import model as m
+    from tplog.protocol.json import from_builtins
+
+    return from_builtins(doc, m.Thread)
+
+
+# --------------------------------------------------------------------------- raise_for_errors
+
+
+def _errors(n: int) -> ValidationReport:
+    return ValidationReport(
+        errors=[Finding(rule="v3.1-timestamp", path=f"$.p{i}", message=f"bad {i}") for i in range(n)]
+    )
+
+
+@pytest.mark.parametrize(
+    ("n", "message"),
+    [
+        (1, "in t: 1 validation error: $.p0: bad 0 [v3.1-timestamp]"),
+        (2, "in t: 2 validation errors: $.p0: bad 0 [v3.1-timestamp]; $.p1: bad 1 [v3.1-timestamp]"),
+        (
+            3,
+            "in t: 3 validation errors: $.p0: bad 0 [v3.1-timestamp]; $.p1: bad 1 [v3.1-timestamp]; "
+            "$.p2: bad 2 [v3.1-timestamp]",
+        ),
+        (
+            4,
+            "in t: 4 validation errors: $.p0: bad 0 [v3.1-timestamp]; $.p1: bad 1 [v3.1-timestamp]; "
+            "$.p2: bad 2 [v3.1-timestamp]; and 1 more",
+        ),
+    ],
+)
+def test_the_error_names_the_first_three_findings_and_counts_the_rest(n: int, message: str) -> None:
+    report = _errors(n)
+    with pytest.raises(ValidationError) as info:
+        report.raise_for_errors("in t: ")
+    assert str(info.value) == message
+    assert info.value.report is report
+
+
+# --------------------------------------------------------------------------- the thread-id rule
+
+
+def test_thread_id_for_keeps_a_uuid_in_lower_case_and_maps_any_other_id_to_a_fixed_uuid5() -> None:
+    upper = "550E8400-E29B-41D4-A716-44665544000A"
+    assert thread_id_for(upper) == upper.lower()
+    # fixed forever: stored thread ids depend on it (the namespace and this value)
+    assert thread_id_for("chat-1") == str(uuid.uuid5(uuid.UUID("6f2c8a54-3d1b-5e7a-9c40-7b1d2e3f4a50"), "chat-1"))
+    assert thread_id_for("chat-1") == "0d8c8122-1a17-5046-94e0-95d684859a74"
+
+
+@pytest.mark.parametrize("bad", ["", None, 3, b"chat-1"])
+def test_thread_id_for_refuses_what_is_not_a_non_empty_string(bad: Any) -> None:
+    with pytest.raises(InvalidInputError) as info:
+        thread_id_for(bad)
+    assert str(info.value) == f"a thread id must be a non-empty string, not {bad!r}"
+
+
+# --------------------------------------------------------------------------- explicit nulls, table rebuilt
+
+
+def test_the_explicit_null_check_builds_its_field_table_right(monkeypatch: pytest.MonkeyPatch) -> None:
+    # The table is cached per class on first use; an empty cache makes this test build it.
+    monkeypatch.setattr(_validate, "_hints_cache", {})
+    doc = base()
+    doc["title"] = None  # a typed field: warned
+    doc["relationships"]["links"][0]["metadata"] = None  # typed `Any`: may be null
+    doc["turns"][0]["parts"][0]["content"][1]["vendor_metadata"] = None  # typed `Any`: may be null
+    doc["turns"][1]["messages"][0]["parts"][2]["args"] = None  # typed `Any`: may be null
+    doc["turns"][1]["messages"][0]["model_name"] = None  # a typed field of a nested object: warned
+    assert findings(doc) == [
+        W("explicit-null", "$.title"),
+        W("explicit-null", "$.turns[1].messages[0].model_name"),
+    ]
+    assert _validate._hints_cache  # and kept it
+    assert findings(doc) == [
+        W("explicit-null", "$.title"),
+        W("explicit-null", "$.turns[1].messages[0].model_name"),
+    ]
+
+
+# --------------------------------------------------------------------------- the rule table
+
+
+DOCUMENTS = (
+    "threadprotocol-v0.0.3-spec",
+    "threadprotocol-v0.0.3-implementation-guide",
+    "threadprotocol-v0.0.4-amendments",
+    "threadprotocol-rc2-research-multimodal-deferred-tools",
+    "RFC 8259",
+)
+
+
+def test_every_rule_says_what_it_checks_and_cites_a_document() -> None:
+    for rule_id, rule in RULES.items():
+        assert rule.severity in ("error", "warning"), rule_id
+        assert isinstance(rule.checks, str) and len(rule.checks) > 10, rule_id
+        assert isinstance(rule.source, str) and rule.source.startswith(DOCUMENTS), rule_id
+    assert RULES["v3.2-tool-call-id"] == Rule(
+        severity="error",
+        checks="an answer's tool_call_id names an earlier tool-call",
+        source="threadprotocol-v0.0.3-spec rule 2; threadprotocol-rc2-research-multimodal-deferred-tools",
+    )
+    # the table is public: it encodes as JSON and decodes to the same rules
+    assert msgspec.json.decode(msgspec.json.encode(RULES), type=dict[str, Rule]) == RULES
