@@ -4,10 +4,12 @@ The top level holds what users import first (issue 39); every name it exported b
 resolves there, warns with its new home, and is that home's object.
 """
 
+import ast
 import importlib
 import subprocess
 import sys
 import warnings
+from pathlib import Path
 
 import pytest
 
@@ -100,3 +102,16 @@ def test_the_package_never_uses_its_own_deprecated_names() -> None:
             "    except ImportError as exc:\n"
             "        if 'tplog' in (exc.name or 'tplog'): raise\n")  # an optional extra not installed
     subprocess.run([sys.executable, "-W", "error::DeprecationWarning", "-c", code], check=True)
+
+
+def test_no_source_of_the_package_names_a_moved_name_at_the_top() -> None:
+    """The same, read from the source: imports inside functions too (``from tplog import X``, ``tplog.X``)."""
+    found = []
+    for path in sorted(Path(tplog.__file__).parent.rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and node.module == "tplog" and not node.level:
+                found += [f"{path.name}:{node.lineno} {a.name}" for a in node.names if a.name in tplog.MOVED]
+            elif (isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id == "tplog"
+                  and node.attr in tplog.MOVED):
+                found.append(f"{path.name}:{node.lineno} tplog.{node.attr}")
+    assert not found, found

@@ -19,15 +19,15 @@ from typing import Any
 
 import httpx
 import pytest
+from server.browser_harness import chromium, need_browser
 from server.server_harness import ServerProcess, free_port, wait_until
-from server.test_browser import CHROMEDRIVER, CHROMIUM, _need_browser
 
 PAGE = Path(__file__).resolve().parent / "page"
 
 
 @pytest.fixture(scope="module")
 def page_url(node: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, ServerProcess]]:
-    _need_browser()
+    need_browser()
     srv = ServerProcess(tmp_path_factory.mktemp("page") / "store", workers=2).start()
     vite = str(PAGE.parent / "node_modules" / ".bin" / "vite")
     out = tmp_path_factory.mktemp("page-dist")
@@ -58,19 +58,7 @@ def page_url(node: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[tu
 
 @pytest.fixture
 def driver() -> Iterator[Any]:
-    from selenium import webdriver
-    from selenium.webdriver.chrome.service import Service
-
-    opts = webdriver.ChromeOptions()
-    opts.binary_location = CHROMIUM
-    for arg in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--disable-gpu"):
-        opts.add_argument(arg)
-    drv = webdriver.Chrome(options=opts, service=Service(executable_path=CHROMEDRIVER))
-    drv.set_page_load_timeout(30)
-    try:
-        yield drv
-    finally:
-        drv.quit()
+    yield from chromium()
 
 
 def test_the_readme_usechat_page_against_tplog_serve(page_url: tuple[str, ServerProcess], driver: Any) -> None:
