@@ -238,7 +238,7 @@ def test_import_v003_upgrades_and_export_v003(capsys: pytest.CaptureFixture[str]
 @given(threads(interrupted=False))
 def test_import_export_hash_property(doc: dict[str, Any]) -> None:
     """Any complete-turn v0.0.4 document: CLI import then export keeps the canonical hash
-    (a document ``validate`` rejects is refused, exit 2, as tests/test_rules.py shows)."""
+    (a document ``validate`` rejects is refused, exit 2, as tests/protocol/test_rules.py shows)."""
     import contextlib
     import io
 
