@@ -57,20 +57,22 @@ VOCAB: dict[str, list[str]] = {
 
 def thread(tid: str, rng: random.Random, vocab: dict[str, list[str]]) -> list[Any]:
     from tplog import (
-        AgentConfig,
         AgentRegistered,
         AgentTurnCompleted,
         AgentTurnStarted,
         MessageRecorded,
+        ThreadStarted,
+        UserTurnSubmitted,
+    )
+    from tplog.protocol import (
+        AgentConfig,
         RequestMessage,
         ResponseMessage,
         TextPart,
-        ThreadStarted,
         ToolCallPart,
         ToolReturnPart,
         UserPromptPart,
         UserTurn,
-        UserTurnSubmitted,
     )
 
     def text(k: int) -> str:
@@ -105,16 +107,8 @@ def thread(tid: str, rng: random.Random, vocab: dict[str, list[str]]) -> list[An
 
 
 def exchange(token: str) -> list[Any]:
-    from tplog import (
-        AgentTurnCompleted,
-        AgentTurnStarted,
-        MessageRecorded,
-        ResponseMessage,
-        TextPart,
-        UserPromptPart,
-        UserTurn,
-        UserTurnSubmitted,
-    )
+    from tplog import AgentTurnCompleted, AgentTurnStarted, MessageRecorded, UserTurnSubmitted
+    from tplog.protocol import ResponseMessage, TextPart, UserPromptPart, UserTurn
 
     return [
         UserTurnSubmitted(turn=UserTurn(submitted_at=T, parts=[UserPromptPart(content=f"question {token}")])),

@@ -21,7 +21,8 @@ import pytest
 from conftest import ToyStore as Store
 from conftest import started, user
 
-from tplog import NO_STREAM, WrongExpectedVersionError
+from tplog import WrongExpectedVersionError
+from tplog.store import NO_STREAM
 
 SPAWN = mp.get_context("spawn")
 TIMEOUT = 90

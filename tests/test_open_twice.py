@@ -13,7 +13,8 @@ import pytest
 from conftest import ToyStore as Store
 from conftest import register, started, user
 
-from tplog import InvalidInputError, StoreClosedError
+from tplog import InvalidInputError
+from tplog.errors import StoreClosedError
 
 
 def test_two_stores_on_one_directory_share_it(tmp_path: Path) -> None:

@@ -22,9 +22,9 @@ from tplog import (
     AsyncStore,
     InvalidEventError,
     InvalidInputError,
-    PipelineError,
     WrongExpectedVersionError,
 )
+from tplog.errors import PipelineError
 from tplog.pipeline import ends_turn
 from tplog.protocol.model import Interruption
 

@@ -19,7 +19,7 @@ import pytest
 from conftest import ToyStore as Store
 from conftest import started, user
 
-from tplog import StoreClosedError
+from tplog.errors import StoreClosedError
 
 SPAWN = mp.get_context("spawn")
 TIMEOUT = 60

@@ -6,22 +6,24 @@ import uuid
 from typing import Any
 
 from tplog import (
-    AgentConfig,
     AgentRegistered,
     AgentTurnCompleted,
     AgentTurnStarted,
     MessageRecorded,
+    ThreadInfoChanged,
+    ThreadStarted,
+    UserTurnSubmitted,
+)
+from tplog.protocol import (
+    AgentConfig,
     RequestMessage,
     ResponseMessage,
     TextPart,
     ThinkingPart,
-    ThreadInfoChanged,
-    ThreadStarted,
     ToolCallPart,
     ToolReturnPart,
     UserPromptPart,
     UserTurn,
-    UserTurnSubmitted,
 )
 
 T = "2025-01-20T10:00:00Z"

@@ -265,3 +265,33 @@ def test_async_store_searches_the_same(any_store: Store) -> None:
         assert scoped.hits == []
 
     asyncio.run(main())
+
+
+@pytest.mark.parametrize("top_rows", [1, 4, 9, 10_000])
+def test_a_page_from_the_best_rows_is_the_order_of_ranking_every_match(
+        any_store: Store, monkeypatch: pytest.MonkeyPatch, top_rows: int) -> None:
+    """A query reads the best TOP_ROWS rows and ranks every match only when a page needs more:
+    with any TOP_ROWS, every page, its cursors and match counts are those of ranking every match
+    (ties included: threads of identical text score alike and sort by thread key)."""
+    from tplog.search import index as search_index
+
+    tids = [new_id() for _ in range(30)]
+    for i, tid in enumerate(tids):
+        text = "plum " * (1 + i % 4) + "tart " * (i % 7) if i % 3 else "plum tart"  # every third the same
+        any_store.append(tid, conversation(tid, prompt=text, answer="plum" if i % 5 == 0 else "hi"))
+    monkeypatch.setattr(search_index, "TOP_ROWS", 0)  # no best rows read: every match ranked and grouped
+    ranked = any_store.search("plum", limit=100).hits
+    oracle, counts = [h.thread_id for h in ranked], {h.thread_id: h.matches for h in ranked}
+    assert sorted(oracle) == sorted(tids)
+    assert max(counts.values()) == 2  # the prompt and the answer
+    monkeypatch.setattr(search_index, "TOP_ROWS", top_rows)
+    seen: list[str] = []
+    after = None
+    while True:
+        page = any_store.search("plum", limit=4, after=after)
+        seen += [h.thread_id for h in page.hits]
+        assert all(h.matches == counts[h.thread_id] for h in page.hits)
+        if page.cursor is None:
+            break
+        after = page.cursor
+    assert seen == oracle

@@ -9,10 +9,11 @@ from typing import Any
 import msgspec
 
 from server.server_harness import ServerProcess, chat_body, head, read_events, sse_chunks, sse_frames
-from tplog import AgentTurnCompleted, AgentTurnInterrupted, from_json, thread_hash
+from tplog import AgentTurnCompleted, AgentTurnInterrupted, thread_hash
 from tplog.integrations.vercel import assemble_turn
 from tplog.projections.fold import fold
 from tplog.protocol import model as m
+from tplog.protocol.json import from_json
 
 
 def tid() -> str:
@@ -77,7 +78,8 @@ def test_full_chat_with_tools(server: ServerProcess) -> None:
 
 
 def test_threads_paging_and_links(server: ServerProcess) -> None:
-    from tplog import LinkAdded, Store, ThreadLink, ThreadStarted
+    from tplog import LinkAdded, Store, ThreadStarted
+    from tplog.protocol import ThreadLink
 
     parent, kids = tid(), [tid() for _ in range(3)]
     with server.client() as c:
@@ -388,7 +390,8 @@ def test_client_side_tool_result_resumes_the_run(server: ServerProcess) -> None:
 
 
 def test_links_declared_at_start_deleted_children_and_unknown_ids(server: ServerProcess) -> None:
-    from tplog import AgentRegistered, AgentTurnStarted, LinkAdded, MessageRecorded, Store, ThreadLink, ThreadStarted
+    from tplog import AgentRegistered, AgentTurnStarted, LinkAdded, MessageRecorded, Store, ThreadStarted
+    from tplog.protocol import ThreadLink
 
     at = "2025-01-01T00:00:00Z"
     parent, declared, spawned, external, unknown = tid(), tid(), tid(), tid(), tid()

@@ -14,18 +14,20 @@ from conftest import started, user
 from server.server_harness import ServerProcess, chat_body
 from tplog import (
     ConflictError,
-    IdempotencyError,
     InvalidEventError,
     InvalidInputError,
     NotFoundError,
-    ReadOnlyError,
-    StorageFullError,
     Store,
-    StoreClosedError,
-    ThreadDeletedError,
     WrongExpectedVersionError,
 )
-from tplog.errors import CorruptionError
+from tplog.errors import (
+    CorruptionError,
+    IdempotencyError,
+    ReadOnlyError,
+    StorageFullError,
+    StoreClosedError,
+    ThreadDeletedError,
+)
 from tplog.integrations import server as srvmod
 from tplog.integrations.server import ENV_METRICS, ENV_ON_DISCONNECT, ENV_STORE, HTTPError, create_app, http_error
 from tplog.integrations.server import factory as srvfactory

@@ -16,10 +16,11 @@ import pytest
 from conftest import started, user
 
 from server.server_harness import ROOT, ServerProcess, chat_body, read_events
-from tplog import NO_STREAM, Store, ThreadStarted, UserTurnSubmitted
+from tplog import Store, ThreadStarted, UserTurnSubmitted
 from tplog.aio import AsyncStore
 from tplog.integrations.server import ENV_AGENTS
 from tplog.integrations.server.state import _Writer
+from tplog.store import NO_STREAM
 
 
 def _texts(store: Store, tid: str) -> list[str]:

@@ -12,21 +12,17 @@ import httpx
 
 from server.server_harness import ServerProcess, chat_body, head, read_events, sse_frames, wait_until
 from tplog import (
-    AgentConfig,
     AgentRegistered,
     AgentTurnCompleted,
     AgentTurnInterrupted,
     AgentTurnStarted,
     MessageRecorded,
-    ResponseMessage,
     Store,
-    TextPart,
     ThreadStarted,
-    UserPromptPart,
-    UserTurn,
     UserTurnSubmitted,
 )
 from tplog.projections.fold import fold
+from tplog.protocol import AgentConfig, ResponseMessage, TextPart, UserPromptPart, UserTurn
 from tplog.protocol import model as m
 
 

@@ -43,6 +43,7 @@ __all__ = [
     "MARK_END",
     "MARK_START",
     "STEP",
+    "TOP_ROWS",
     "Group",
     "Index",
     "SearchIndex",
@@ -59,6 +60,7 @@ MARK_START: Final = "\ue000"  # snippet highlight markers (private-use code poin
 MARK_END: Final = "\ue001"
 BUDGET: Final = 0.5  # seconds a search may spend catching the index up before it answers
 STEP: Final = 512  # log entries read per catch-up step
+TOP_ROWS: Final = 512  # best matching rows a query reads before it ranks and groups every match
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta(key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -245,25 +247,63 @@ class SearchIndex:
 
     def groups(self, scope: str | None, query: str, *, syntax: str, after: str | None = None) -> Iterator[Group]:
         """``scope``'s threads with rows matching ``query`` (``syntax``: ``"words"`` or ``"fts5"``), best
-        first (bm25, then thread key), after the ``after`` cursor."""
+        first (bm25, then thread key), after the ``after`` cursor.
+
+        A page needs the best rows only: the ``TOP_ROWS`` best matching rows first (FTS5's ``ORDER BY
+        rank LIMIT``: no join, no grouping of every match), each thread in order of its first row
+        there; a thread is certain once its best row scores strictly better than the last row read
+        (no row left unread can beat it). If the page needs more, the query that ranks and groups
+        every match answers the rest, as exactly (:meth:`_all_groups`)."""
         match = words(query) if syntax == "words" else query
         sk = scope_key(scope)
         last = decode_cursor(after) if after is not None else None
+        done = (-last[0], last[1]) if last is not None else None  # (bm25, tk) of the last thread given
+        with self._lock:
+            try:  # parsed on its own first, so that only the query's own faults become SearchQueryError
+                self._db.execute("SELECT rowid FROM docs WHERE docs MATCH ? LIMIT 1", (match,)).fetchall()
+            except sqlite3.OperationalError as exc:
+                raise SearchQueryError(f"search query {query!r} is not valid: {exc}", query=query) from exc
+            top = self._db.execute(
+                "SELECT d.id, d.score, r.scope, r.tk, r.thread_id FROM (SELECT rowid AS id, rank AS score FROM docs "
+                "WHERE docs MATCH ? ORDER BY rank LIMIT ?) d JOIN rows r ON r.id = d.id", (match, TOP_ROWS)
+            ).fetchall()
+        every = len(top) < TOP_ROWS  # every matching row was read
+        cut = max((row[1] for row in top), default=0.0)
+        best: dict[str, tuple[float, int, str]] = {}
+        for rid, score, row_scope, tk, tid in top:
+            if row_scope == sk and (tk not in best or score < best[tk][0]):
+                best[tk] = (score, rid, tid)
+        given = done
+        for score, tk, rid, tid in sorted((v[0], tk, v[1], v[2]) for tk, v in best.items()):
+            if not every and score >= cut:
+                break  # a row not read may tie it or belong to a thread that sorts before it
+            if done is not None and (score, tk) <= done:
+                continue
+            given = (score, tk)
+            yield Group(thread_id=tid, row=rid, score=-score, matches=self._matches(match, tk),
+                        cursor=encode_cursor(-score, tk))
+        if not every:
+            yield from self._all_groups(match, sk, given)
+
+    def _matches(self, match: str, tk: str) -> int:
+        with self._lock:
+            return int(self._db.execute(
+                "SELECT count(*) FROM docs WHERE docs MATCH ? AND rowid IN (SELECT id FROM rows WHERE tk = ?)",
+                (match, tk)).fetchone()[0])
+
+    def _all_groups(self, match: str, sk: str, done: tuple[float, str] | None) -> Iterator[Group]:
+        """Every matching row ranked and grouped by thread: the threads after ``done`` (bm25, tk)."""
         sql = (
             "WITH d AS MATERIALIZED (SELECT rowid AS id, bm25(docs) AS score FROM docs WHERE docs MATCH ?) "
             "SELECT r.tk, r.thread_id, d.id, min(d.score) AS best, count(*) FROM d "
             "JOIN rows r ON r.id = d.id WHERE r.scope = ? GROUP BY r.tk"
         )
         args: list[Any] = [match, sk]
-        if last is not None:  # scores are -bm25: higher is better
+        if done is not None:
             sql += " HAVING min(d.score) > ? OR (min(d.score) = ? AND r.tk > ?)"
-            args += [-last[0], -last[0], last[1]]
+            args += [done[0], done[0], done[1]]
         sql += " ORDER BY best, r.tk"
         with self._lock:
-            try:  # parsed on its own first, so that only the query's own faults become SearchQueryError
-                self._db.execute("SELECT rowid FROM docs WHERE docs MATCH ? LIMIT 1", (match,)).fetchall()
-            except sqlite3.OperationalError as exc:
-                raise SearchQueryError(f"search query {query!r} is not valid: {exc}", query=query) from exc
             found = self._db.execute(sql, args).fetchall()
         for tk, tid, rid, best, n in found:  # rid: the best row's (SQLite's bare column beside min())
             yield Group(thread_id=tid, row=rid, score=-best, matches=n, cursor=encode_cursor(-best, tk))
