@@ -71,6 +71,7 @@ def test_what_is_not_a_chunk_is_passed_as_it_is() -> None:
         "data: [DONE]\n\n",
         "data: {not json\n\n",
         {"type": 3},
+        {"type": ["text-delta"]},
         {"no": "type"},
         "event: x\ndata: {}\n\n",
     )
