@@ -56,9 +56,6 @@ MARK = "\x1eREADME\x1e"  # ends each command's output in a console block's scrip
 SERVERS = ".readme-servers"  # pids of the servers a README run started
 SERVER_WAIT = 60  # seconds a server gets to answer on its port
 
-# the README shows the names where they live: a moved top-level name (tplog.MOVED) in a block fails it
-pytestmark = pytest.mark.filterwarnings(r"error:tplog\.\w+ is deprecated:DeprecationWarning")
-
 
 @dataclass
 class Block:
