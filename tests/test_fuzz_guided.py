@@ -35,7 +35,8 @@ def test_guided_fuzzing_finds_new_branches_and_only_typed_errors(target: str, tm
     tally = fg.fuzz_target(target, 2000, seed=3, workdir=tmp_path)
     print(json.dumps(tally))
     assert tally["crash"] is None and tally["exit"] == 0, tally
-    assert tally["runs"] == 2000
+    # libFuzzer may finish the batch it is in past -runs (CI once counted 2,004), never stop short
+    assert 2000 <= tally["runs"] < 2100
     assert tally["seeds"] > 5  # it starts from the target's real inputs
     assert tally["edges"] > 50  # tplog's own code is instrumented, not only the C decoders
     assert tally["new_units"] > 0  # inputs reaching new branches were kept to mutate further
